@@ -1,0 +1,1 @@
+//! codex-app-server-client (being built).

@@ -1,0 +1,1 @@
+//! ctxbridge-mock-model (being built).

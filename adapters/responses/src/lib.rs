@@ -1,0 +1,1 @@
+//! responses-client (being built).

@@ -1,0 +1,30 @@
+//! Host callbacks offered to engines through `runtimeContext` (SPEC §1.3, §8, §13).
+
+use async_trait::async_trait;
+
+use super::engine::EngineError;
+use super::types::{
+    CompactParams, CompactResult, LlmCompleteRequest, LlmCompleteResult, TranscriptRewriteRequest,
+    TranscriptRewriteResult,
+};
+
+/// What the host lets an engine call back into while a lifecycle method runs.
+#[async_trait]
+pub trait RuntimeCallbacks: Send + Sync {
+    /// Rewrites transcript entries atomically (SPEC §8). Refused in pre-turn hooks.
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> Result<TranscriptRewriteResult, EngineError>;
+
+    /// A completion through the host's model (`llm.complete`).
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError>;
+
+    /// The host runtime's own compaction, which legacy and non-owning engines delegate to
+    /// (SPEC §1.4, §10): on a threaded backend, the backend's native compactor.
+    async fn delegate_compaction(&self, params: CompactParams)
+        -> Result<CompactResult, EngineError>;
+}
