@@ -14,3 +14,4 @@ pub mod backend;
 pub mod capabilities;
 pub mod contract;
 pub mod engines;
+pub mod store;

@@ -10,6 +10,11 @@ use tokio::sync::mpsc;
 
 use crate::capabilities::Capability;
 
+pub mod conformance;
+pub mod mock;
+
+pub use mock::MockBackend;
+
 /// The id of a backend thread, as the binding stores it. For the Responses backend it is the
 /// last response id of the chain (it changes every turn, see [`TurnOutcome::thread_id`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -225,8 +230,11 @@ pub trait ThreadedBackend: Send + Sync {
 
     /// A one-off completion through the backend's model (`runtime/llmComplete`), outside any
     /// bound thread.
-    async fn complete(&self, instructions: Option<String>, input: String)
-        -> Result<String, BackendError>;
+    async fn complete(
+        &self,
+        instructions: Option<String>,
+        input: String,
+    ) -> Result<String, BackendError>;
 
     /// Stops child processes and connections.
     async fn shutdown(&self) {}

@@ -146,10 +146,16 @@ pub enum EngineError {
     },
     /// The result does not have the contract's shape.
     #[error("{method} returned a malformed result: {detail}")]
-    Malformed { method: EngineMethod, detail: String },
+    Malformed {
+        method: EngineMethod,
+        detail: String,
+    },
     /// An out-of-process engine died or could not be reached.
     #[error("{method}: engine process unavailable: {detail}")]
-    Process { method: EngineMethod, detail: String },
+    Process {
+        method: EngineMethod,
+        detail: String,
+    },
     /// The host called an optional member the engine does not implement (a host bug).
     #[error("{method} is not implemented by this engine")]
     NotImplemented { method: EngineMethod },
@@ -227,7 +233,10 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    async fn commit_turn(&self, _params: CommitTurnParams) -> Result<CommitTurnResult, EngineError> {
+    async fn commit_turn(
+        &self,
+        _params: CommitTurnParams,
+    ) -> Result<CommitTurnResult, EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::CommitTurn,
         })

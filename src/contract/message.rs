@@ -210,7 +210,10 @@ fn take_string(
         Some(Value::String(s)) => Ok(s),
         Some(other) => Err(ContentPartError {
             part_type: part_type.to_string(),
-            problem: format!("field `{key}` must be a string, found {}", json_kind(&other)),
+            problem: format!(
+                "field `{key}` must be a string, found {}",
+                json_kind(&other)
+            ),
         }),
         None => Err(ContentPartError {
             part_type: part_type.to_string(),
@@ -238,7 +241,10 @@ impl TryFrom<Value> for ContentPart {
         let Value::Object(mut map) = value else {
             return Err(ContentPartError {
                 part_type: String::new(),
-                problem: format!("a content part must be an object, found {}", json_kind(&value)),
+                problem: format!(
+                    "a content part must be an object, found {}",
+                    json_kind(&value)
+                ),
             });
         };
         let part_type = match map.get("type") {

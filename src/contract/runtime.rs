@@ -25,6 +25,8 @@ pub trait RuntimeCallbacks: Send + Sync {
 
     /// The host runtime's own compaction, which legacy and non-owning engines delegate to
     /// (SPEC §1.4, §10): on a threaded backend, the backend's native compactor.
-    async fn delegate_compaction(&self, params: CompactParams)
-        -> Result<CompactResult, EngineError>;
+    async fn delegate_compaction(
+        &self,
+        params: CompactParams,
+    ) -> Result<CompactResult, EngineError>;
 }

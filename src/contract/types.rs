@@ -120,7 +120,8 @@ impl EngineInfo {
     pub fn declares_durable_turns(&self) -> bool {
         self.transcript_semantics.as_ref().is_some_and(|t| {
             t.current_turn_fence.as_deref() == Some(CURRENT_TURN_FENCE_V1)
-                && t.turn_advancement_idempotency.as_deref() == Some(TURN_ADVANCEMENT_IDEMPOTENCY_V1)
+                && t.turn_advancement_idempotency.as_deref()
+                    == Some(TURN_ADVANCEMENT_IDEMPOTENCY_V1)
         })
     }
 }

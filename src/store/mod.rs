@@ -1,0 +1,194 @@
+//! Durable state: thread bindings, the mirrored transcript per session, the durable-turn
+//! outbox, quarantine records, session leases, engine bootstrap marks and the mock backend's
+//! threads.
+//!
+//! [`StateStore`] is the port; [`SqliteStore`] (embedded, WAL) is the implementation shipped
+//! today. A server database can implement the same trait later. The methods are synchronous:
+//! every statement is a short local write or an indexed read, so the harness calls them
+//! directly instead of paying for a thread hop per call.
+
+mod sqlite;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::AgentMessage;
+
+pub use sqlite::SqliteStore;
+
+/// Errors of the state store. Each names the file and the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state store {path}: {operation}: database is locked by another process (waited {waited_ms} ms)")]
+    Locked {
+        path: PathBuf,
+        operation: &'static str,
+        waited_ms: u64,
+    },
+    #[error("state store {path} is corrupt or not a ctxbridge database ({operation}): {message}; refusing to start over — move the file away to begin with a fresh state")]
+    Corrupt {
+        path: PathBuf,
+        operation: &'static str,
+        message: String,
+    },
+    #[error("state store {path}: {operation}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("state store {path}: {operation}: stored record {key:?} is unreadable: {message}")]
+    Record {
+        path: PathBuf,
+        operation: &'static str,
+        key: String,
+        message: String,
+    },
+    #[error("state store {path}: {operation}: cannot create the directory: {source}")]
+    Io {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A write fenced off: the caller's lease generation is older than the store's.
+    #[error("state store: {operation} for {key:?} rejected: lease generation {held} is stale (current {current})")]
+    StaleGeneration {
+        operation: &'static str,
+        key: String,
+        held: u64,
+        current: u64,
+    },
+    /// The schema version on disk is newer than this build understands.
+    #[error(
+        "state store {path} has schema version {found}, this build understands up to {supported}"
+    )]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+}
+
+/// One mirrored transcript entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptEntry {
+    pub entry_id: String,
+    pub message: AgentMessage,
+}
+
+/// A queued durable-turn commit (SPEC §6): the serialised `commitTurn` params.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxRow {
+    pub session_id: String,
+    pub advancement_key: String,
+    pub engine_id: String,
+    /// The `commitTurn` params as JSON (without host callbacks).
+    pub params_json: String,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
+/// A persisted quarantine record (shown by `doctor` across invocations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantineRecord {
+    pub engine_id: String,
+    pub operation: String,
+    pub reason: String,
+    pub at_ms: u64,
+}
+
+/// A session lease: who holds the session and with which fencing generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub session: String,
+    pub holder: String,
+    pub generation: u64,
+    pub expires_at_ms: u64,
+}
+
+/// Outcome of a lease attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAttempt {
+    Acquired(Lease),
+    /// Held by another holder until `expires_at_ms`.
+    Busy {
+        holder: String,
+        expires_at_ms: u64,
+    },
+}
+
+/// A stored thread binding, as raw JSON plus its fencing generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBinding {
+    pub binding_key: String,
+    pub json: String,
+    pub generation: u64,
+}
+
+/// The durable state behind the harness.
+pub trait StateStore: Send + Sync {
+    /// The file (or URL) for messages.
+    fn location(&self) -> String;
+
+    // --- bindings
+    fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError>;
+    /// Writes a binding; refused when `lease_generation` is older than the session's current
+    /// lease generation (a stale holder cannot overwrite a newer turn's binding).
+    fn save_binding(
+        &self,
+        binding_key: &str,
+        json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError>;
+    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError>;
+
+    // --- transcript
+    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
+    fn append_transcript(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+    ) -> Result<(), StoreError>;
+    /// Replaces the messages of existing entries atomically (all or none).
+    fn replace_transcript_entries(
+        &self,
+        session_id: &str,
+        replacements: &[TranscriptEntry],
+    ) -> Result<(), StoreError>;
+
+    // --- durable-turn outbox
+    fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError>;
+    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError>;
+    fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError>;
+    fn fail_outbox(
+        &self,
+        session_id: &str,
+        advancement_key: &str,
+        error: &str,
+    ) -> Result<(), StoreError>;
+
+    // --- quarantine records
+    fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError>;
+    fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError>;
+    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError>;
+
+    // --- engine bootstrap marks (first encounter of a session by an engine)
+    fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
+
+    // --- session leases (serialise turns of one session across processes)
+    fn try_acquire_lease(
+        &self,
+        session: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError>;
+    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    // --- generic keyed documents (used by the mock backend to persist its threads)
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
+    fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
+}
