@@ -1,0 +1,422 @@
+//! The public client: spawn + handshake, typed calls, turns.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::AppServerConfig;
+use crate::connection::{self, Command, Health, RouteSpec};
+use crate::error::AppServerError;
+use crate::turn::TurnHandle;
+
+/// Parameters of `thread/start`; `None` fields are left out.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadStartParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_provider: Option<String>,
+    /// Replaces Codex's built-in base prompt (sent first in every model request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_instructions: Option<String>,
+    /// Fixed for the life of the thread; `thread/resume` cannot change them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    /// Per-thread config overrides (same keys as `-c`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Map<String, Value>>,
+    /// Not persisted (cannot be resumed after a restart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ephemeral: Option<bool>,
+}
+
+/// What `initialize` answered.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    #[serde(default)]
+    pub codex_home: Option<PathBuf>,
+    #[serde(default)]
+    pub platform_family: Option<String>,
+    #[serde(default)]
+    pub platform_os: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ThreadEnvelope {
+    thread: ThreadFields,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default, rename = "modelProvider")]
+    model_provider: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ThreadFields {
+    id: String,
+    #[serde(default)]
+    path: Option<PathBuf>,
+}
+
+/// The result of `thread/start`.
+#[derive(Debug, Clone)]
+pub struct ThreadStarted {
+    pub thread_id: String,
+    pub model: Option<String>,
+    pub model_provider: Option<String>,
+    /// The rollout file persisting the thread (absent for ephemeral threads).
+    pub path: Option<PathBuf>,
+    /// The whole result, for fields not modelled here.
+    pub raw: Value,
+}
+
+/// The result of `thread/resume`.
+#[derive(Debug, Clone)]
+pub struct ThreadResumed {
+    pub thread_id: String,
+    pub model: Option<String>,
+    pub model_provider: Option<String>,
+    pub path: Option<PathBuf>,
+    pub raw: Value,
+}
+
+/// One running `codex app-server` child. Cheap to clone: clones share the child, which many
+/// threads and sessions can use at once. The child is killed when the last clone is dropped.
+#[derive(Clone)]
+pub struct AppServerClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    commands: mpsc::Sender<Command>,
+    health: Arc<Health>,
+    next_id: AtomicI64,
+    request_timeout: Duration,
+    server_info: ServerInfo,
+    pid: Option<u32>,
+}
+
+impl std::fmt::Debug for AppServerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppServerClient")
+            .field("pid", &self.inner.pid)
+            .field("alive", &self.is_alive())
+            .finish_non_exhaustive()
+    }
+}
+
+fn decode<T: DeserializeOwned>(method: &str, value: Value) -> Result<T, AppServerError> {
+    serde_json::from_value(value).map_err(|source| AppServerError::Deserialize {
+        method: method.to_owned(),
+        source,
+    })
+}
+
+impl AppServerClient {
+    /// Spawn the child (creating `CODEX_HOME` if needed) and perform the `initialize` /
+    /// `initialized` handshake.
+    pub async fn spawn(config: AppServerConfig) -> Result<Self, AppServerError> {
+        let Some(program) = config.command.first().cloned() else {
+            return Err(AppServerError::Spawn {
+                program: String::new(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"),
+            });
+        };
+        std::fs::create_dir_all(&config.codex_home).map_err(|source| {
+            AppServerError::CodexHome {
+                path: config.codex_home.clone(),
+                source,
+            }
+        })?;
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(config.args())
+            .env("CODEX_HOME", &config.codex_home)
+            .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(cwd) = &config.cwd {
+            command.current_dir(cwd);
+        }
+        let child = command.spawn().map_err(|source| AppServerError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        tracing::info!(%program, ?pid, codex_home = %config.codex_home.display(), "spawned codex app-server");
+        let health = Arc::new(Health::default());
+        let commands =
+            connection::start(child, config.max_line_bytes, health.clone()).map_err(|reason| {
+                AppServerError::Transport {
+                    method: "initialize".to_owned(),
+                    reason,
+                }
+            })?;
+        let mut inner = Inner {
+            commands,
+            health,
+            next_id: AtomicI64::new(1),
+            request_timeout: config.request_timeout,
+            server_info: ServerInfo::default(),
+            pid,
+        };
+        let params = json!({
+            "clientInfo": {"name": "ctxbridge", "version": env!("CARGO_PKG_VERSION")},
+            "capabilities": {"experimentalApi": true},
+        });
+        let result = inner.request("initialize", params, None).await?;
+        inner.server_info = decode("initialize", result)?;
+        inner.notify("initialized", None).await?;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// What the server said in the handshake.
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.inner.server_info
+    }
+
+    /// The child's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.pid
+    }
+
+    /// Whether the child is still running and its stdio open. Becomes false as soon as the
+    /// process exits; a new client must then be spawned (threads are resumed with
+    /// [`Self::thread_resume`]).
+    pub fn is_alive(&self) -> bool {
+        self.inner.health.alive.load(Ordering::SeqCst)
+    }
+
+    /// Why the connection closed, once it has.
+    pub fn death_reason(&self) -> Option<String> {
+        self.inner.health.death_reason()
+    }
+
+    /// Any request, answered with the raw result.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, AppServerError> {
+        self.inner.request(method, params, None).await
+    }
+
+    /// `thread/start`.
+    pub async fn thread_start(
+        &self,
+        params: ThreadStartParams,
+    ) -> Result<ThreadStarted, AppServerError> {
+        const METHOD: &str = "thread/start";
+        let params =
+            serde_json::to_value(&params).map_err(|source| AppServerError::Deserialize {
+                method: METHOD.to_owned(),
+                source,
+            })?;
+        let raw = self.inner.request(METHOD, params, None).await?;
+        let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
+        Ok(ThreadStarted {
+            thread_id: envelope.thread.id,
+            model: envelope.model,
+            model_provider: envelope.model_provider,
+            path: envelope.thread.path,
+            raw,
+        })
+    }
+
+    /// `thread/resume` with `excludeTurns: true`: load a persisted thread into this server
+    /// (needed after a restart before `turn/start`). Fails with
+    /// [`AppServerError::is_no_rollout_found`] when the thread was never persisted.
+    pub async fn thread_resume(&self, thread_id: &str) -> Result<ThreadResumed, AppServerError> {
+        const METHOD: &str = "thread/resume";
+        let params = json!({"threadId": thread_id, "excludeTurns": true});
+        let raw = self.inner.request(METHOD, params, None).await?;
+        let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
+        Ok(ThreadResumed {
+            thread_id: envelope.thread.id,
+            model: envelope.model,
+            model_provider: envelope.model_provider,
+            path: envelope.thread.path,
+            raw,
+        })
+    }
+
+    /// `thread/inject_items`: append raw Responses items to the thread's model-visible history
+    /// without running a turn.
+    pub async fn thread_inject_items(
+        &self,
+        thread_id: &str,
+        items: Vec<Value>,
+    ) -> Result<(), AppServerError> {
+        let params = json!({"threadId": thread_id, "items": items});
+        self.inner
+            .request("thread/inject_items", params, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Inject one developer message (the only way to add developer text to an existing thread).
+    pub async fn inject_developer_message(
+        &self,
+        thread_id: &str,
+        text: &str,
+    ) -> Result<(), AppServerError> {
+        let item = json!({
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": text}],
+        });
+        self.thread_inject_items(thread_id, vec![item]).await
+    }
+
+    /// `thread/compact/start`: Codex runs the compaction as a separate turn, whose events the
+    /// handle streams (a `contextCompaction` item, then `Completed`).
+    pub async fn thread_compact_start(
+        &self,
+        thread_id: &str,
+    ) -> Result<TurnHandle, AppServerError> {
+        const METHOD: &str = "thread/compact/start";
+        let (tx, rx) = mpsc::unbounded_channel();
+        let route = RouteSpec {
+            thread_id: thread_id.to_owned(),
+            tx,
+            turn_from_result: false,
+        };
+        let params = json!({"threadId": thread_id});
+        self.inner.request(METHOD, params, Some(route)).await?;
+        Ok(TurnHandle::new(thread_id.to_owned(), None, METHOD, rx))
+    }
+
+    /// `turn/start` with one text input. The handle streams the turn's events.
+    pub async fn turn_start(
+        &self,
+        thread_id: &str,
+        text: &str,
+    ) -> Result<TurnHandle, AppServerError> {
+        const METHOD: &str = "turn/start";
+        let (tx, rx) = mpsc::unbounded_channel();
+        let route = RouteSpec {
+            thread_id: thread_id.to_owned(),
+            tx,
+            turn_from_result: true,
+        };
+        let params = json!({
+            "threadId": thread_id,
+            "input": [{"type": "text", "text": text, "text_elements": []}],
+        });
+        let result = self.inner.request(METHOD, params, Some(route)).await?;
+        let turn_id = result
+            .pointer("/turn/id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if turn_id.is_none() {
+            tracing::warn!(%thread_id, "codex app-server: turn/start result without turn.id");
+        }
+        Ok(TurnHandle::new(thread_id.to_owned(), turn_id, METHOD, rx))
+    }
+
+    /// `turn/interrupt`; the turn's stream then ends with status `Interrupted`.
+    pub async fn turn_interrupt(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> Result<(), AppServerError> {
+        let params = json!({"threadId": thread_id, "turnId": turn_id});
+        self.inner.request("turn/interrupt", params, None).await?;
+        Ok(())
+    }
+
+    /// SIGKILL the child and wait until every pending call and turn has been failed.
+    pub async fn kill(&self) {
+        let (reply, done) = oneshot::channel();
+        if self
+            .inner
+            .commands
+            .send(Command::Kill { reply })
+            .await
+            .is_ok()
+        {
+            let _ = done.await;
+        }
+    }
+
+    /// Close stdin (the app-server exits on EOF) and wait for the exit; the child is killed if
+    /// it does not exit within a few seconds.
+    pub async fn shutdown(self) {
+        let (reply, done) = oneshot::channel();
+        if self
+            .inner
+            .commands
+            .send(Command::Shutdown { reply })
+            .await
+            .is_ok()
+        {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Inner {
+    fn closed_error(&self, method: &str) -> AppServerError {
+        AppServerError::Transport {
+            method: method.to_owned(),
+            reason: self
+                .health
+                .death_reason()
+                .unwrap_or_else(|| "codex app-server is not running".to_owned()),
+        }
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        route: Option<RouteSpec>,
+    ) -> Result<Value, AppServerError> {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (reply, response) = oneshot::channel();
+        let command = Command::Request {
+            id,
+            method: method.to_owned(),
+            params,
+            route,
+            reply,
+        };
+        if self.commands.send(command).await.is_err() {
+            return Err(self.closed_error(method));
+        }
+        match tokio::time::timeout(self.request_timeout, response).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.closed_error(method)),
+            Err(_) => {
+                let _ = self.commands.send(Command::Cancel { id }).await;
+                Err(AppServerError::Timeout {
+                    method: method.to_owned(),
+                    after: self.request_timeout,
+                })
+            }
+        }
+    }
+
+    async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), AppServerError> {
+        let command = Command::Notify {
+            method: method.to_owned(),
+            params,
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| self.closed_error(method))
+    }
+}

@@ -1,0 +1,368 @@
+//! How the child is started: command, `-c` overrides, `CODEX_HOME`, environment, limits; where
+//! the Codex binary is; the overrides that point Codex at a loopback mock model.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A TOML value for a `-c key=value` override.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigValue {
+    String(String),
+    Bool(bool),
+    Integer(i64),
+    Float(f64),
+    Array(Vec<ConfigValue>),
+    /// Already TOML (an inline table, say); passed through unchanged.
+    Raw(String),
+}
+
+impl ConfigValue {
+    /// The value as TOML, strings quoted and escaped.
+    pub fn to_toml(&self) -> String {
+        match self {
+            Self::String(s) => toml_string(s),
+            Self::Bool(b) => b.to_string(),
+            Self::Integer(i) => i.to_string(),
+            Self::Float(f) if f.is_finite() => {
+                let text = f.to_string();
+                if text.contains(['.', 'e', 'E']) {
+                    text
+                } else {
+                    format!("{text}.0")
+                }
+            }
+            Self::Float(f) if f.is_nan() => "nan".to_owned(),
+            Self::Float(f) if f.is_sign_negative() => "-inf".to_owned(),
+            Self::Float(_) => "inf".to_owned(),
+            Self::Array(items) => {
+                let items: Vec<String> = items.iter().map(Self::to_toml).collect();
+                format!("[{}]", items.join(", "))
+            }
+            Self::Raw(raw) => raw.clone(),
+        }
+    }
+}
+
+/// A TOML basic string: quotes, backslashes and control characters escaped.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0C}' => out.push_str("\\f"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl From<&str> for ConfigValue {
+    fn from(value: &str) -> Self {
+        Self::String(value.to_owned())
+    }
+}
+
+impl From<String> for ConfigValue {
+    fn from(value: String) -> Self {
+        Self::String(value)
+    }
+}
+
+impl From<bool> for ConfigValue {
+    fn from(value: bool) -> Self {
+        Self::Bool(value)
+    }
+}
+
+impl From<i64> for ConfigValue {
+    fn from(value: i64) -> Self {
+        Self::Integer(value)
+    }
+}
+
+impl From<i32> for ConfigValue {
+    fn from(value: i32) -> Self {
+        Self::Integer(i64::from(value))
+    }
+}
+
+impl From<u32> for ConfigValue {
+    fn from(value: u32) -> Self {
+        Self::Integer(i64::from(value))
+    }
+}
+
+impl From<f64> for ConfigValue {
+    fn from(value: f64) -> Self {
+        Self::Float(value)
+    }
+}
+
+/// How to start `codex app-server`.
+#[derive(Debug, Clone)]
+pub struct AppServerConfig {
+    /// Program and leading arguments; `["codex", "app-server"]` by default.
+    pub command: Vec<String>,
+    /// Passed as `-c key=<TOML value>` after `command`, in order.
+    pub config_overrides: Vec<(String, ConfigValue)>,
+    /// Created if missing and passed as `CODEX_HOME` (Codex exits at once without it).
+    pub codex_home: PathBuf,
+    /// Extra environment variables for the child.
+    pub env: Vec<(String, String)>,
+    /// Working directory of the child; inherited when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Lines from the child longer than this are skipped (with a warning).
+    pub max_line_bytes: usize,
+    /// How long a request waits for its response.
+    pub request_timeout: Duration,
+}
+
+impl AppServerConfig {
+    pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// Defaults with this `CODEX_HOME`.
+    pub fn new(codex_home: impl Into<PathBuf>) -> Self {
+        Self {
+            command: vec!["codex".to_owned(), "app-server".to_owned()],
+            config_overrides: Vec::new(),
+            codex_home: codex_home.into(),
+            env: Vec::new(),
+            cwd: None,
+            max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// Replace the command (program and leading arguments).
+    pub fn with_command<S: Into<String>>(mut self, command: impl IntoIterator<Item = S>) -> Self {
+        self.command = command.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Run this Codex binary as `<binary> app-server`.
+    pub fn with_binary(self, binary: &Path) -> Self {
+        self.with_command([binary.display().to_string(), "app-server".to_owned()])
+    }
+
+    /// Set an override, replacing an earlier one with the same key.
+    pub fn with_override(mut self, key: impl Into<String>, value: impl Into<ConfigValue>) -> Self {
+        set_override(&mut self.config_overrides, key.into(), value.into());
+        self
+    }
+
+    /// Set several overrides, each replacing an earlier one with the same key.
+    pub fn with_overrides(
+        mut self,
+        overrides: impl IntoIterator<Item = (String, ConfigValue)>,
+    ) -> Self {
+        for (key, value) in overrides {
+            set_override(&mut self.config_overrides, key, value);
+        }
+        self
+    }
+
+    /// Add an environment variable for the child.
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn with_cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    pub fn with_max_line_bytes(mut self, max_line_bytes: usize) -> Self {
+        self.max_line_bytes = max_line_bytes;
+        self
+    }
+
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+
+    /// The arguments after the program: the rest of `command`, then `-c key=value` pairs.
+    pub fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self.command.iter().skip(1).cloned().collect();
+        for (key, value) in &self.config_overrides {
+            args.push("-c".to_owned());
+            args.push(format!("{key}={}", value.to_toml()));
+        }
+        args
+    }
+}
+
+fn set_override(overrides: &mut Vec<(String, ConfigValue)>, key: String, value: ConfigValue) {
+    match overrides.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => overrides.push((key, value)),
+    }
+}
+
+/// Overrides that run Codex offline against a Responses server at `base_url` (for example a
+/// `ctxbridge-mock-model` server): a custom provider `mock` with `wire_api = "responses"`, no
+/// retries (a test sees failures at once), no update check, no approvals, a read-only sandbox,
+/// and a lean request (no environment, permissions, apps, collaboration or skills text, no web
+/// search). Pair it with `baseInstructions` on `thread/start` to avoid the built-in base prompt.
+pub fn offline_overrides(base_url: &str) -> Vec<(String, ConfigValue)> {
+    let pairs: [(&str, ConfigValue); 20] = [
+        ("model_provider", "mock".into()),
+        ("model", "mock-model".into()),
+        ("model_providers.mock.name", "mock".into()),
+        ("model_providers.mock.base_url", base_url.into()),
+        ("model_providers.mock.wire_api", "responses".into()),
+        ("model_providers.mock.request_max_retries", 0i64.into()),
+        ("model_providers.mock.stream_max_retries", 0i64.into()),
+        ("features.unbounded_connection_retries", false.into()),
+        ("approval_policy", "never".into()),
+        ("sandbox_mode", "read-only".into()),
+        ("check_for_update_on_startup", false.into()),
+        ("include_environment_context", false.into()),
+        ("include_permissions_instructions", false.into()),
+        ("include_apps_instructions", false.into()),
+        ("include_collaboration_mode_instructions", false.into()),
+        ("skills.include_instructions", false.into()),
+        ("skills.bundled.enabled", false.into()),
+        ("web_search", "disabled".into()),
+        ("analytics.enabled", false.into()),
+        ("feedback.enabled", false.into()),
+    ];
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect()
+}
+
+/// The npm platform package and target triple that carry the native binary on this machine.
+fn npm_platform() -> Option<(&'static str, &'static str)> {
+    if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        Some(("codex-linux-x64", "x86_64-unknown-linux-musl"))
+    } else if cfg!(all(target_os = "linux", target_arch = "aarch64")) {
+        Some(("codex-linux-arm64", "aarch64-unknown-linux-musl"))
+    } else if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+        Some(("codex-darwin-arm64", "aarch64-apple-darwin"))
+    } else if cfg!(all(target_os = "macos", target_arch = "x86_64")) {
+        Some(("codex-darwin-x64", "x86_64-apple-darwin"))
+    } else {
+        None
+    }
+}
+
+/// Find the Codex binary: `$CODEX_BIN` if it names an existing file; else the native binary of
+/// the npm package (`node_modules/@openai/codex-linux-x64/vendor/<triple>/bin/codex`) in this
+/// crate's directory, the current directory, or one of their ancestors (so the workspace root's
+/// `npm ci` install is found from any member); else `node_modules/.bin/codex` (the Node wrapper)
+/// the same way. The native binary comes first because killing the Node wrapper would orphan it.
+pub fn locate_codex_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CODEX_BIN").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Some(path);
+        }
+        tracing::warn!(path = %path.display(), "CODEX_BIN does not name a file; searching node_modules");
+    }
+    let mut roots = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))];
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(cwd);
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some((package, triple)) = npm_platform() {
+        candidates.push(
+            [
+                "node_modules",
+                "@openai",
+                package,
+                "vendor",
+                triple,
+                "bin",
+                "codex",
+            ]
+            .iter()
+            .collect(),
+        );
+    }
+    candidates.push(["node_modules", ".bin", "codex"].iter().collect());
+    candidates.iter().find_map(|relative| {
+        roots
+            .iter()
+            .flat_map(|root| root.ancestors())
+            .map(|dir| dir.join(relative))
+            .find(|path| path.is_file())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Strings are quoted with TOML escapes; other scalars are bare; overrides replace by key.
+    #[test]
+    fn overrides_render_as_toml() {
+        assert_eq!(
+            ConfigValue::from("a\"b\\c\nd\u{1}").to_toml(),
+            r#""a\"b\\c\nd\u0001""#
+        );
+        assert_eq!(ConfigValue::from(false).to_toml(), "false");
+        assert_eq!(ConfigValue::from(3i64).to_toml(), "3");
+        assert_eq!(ConfigValue::from(2.0).to_toml(), "2.0");
+        assert_eq!(
+            ConfigValue::Array(vec!["x".into(), 1i64.into()]).to_toml(),
+            r#"["x", 1]"#
+        );
+        let config = AppServerConfig::new("/tmp/h")
+            .with_command(["codex", "app-server", "--strict-config"])
+            .with_override("model", "a")
+            .with_override("approval_policy", "never")
+            .with_override("model", "b");
+        assert_eq!(
+            config.args(),
+            vec![
+                "app-server",
+                "--strict-config",
+                "-c",
+                "model=\"b\"",
+                "-c",
+                "approval_policy=\"never\""
+            ]
+        );
+    }
+
+    /// The offline overrides name the mock provider with the given base URL and disable retries.
+    #[test]
+    fn offline_overrides_point_at_the_base_url() {
+        let overrides = offline_overrides("http://127.0.0.1:9/v1");
+        let get = |key: &str| {
+            overrides
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.to_toml())
+        };
+        assert_eq!(
+            get("model_providers.mock.base_url").as_deref(),
+            Some("\"http://127.0.0.1:9/v1\"")
+        );
+        assert_eq!(
+            get("model_providers.mock.wire_api").as_deref(),
+            Some("\"responses\"")
+        );
+        assert_eq!(
+            get("model_providers.mock.request_max_retries").as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            get("features.unbounded_connection_retries").as_deref(),
+            Some("false")
+        );
+        assert_eq!(get("include_environment_context").as_deref(), Some("false"));
+    }
+}

@@ -1,0 +1,733 @@
+//! The actor that owns the child process and its stdio.
+//!
+//! Three tasks per child: a reader turns stdout into JSON messages (bounded lines, garbage
+//! skipped), a writer drains an unbounded queue into stdin, and the actor matches responses to
+//! pending requests by id, routes notifications to the turn streaming on their thread, answers
+//! server-initiated requests, and watches the process. The actor never awaits I/O on the child,
+//! so a child that stops reading stdin cannot wedge the reader, and vice versa.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::AppServerError;
+
+/// How many stderr lines are kept to explain a death.
+const STDERR_TAIL_LINES: usize = 20;
+/// After the process exits, how long stdout may still drain before pending calls fail.
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
+/// After stdout closes, how long the process may take to exit before it is killed.
+const EOF_GRACE: Duration = Duration::from_millis(500);
+/// How long a graceful shutdown waits for the process to exit after stdin closes.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Notifications this client knows about, routed or deliberately ignored. Anything else is
+/// logged once per method so a protocol change is visible without flooding the log.
+const KNOWN_NOTIFICATIONS: &[&str] = &[
+    "turn/started",
+    "turn/completed",
+    "turn/diff/updated",
+    "turn/plan/updated",
+    "item/started",
+    "item/completed",
+    "item/agentMessage/delta",
+    "item/reasoning/summaryTextDelta",
+    "item/reasoning/summaryPartAdded",
+    "item/reasoning/textDelta",
+    "thread/started",
+    "thread/status/changed",
+    "thread/tokenUsage/updated",
+    "thread/readState/changed",
+    "thread/compacted",
+    "thread/name/updated",
+    "error",
+    "warning",
+    "configWarning",
+    "deprecationNotice",
+    "account/rateLimits/updated",
+    "account/updated",
+    "remoteControl/status/changed",
+    "mcpServer/startupStatus/updated",
+    "skills/changed",
+];
+
+/// What the reader and writer tasks tell the actor.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    Message(serde_json::Map<String, Value>),
+    /// stdout reached EOF (or failed to read).
+    Eof(String),
+    /// Writing to stdin failed.
+    WriteFailed(String),
+}
+
+/// A message routed to the turn streaming on a thread.
+#[derive(Debug)]
+pub(crate) enum Routed {
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// The connection died; no more events will come.
+    Closed(AppServerError),
+}
+
+/// Subscribe a turn stream to a thread's notifications when a request is sent.
+#[derive(Debug)]
+pub(crate) struct RouteSpec {
+    pub thread_id: String,
+    pub tx: mpsc::UnboundedSender<Routed>,
+    /// Take the turn id from the result's `turn.id` (turn/start); otherwise from the first
+    /// `turn/started` notification (thread/compact/start).
+    pub turn_from_result: bool,
+}
+
+pub(crate) type Reply = oneshot::Sender<Result<Value, AppServerError>>;
+
+#[derive(Debug)]
+pub(crate) enum Command {
+    Request {
+        id: i64,
+        method: String,
+        params: Value,
+        route: Option<RouteSpec>,
+        reply: Reply,
+    },
+    Notify {
+        method: String,
+        params: Option<Value>,
+    },
+    /// The caller gave up waiting (timeout): forget the pending entry and its route.
+    Cancel { id: i64 },
+    /// SIGKILL the child; the reply comes once the death has been processed.
+    Kill { reply: oneshot::Sender<()> },
+    /// Close stdin, wait for the exit (kill after a grace period).
+    Shutdown { reply: oneshot::Sender<()> },
+}
+
+/// State shared between the actor and client handles.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    pub alive: AtomicBool,
+    pub death: Mutex<Option<String>>,
+    pub stderr_tail: Mutex<VecDeque<String>>,
+}
+
+impl Health {
+    pub fn death_reason(&self) -> Option<String> {
+        self.death
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn stderr_summary(&self) -> String {
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tail.is_empty() {
+            String::new()
+        } else {
+            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+            format!("; last stderr: {}", lines.join(" | "))
+        }
+    }
+}
+
+struct Pending {
+    method: String,
+    reply: Reply,
+    route_thread: Option<String>,
+    turn_from_result: bool,
+}
+
+struct Subscription {
+    tx: mpsc::UnboundedSender<Routed>,
+    turn_id: Option<String>,
+    method: String,
+}
+
+pub(crate) struct Actor {
+    child: Child,
+    writer: Option<mpsc::UnboundedSender<String>>,
+    commands: mpsc::Receiver<Command>,
+    incoming: mpsc::Receiver<Incoming>,
+    health: Arc<Health>,
+    pending: HashMap<i64, Pending>,
+    subscriptions: HashMap<String, Subscription>,
+    warned_methods: HashSet<String>,
+}
+
+/// Start the reader, writer and stderr tasks and the actor for a spawned child.
+pub(crate) fn start(
+    mut child: Child,
+    max_line_bytes: usize,
+    health: Arc<Health>,
+) -> Result<mpsc::Sender<Command>, String> {
+    let stdin = child.stdin.take().ok_or("child stdin is not piped")?;
+    let stdout = child.stdout.take().ok_or("child stdout is not piped")?;
+    let stderr = child.stderr.take().ok_or("child stderr is not piped")?;
+    let (incoming_tx, incoming_rx) = mpsc::channel(256);
+    let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+    let (command_tx, command_rx) = mpsc::channel(64);
+    tokio::spawn(read_stdout(stdout, max_line_bytes, incoming_tx.clone()));
+    tokio::spawn(write_stdin(stdin, writer_rx, incoming_tx));
+    tokio::spawn(forward_stderr(stderr, health.clone()));
+    health.alive.store(true, Ordering::SeqCst);
+    let actor = Actor {
+        child,
+        writer: Some(writer_tx),
+        commands: command_rx,
+        incoming: incoming_rx,
+        health,
+        pending: HashMap::new(),
+        subscriptions: HashMap::new(),
+        warned_methods: HashSet::new(),
+    };
+    tokio::spawn(actor.run());
+    Ok(command_tx)
+}
+
+/// What a bounded line read produced.
+enum Line {
+    Complete,
+    TooLong(usize),
+    Eof,
+}
+
+/// Read one `\n`-terminated line into `line` without ever holding more than `max` bytes;
+/// an over-long line is consumed and reported by length.
+async fn read_bounded_line<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    line.clear();
+    let mut skipped: Option<usize> = None;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(match skipped {
+                Some(len) => Line::TooLong(len),
+                None if line.is_empty() => Line::Eof,
+                None => Line::Complete,
+            });
+        }
+        let (chunk_len, consumed, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i, i + 1, true),
+            None => (buf.len(), buf.len(), false),
+        };
+        match skipped.as_mut() {
+            Some(len) => *len += chunk_len,
+            None if line.len() + chunk_len > max => {
+                skipped = Some(line.len() + chunk_len);
+                line.clear();
+            }
+            None => line.extend_from_slice(&buf[..chunk_len]),
+        }
+        reader.consume(consumed);
+        if done {
+            return Ok(match skipped {
+                Some(len) => Line::TooLong(len),
+                None => Line::Complete,
+            });
+        }
+    }
+}
+
+async fn read_stdout<R: AsyncRead + Unpin>(
+    stdout: R,
+    max_line_bytes: usize,
+    tx: mpsc::Sender<Incoming>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line = Vec::new();
+    loop {
+        let reason = match read_bounded_line(&mut reader, &mut line, max_line_bytes).await {
+            Ok(Line::Complete) => {
+                if let Some(message) = parse_line(&line) {
+                    if tx.send(Incoming::Message(message)).await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            Ok(Line::TooLong(len)) => {
+                tracing::warn!(
+                    len,
+                    max_line_bytes,
+                    "codex app-server: skipped an over-long stdout line"
+                );
+                continue;
+            }
+            Ok(Line::Eof) => "stdout closed".to_owned(),
+            Err(error) => format!("reading stdout failed: {error}"),
+        };
+        let _ = tx.send(Incoming::Eof(reason)).await;
+        return;
+    }
+}
+
+/// One stdout line as a JSON object, or `None` (with a warning) for anything else.
+fn parse_line(line: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(map)) => Some(map),
+        Ok(_) => {
+            tracing::warn!(preview = %preview(line), "codex app-server: skipped a non-object JSON line");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(preview = %preview(line), "codex app-server: skipped a non-JSON stdout line");
+            None
+        }
+    }
+}
+
+fn preview(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&line[..line.len().min(200)]);
+    text.into_owned()
+}
+
+async fn write_stdin(
+    mut stdin: ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<String>,
+    tx: mpsc::Sender<Incoming>,
+) {
+    while let Some(line) = rx.recv().await {
+        let written = match stdin.write_all(line.as_bytes()).await {
+            Ok(()) => stdin.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            let _ = tx
+                .send(Incoming::WriteFailed(format!(
+                    "writing to stdin failed: {error}"
+                )))
+                .await;
+            return;
+        }
+    }
+    // The queue closed: dropping stdin sends EOF, which asks the app-server to exit.
+}
+
+async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, health: Arc<Health>) {
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                tracing::info!(target: "codex_app_server::stderr", "{line}");
+                let mut tail = health
+                    .stderr_tail
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "codex app-server: stderr unreadable");
+                return;
+            }
+        }
+    }
+}
+
+fn encode(message: &Value) -> String {
+    let mut line = message.to_string();
+    line.push('\n');
+    line
+}
+
+/// A JSON-RPC id as this client issues them (numbers), also accepted as a numeric string.
+fn parse_id(id: &Value) -> Option<i64> {
+    match id {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+impl Actor {
+    async fn run(mut self) {
+        let mut exit_status: Option<String> = None;
+        let mut stdout_closed: Option<String> = None;
+        let mut deadline: Option<Instant> = None;
+        let mut shutdown_waiters: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut kill_waiters: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut incoming_open = true;
+        let reason = loop {
+            let sleep_until =
+                deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                command = self.commands.recv() => match command {
+                    Some(Command::Kill { reply }) => {
+                        kill_waiters.push(reply);
+                        if exit_status.is_none() {
+                            if let Err(error) = self.child.start_kill() {
+                                tracing::warn!(%error, "codex app-server: kill failed");
+                            }
+                        }
+                    }
+                    Some(Command::Shutdown { reply }) => {
+                        shutdown_waiters.push(reply);
+                        // Closing the writer queue drops stdin after queued lines are written.
+                        self.writer = None;
+                        if deadline.is_none() {
+                            deadline = Some(Instant::now() + SHUTDOWN_GRACE);
+                        }
+                    }
+                    Some(command) => self.handle_command(command),
+                    None => break "the client was dropped".to_owned(),
+                },
+                incoming = self.incoming.recv(), if incoming_open => match incoming {
+                    Some(Incoming::Message(message)) => self.handle_message(message),
+                    Some(Incoming::Eof(reason)) | Some(Incoming::WriteFailed(reason)) => {
+                        if let Some(status) = &exit_status {
+                            break format!("codex app-server exited ({status}); {reason}");
+                        }
+                        if stdout_closed.is_none() {
+                            stdout_closed = Some(reason);
+                            deadline = Some(Instant::now() + EOF_GRACE);
+                        }
+                    }
+                    // The reader reported EOF before ending; the exit or the deadline decides.
+                    None => incoming_open = false,
+                },
+                status = self.child.wait(), if exit_status.is_none() => {
+                    let status = match status {
+                        Ok(status) => status.to_string(),
+                        Err(error) => format!("wait failed: {error}"),
+                    };
+                    if let Some(reason) = &stdout_closed {
+                        break format!("codex app-server exited ({status}); {reason}");
+                    }
+                    exit_status = Some(status);
+                    deadline = Some(Instant::now() + EXIT_DRAIN);
+                },
+                () = tokio::time::sleep_until(sleep_until), if deadline.is_some() => {
+                    break match (&exit_status, &stdout_closed) {
+                        (Some(status), _) => format!("codex app-server exited ({status})"),
+                        (None, Some(reason)) => format!("codex app-server {reason} but did not exit; killed"),
+                        (None, None) => "codex app-server did not exit after stdin closed; killed".to_owned(),
+                    };
+                },
+            }
+        };
+        let expected = !shutdown_waiters.is_empty() || !kill_waiters.is_empty();
+        self.die(reason, exit_status.is_none(), expected).await;
+        for waiter in kill_waiters.into_iter().chain(shutdown_waiters) {
+            let _ = waiter.send(());
+        }
+        // Late commands (sent before the client noticed the death) get the same error.
+        self.commands.close();
+        while let Some(command) = self.commands.recv().await {
+            self.reject(command);
+        }
+    }
+
+    fn handle_command(&mut self, command: Command) {
+        match command {
+            Command::Request {
+                id,
+                method,
+                params,
+                route,
+                reply,
+            } => {
+                let mut route_thread = None;
+                let mut turn_from_result = false;
+                if let Some(route) = route {
+                    let busy = self
+                        .subscriptions
+                        .get(&route.thread_id)
+                        .is_some_and(|s| !s.tx.is_closed());
+                    if busy {
+                        let _ = reply.send(Err(AppServerError::TurnActive {
+                            method,
+                            thread_id: route.thread_id,
+                        }));
+                        return;
+                    }
+                    turn_from_result = route.turn_from_result;
+                    route_thread = Some(route.thread_id.clone());
+                    self.subscriptions.insert(
+                        route.thread_id,
+                        Subscription {
+                            tx: route.tx,
+                            turn_id: None,
+                            method: method.clone(),
+                        },
+                    );
+                }
+                let line = encode(&json!({"id": id, "method": method, "params": params}));
+                tracing::debug!(id, %method, "codex app-server: request");
+                self.send_line(line);
+                self.pending.insert(
+                    id,
+                    Pending {
+                        method,
+                        reply,
+                        route_thread,
+                        turn_from_result,
+                    },
+                );
+            }
+            Command::Notify { method, params } => {
+                let message = match params {
+                    Some(params) => json!({"method": method, "params": params}),
+                    None => json!({"method": method}),
+                };
+                self.send_line(encode(&message));
+            }
+            Command::Cancel { id } => {
+                if let Some(pending) = self.pending.remove(&id) {
+                    if let Some(thread_id) = pending.route_thread {
+                        self.subscriptions.remove(&thread_id);
+                    }
+                }
+            }
+            Command::Kill { reply } | Command::Shutdown { reply } => {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    fn send_line(&mut self, line: String) {
+        match &self.writer {
+            Some(writer) => {
+                if writer.send(line).is_err() {
+                    tracing::debug!("codex app-server: writer already gone");
+                }
+            }
+            None => tracing::debug!("codex app-server: stdin closed; dropping a message"),
+        }
+    }
+
+    fn handle_message(&mut self, message: serde_json::Map<String, Value>) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let id = message.get("id").cloned();
+        match (method, id) {
+            (Some(method), Some(id)) => self.answer_server_request(&method, id),
+            (Some(method), None) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.route_notification(method, params);
+            }
+            (None, Some(id)) => self.complete_request(&id, &message),
+            (None, None) => {
+                tracing::warn!("codex app-server: skipped a message with neither id nor method")
+            }
+        }
+    }
+
+    /// Requests from the server (approvals, user input, …) are not supported: answering with
+    /// an error keeps the server from waiting forever.
+    fn answer_server_request(&mut self, method: &str, id: Value) {
+        tracing::warn!(%method, "codex app-server: declining a server request");
+        let reply = json!({
+            "id": id,
+            "error": {"code": -32601, "message": format!("ctxbridge does not handle {method}")},
+        });
+        self.send_line(encode(&reply));
+    }
+
+    fn complete_request(&mut self, id: &Value, message: &serde_json::Map<String, Value>) {
+        let Some(pending) = parse_id(id).and_then(|id| self.pending.remove(&id)) else {
+            tracing::warn!(%id, "codex app-server: response to an unknown request id");
+            return;
+        };
+        let result = match message.get("error") {
+            Some(error) => Err(AppServerError::Server {
+                method: pending.method.clone(),
+                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no message)")
+                    .to_owned(),
+                data: error.get("data").cloned(),
+            }),
+            None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        if let Some(thread_id) = &pending.route_thread {
+            match &result {
+                Err(_) => {
+                    self.subscriptions.remove(thread_id);
+                }
+                Ok(value) if pending.turn_from_result => {
+                    let turn_id = value
+                        .pointer("/turn/id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    if let Some(subscription) = self.subscriptions.get_mut(thread_id) {
+                        if subscription.turn_id.is_none() {
+                            subscription.turn_id = turn_id;
+                        }
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
+        let _ = pending.reply.send(result);
+    }
+
+    fn route_notification(&mut self, method: String, params: Value) {
+        if !KNOWN_NOTIFICATIONS.contains(&method.as_str())
+            && self.warned_methods.insert(method.clone())
+        {
+            tracing::warn!(%method, "codex app-server: unknown notification (further ones are not logged)");
+        }
+        let Some(thread_id) = params
+            .get("threadId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            tracing::trace!(%method, "codex app-server: notification without a thread");
+            return;
+        };
+        let Some(subscription) = self.subscriptions.get_mut(&thread_id) else {
+            tracing::trace!(%method, %thread_id, "codex app-server: no turn waiting on this thread");
+            return;
+        };
+        let notification_turn = params
+            .get("turnId")
+            .and_then(Value::as_str)
+            .or_else(|| params.pointer("/turn/id").and_then(Value::as_str))
+            .map(str::to_owned);
+        if let (Some(expected), Some(actual)) = (&subscription.turn_id, &notification_turn) {
+            if expected != actual {
+                tracing::debug!(%method, %actual, %expected, "codex app-server: notification of another turn");
+                return;
+            }
+        }
+        if method == "turn/started" && subscription.turn_id.is_none() {
+            subscription.turn_id = notification_turn;
+        }
+        let ends_turn = method == "turn/completed";
+        let delivered = subscription
+            .tx
+            .send(Routed::Notification { method, params })
+            .is_ok();
+        if ends_turn || !delivered {
+            self.subscriptions.remove(&thread_id);
+        }
+    }
+
+    /// Fail everything waiting and make sure the process is gone.
+    async fn die(&mut self, reason: String, kill: bool, expected: bool) {
+        let reason = format!("{reason}{}", self.health.stderr_summary());
+        if expected {
+            tracing::info!(%reason, "codex app-server stopped");
+        } else {
+            tracing::warn!(%reason, "codex app-server connection closed");
+        }
+        self.health.alive.store(false, Ordering::SeqCst);
+        *self
+            .health
+            .death
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+        for (_, pending) in self.pending.drain() {
+            let _ = pending.reply.send(Err(AppServerError::Transport {
+                method: pending.method,
+                reason: reason.clone(),
+            }));
+        }
+        for (_, subscription) in self.subscriptions.drain() {
+            let _ = subscription
+                .tx
+                .send(Routed::Closed(AppServerError::Transport {
+                    method: subscription.method,
+                    reason: reason.clone(),
+                }));
+        }
+        self.writer = None;
+        if kill {
+            if let Err(error) = self.child.start_kill() {
+                tracing::debug!(%error, "codex app-server: kill after close failed");
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        }
+    }
+
+    fn reject(&self, command: Command) {
+        let reason = self
+            .health
+            .death_reason()
+            .unwrap_or_else(|| "codex app-server is not running".to_owned());
+        match command {
+            Command::Request { method, reply, .. } => {
+                let _ = reply.send(Err(AppServerError::Transport { method, reason }));
+            }
+            Command::Kill { reply } | Command::Shutdown { reply } => {
+                let _ = reply.send(());
+            }
+            Command::Notify { .. } | Command::Cancel { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<Result<String, usize>> {
+        let mut reader = BufReader::with_capacity(8, input);
+        let mut line = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            match read_bounded_line(&mut reader, &mut line, max)
+                .await
+                .unwrap()
+            {
+                Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
+                Line::TooLong(len) => out.push(Err(len)),
+                Line::Eof => return out,
+            }
+        }
+    }
+
+    /// Lines split across buffer refills are reassembled; an over-long line is skipped whole
+    /// and the next line is read intact; a final unterminated line still counts.
+    #[tokio::test]
+    async fn bounded_lines_skip_over_long_ones() {
+        let input = b"short\nthis line is far too long for the limit\n{\"a\":1}\ntail";
+        assert_eq!(
+            lines(input, 12).await,
+            vec![
+                Ok("short".to_owned()),
+                Err(39),
+                Ok("{\"a\":1}".to_owned()),
+                Ok("tail".to_owned())
+            ]
+        );
+        assert_eq!(lines(b"", 12).await, vec![]);
+        assert_eq!(lines(b"0123456789abcdef", 4).await, vec![Err(16)]);
+    }
+
+    /// Only JSON objects are messages; blank lines, other JSON and garbage are skipped.
+    #[test]
+    fn only_json_objects_are_messages() {
+        assert!(parse_line(b"{\"id\":1}\r").is_some());
+        assert!(parse_line(b"   ").is_none());
+        assert!(parse_line(b"[1,2]").is_none());
+        assert!(parse_line(b"Error: not json").is_none());
+    }
+}

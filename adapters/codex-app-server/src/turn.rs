@@ -1,0 +1,385 @@
+//! A turn as a stream of typed events, and the summary of a finished turn.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::connection::Routed;
+use crate::error::AppServerError;
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnStatus {
+    Completed,
+    Failed,
+    Interrupted,
+    /// A status this client does not know.
+    Other(String),
+}
+
+impl TurnStatus {
+    fn parse(status: &str) -> Self {
+        match status {
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "interrupted" => Self::Interrupted,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// What kind of thread item an `item/started` or `item/completed` is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemKind {
+    /// The assistant's message; `text` is empty when started, complete when completed.
+    AgentMessage { text: String },
+    /// The user's input; text parts joined with newlines.
+    UserMessage { text: String },
+    /// A compaction of the thread's history (manual or automatic).
+    ContextCompaction,
+    /// Any other item type, by its `type`.
+    Other(String),
+}
+
+impl ItemKind {
+    fn parse(item: &Value) -> Self {
+        let text = |key: &str| {
+            item.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        match item.get("type").and_then(Value::as_str).unwrap_or("") {
+            "agentMessage" => Self::AgentMessage { text: text("text") },
+            "userMessage" => {
+                let parts: Vec<&str> = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .map(|parts| {
+                        parts
+                            .iter()
+                            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                            .filter_map(|p| p.get("text").and_then(Value::as_str))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Self::UserMessage {
+                    text: parts.join("\n"),
+                }
+            }
+            "contextCompaction" => Self::ContextCompaction,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+/// One event of a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    /// `turn/started`.
+    Started {
+        turn_id: String,
+    },
+    /// A piece of an agent message.
+    TextDelta {
+        item_id: String,
+        delta: String,
+    },
+    ItemStarted {
+        item_id: String,
+        kind: ItemKind,
+    },
+    ItemCompleted {
+        item_id: String,
+        kind: ItemKind,
+    },
+    /// `thread/tokenUsage/updated`: `{total, last, modelContextWindow}` as Codex sends it.
+    TokenUsage(Value),
+    /// A failed model request that Codex retries (`error` with `willRetry: true`). The agent
+    /// messages in flight will never complete; their partial text is discarded, and the ids are
+    /// listed here so a consumer that rendered deltas can retract them.
+    RetryError {
+        message: String,
+        discarded_item_ids: Vec<String>,
+    },
+    /// A final error (`error` with `willRetry: false`); `turn/completed` follows.
+    Error {
+        message: String,
+        details: Option<String>,
+        codex_error_info: Option<Value>,
+    },
+    /// A `warning` notification about the thread.
+    Warning {
+        message: String,
+    },
+    /// `thread/compacted`.
+    Compacted,
+    /// `turn/completed`: the last event of the turn.
+    Completed {
+        turn_id: String,
+        status: TurnStatus,
+        error: Option<String>,
+    },
+}
+
+/// The result of a whole turn, see [`TurnHandle::collect`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    pub turn_id: Option<String>,
+    pub status: TurnStatus,
+    /// The last completed agent message (empty when there was none).
+    pub final_text: String,
+    /// Every completed agent message, in order.
+    pub agent_messages: Vec<String>,
+    /// A `contextCompaction` item (or `thread/compacted`) was seen during the turn.
+    pub compaction_seen: bool,
+    /// The last token usage reported for the turn.
+    pub usage: Option<Value>,
+    /// The turn's error: from `turn/completed`, else the last final `error` notification.
+    pub error: Option<String>,
+    /// Messages of the retried failures, in order.
+    pub retries: Vec<String>,
+}
+
+/// The events of one turn (a `turn/start`, or the turn a `thread/compact/start` runs), ending
+/// with [`TurnEvent::Completed`]. If the app-server dies first, the stream yields one
+/// [`AppServerError::Transport`] naming the method that started the turn, then ends.
+pub struct TurnHandle {
+    thread_id: String,
+    turn_id: Option<String>,
+    method: String,
+    rx: mpsc::UnboundedReceiver<Routed>,
+    /// Agent messages started but not completed: item id → text so far.
+    partial: BTreeMap<String, String>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for TurnHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnHandle")
+            .field("thread_id", &self.thread_id)
+            .field("turn_id", &self.turn_id)
+            .field("method", &self.method)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnHandle {
+    pub(crate) fn new(
+        thread_id: String,
+        turn_id: Option<String>,
+        method: &str,
+        rx: mpsc::UnboundedReceiver<Routed>,
+    ) -> Self {
+        Self {
+            thread_id,
+            turn_id,
+            method: method.to_owned(),
+            rx,
+            partial: BTreeMap::new(),
+            finished: false,
+        }
+    }
+
+    pub fn thread_id(&self) -> &str {
+        &self.thread_id
+    }
+
+    /// The turn id: known at once for `turn/start`, after `turn/started` for a compaction.
+    pub fn turn_id(&self) -> Option<&str> {
+        self.turn_id.as_deref()
+    }
+
+    /// Text of the agent messages in flight (started, not completed), by item id.
+    pub fn partial_text(&self) -> &BTreeMap<String, String> {
+        &self.partial
+    }
+
+    /// The next event; `None` after `Completed` or an error.
+    pub async fn recv(&mut self) -> Option<Result<TurnEvent, AppServerError>> {
+        self.next().await
+    }
+
+    /// Drive the turn to its end and summarise it.
+    pub async fn collect(mut self) -> Result<TurnOutcome, AppServerError> {
+        let mut outcome = TurnOutcome {
+            turn_id: self.turn_id.clone(),
+            status: TurnStatus::Other("unfinished".to_owned()),
+            final_text: String::new(),
+            agent_messages: Vec::new(),
+            compaction_seen: false,
+            usage: None,
+            error: None,
+            retries: Vec::new(),
+        };
+        while let Some(event) = self.next().await {
+            match event? {
+                TurnEvent::Started { turn_id } => outcome.turn_id = Some(turn_id),
+                TurnEvent::ItemCompleted {
+                    kind: ItemKind::AgentMessage { text },
+                    ..
+                } => outcome.agent_messages.push(text),
+                TurnEvent::ItemStarted {
+                    kind: ItemKind::ContextCompaction,
+                    ..
+                }
+                | TurnEvent::ItemCompleted {
+                    kind: ItemKind::ContextCompaction,
+                    ..
+                }
+                | TurnEvent::Compacted => outcome.compaction_seen = true,
+                TurnEvent::TokenUsage(usage) => outcome.usage = Some(usage),
+                TurnEvent::RetryError { message, .. } => outcome.retries.push(message),
+                TurnEvent::Error { message, .. } => outcome.error = Some(message),
+                TurnEvent::Completed {
+                    turn_id,
+                    status,
+                    error,
+                } => {
+                    outcome.turn_id = Some(turn_id);
+                    outcome.status = status;
+                    if error.is_some() {
+                        outcome.error = error;
+                    }
+                    break;
+                }
+                TurnEvent::TextDelta { .. }
+                | TurnEvent::ItemStarted { .. }
+                | TurnEvent::ItemCompleted { .. }
+                | TurnEvent::Warning { .. } => {}
+            }
+        }
+        outcome.final_text = outcome.agent_messages.last().cloned().unwrap_or_default();
+        Ok(outcome)
+    }
+
+    /// Turn one routed notification into an event (or nothing, for notifications a turn
+    /// consumer does not need).
+    fn translate(&mut self, method: &str, params: &Value) -> Option<TurnEvent> {
+        let str_at = |pointer: &str| {
+            params
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        match method {
+            "turn/started" => {
+                let turn_id = str_at("/turn/id").unwrap_or_default();
+                if self.turn_id.is_none() {
+                    self.turn_id = Some(turn_id.clone());
+                }
+                Some(TurnEvent::Started { turn_id })
+            }
+            "item/started" | "item/completed" => {
+                let item = params.get("item")?;
+                let item_id = item
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let kind = ItemKind::parse(item);
+                if method == "item/started" {
+                    if matches!(kind, ItemKind::AgentMessage { .. }) {
+                        self.partial.insert(item_id.clone(), String::new());
+                    }
+                    Some(TurnEvent::ItemStarted { item_id, kind })
+                } else {
+                    self.partial.remove(&item_id);
+                    Some(TurnEvent::ItemCompleted { item_id, kind })
+                }
+            }
+            "item/agentMessage/delta" => {
+                let item_id = str_at("/itemId").unwrap_or_default();
+                let delta = str_at("/delta").unwrap_or_default();
+                self.partial
+                    .entry(item_id.clone())
+                    .or_default()
+                    .push_str(&delta);
+                Some(TurnEvent::TextDelta { item_id, delta })
+            }
+            "thread/tokenUsage/updated" => Some(TurnEvent::TokenUsage(
+                params.get("tokenUsage").cloned().unwrap_or(Value::Null),
+            )),
+            "error" => {
+                let message = str_at("/error/message").unwrap_or_default();
+                if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
+                    let discarded_item_ids: Vec<String> =
+                        std::mem::take(&mut self.partial).into_keys().collect();
+                    Some(TurnEvent::RetryError {
+                        message,
+                        discarded_item_ids,
+                    })
+                } else {
+                    Some(TurnEvent::Error {
+                        message,
+                        details: str_at("/error/additionalDetails"),
+                        codex_error_info: params
+                            .pointer("/error/codexErrorInfo")
+                            .filter(|v| !v.is_null())
+                            .cloned(),
+                    })
+                }
+            }
+            "warning" => Some(TurnEvent::Warning {
+                message: str_at("/message").unwrap_or_default(),
+            }),
+            "thread/compacted" => Some(TurnEvent::Compacted),
+            "turn/completed" => {
+                let turn_id = str_at("/turn/id")
+                    .or_else(|| self.turn_id.clone())
+                    .unwrap_or_default();
+                let status = TurnStatus::parse(&str_at("/turn/status").unwrap_or_default());
+                Some(TurnEvent::Completed {
+                    turn_id,
+                    status,
+                    error: str_at("/turn/error/message"),
+                })
+            }
+            other => {
+                tracing::trace!(method = %other, "codex app-server: turn notification not surfaced");
+                None
+            }
+        }
+    }
+}
+
+impl Stream for TurnHandle {
+    type Item = Result<TurnEvent, AppServerError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.finished {
+                return Poll::Ready(None);
+            }
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(Routed::Notification { method, params })) => {
+                    if let Some(event) = this.translate(&method, &params) {
+                        if matches!(event, TurnEvent::Completed { .. }) {
+                            this.finished = true;
+                        }
+                        return Poll::Ready(Some(Ok(event)));
+                    }
+                }
+                Poll::Ready(Some(Routed::Closed(error))) => {
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+                Poll::Ready(None) => {
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(AppServerError::Transport {
+                        method: this.method.clone(),
+                        reason: "the app-server connection closed before the turn completed"
+                            .to_owned(),
+                    })));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
