@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::capabilities::Capability;
 
+pub mod codex;
 pub mod conformance;
 pub mod mock;
 

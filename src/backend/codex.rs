@@ -1,0 +1,395 @@
+//! The Codex app-server backend: `codex app-server` over JSON-RPC on stdio.
+//!
+//! One child process serves every thread. A dead child fails the turn in flight with a clear
+//! error; the next call spawns a new child, and a thread not yet attached to the current child
+//! is resumed (`thread/resume`) before its turn, as Codex requires after a restart.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use codex_app_server_client::{
+    AppServerClient, AppServerConfig, AppServerError, ConfigValue, ItemKind, ThreadStartParams,
+    TurnEvent as CodexEvent, TurnStatus,
+};
+use futures::StreamExt;
+use tokio::sync::{mpsc, Mutex};
+
+use super::*;
+
+/// How to run the app-server.
+#[derive(Debug, Clone)]
+pub struct CodexBackendConfig {
+    /// The command, e.g. `["codex", "app-server"]`.
+    pub command: Vec<String>,
+    /// `CODEX_HOME` (created if missing); threads persist there.
+    pub codex_home: PathBuf,
+    /// `-c key=value` overrides.
+    pub overrides: Vec<(String, ConfigValue)>,
+    /// Working directory of the child and of new threads.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment for the child.
+    pub env: Vec<(String, String)>,
+}
+
+impl CodexBackendConfig {
+    fn app_server_config(&self) -> AppServerConfig {
+        let mut c = AppServerConfig::new(self.codex_home.clone())
+            .with_command(self.command.clone())
+            .with_overrides(self.overrides.clone());
+        if let Some(cwd) = &self.cwd {
+            c = c.with_cwd(cwd.clone());
+        }
+        for (k, v) in &self.env {
+            c = c.with_env(k.clone(), v.clone());
+        }
+        c
+    }
+}
+
+struct Live {
+    client: AppServerClient,
+    /// Threads attached to this child (started or resumed by it).
+    attached: HashSet<String>,
+}
+
+/// The Codex app-server as a [`ThreadedBackend`].
+pub struct CodexBackend {
+    config: CodexBackendConfig,
+    live: Mutex<Option<Live>>,
+}
+
+impl std::fmt::Debug for CodexBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodexBackend")
+            .field("command", &self.config.command)
+            .field("codex_home", &self.config.codex_home)
+            .finish_non_exhaustive()
+    }
+}
+
+fn map_error(operation: &'static str, thread_id: &str, e: AppServerError) -> BackendError {
+    if e.is_thread_not_found() || e.is_no_rollout_found() {
+        return BackendError::ThreadNotFound {
+            operation,
+            thread_id: thread_id.to_string(),
+            message: e.to_string(),
+        };
+    }
+    let message = e.to_string();
+    if e.is_transport()
+        || matches!(
+            e,
+            AppServerError::Spawn { .. } | AppServerError::CodexHome { .. }
+        )
+    {
+        return BackendError::Unavailable { operation, message };
+    }
+    if is_overflow_message(&message) {
+        return BackendError::ContextOverflow { operation, message };
+    }
+    BackendError::Other { operation, message }
+}
+
+impl CodexBackend {
+    /// A backend that spawns the app-server on first use.
+    pub fn new(config: CodexBackendConfig) -> Self {
+        CodexBackend {
+            config,
+            live: Mutex::new(None),
+        }
+    }
+
+    /// Spawns the child now (to fail early on a bad command).
+    pub async fn connect(&self) -> Result<(), BackendError> {
+        self.client("initialize").await.map(|_| ())
+    }
+
+    /// The pid of the current child, if one runs.
+    pub async fn child_pid(&self) -> Option<u32> {
+        self.live.lock().await.as_ref().and_then(|l| l.client.pid())
+    }
+
+    /// Kills the current child (tests: a backend process dying).
+    pub async fn kill_child(&self) {
+        if let Some(live) = self.live.lock().await.as_ref() {
+            live.client.kill().await;
+        }
+    }
+
+    /// The live client, spawning a new child when there is none or the last one died.
+    async fn client(&self, operation: &'static str) -> Result<AppServerClient, BackendError> {
+        let mut live = self.live.lock().await;
+        if let Some(l) = live.as_ref() {
+            if l.client.is_alive() {
+                return Ok(l.client.clone());
+            }
+            tracing::warn!(
+                reason = l.client.death_reason().unwrap_or_default(),
+                "codex app-server died; starting a new one"
+            );
+        }
+        let client = AppServerClient::spawn(self.config.app_server_config())
+            .await
+            .map_err(|e| map_error(operation, "", e))?;
+        *live = Some(Live {
+            client: client.clone(),
+            attached: HashSet::new(),
+        });
+        Ok(client)
+    }
+
+    async fn mark_attached(&self, client: &AppServerClient, thread_id: &str) {
+        if let Some(l) = self.live.lock().await.as_mut() {
+            if l.client.pid() == client.pid() {
+                l.attached.insert(thread_id.to_string());
+            }
+        }
+    }
+
+    async fn is_attached(&self, client: &AppServerClient, thread_id: &str) -> bool {
+        self.live
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|l| l.client.pid() == client.pid() && l.attached.contains(thread_id))
+    }
+
+    /// The client with `thread_id` attached (resumed if this child has not seen it).
+    async fn attached_client(
+        &self,
+        operation: &'static str,
+        thread_id: &ThreadId,
+    ) -> Result<AppServerClient, BackendError> {
+        let client = self.client(operation).await?;
+        if !self.is_attached(&client, thread_id.as_str()).await {
+            client
+                .thread_resume(thread_id.as_str())
+                .await
+                .map_err(|e| map_error(operation, thread_id.as_str(), e))?;
+            self.mark_attached(&client, thread_id.as_str()).await;
+        }
+        Ok(client)
+    }
+}
+
+#[async_trait]
+impl ThreadedBackend for CodexBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Codex
+    }
+
+    fn label(&self) -> &str {
+        "the Codex app-server"
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        Capability::ALL.to_vec()
+    }
+
+    fn turn_input_limit(&self) -> usize {
+        1_048_576
+    }
+
+    fn has_native_auto_compaction(&self) -> bool {
+        true
+    }
+
+    fn sends_instructions_per_request(&self) -> bool {
+        false
+    }
+
+    async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
+        let client = self.client("thread/start").await?;
+        let started = client
+            .thread_start(ThreadStartParams {
+                cwd: self.config.cwd.clone(),
+                model: request.model,
+                base_instructions: request.base_instructions,
+                developer_instructions: request.developer_instructions,
+                ..ThreadStartParams::default()
+            })
+            .await
+            .map_err(|e| map_error("thread/start", "", e))?;
+        self.mark_attached(&client, &started.thread_id).await;
+        Ok(ThreadId(started.thread_id))
+    }
+
+    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+        let client = self.client("thread/resume").await?;
+        client
+            .thread_resume(thread_id.as_str())
+            .await
+            .map_err(|e| map_error("thread/resume", thread_id.as_str(), e))?;
+        self.mark_attached(&client, thread_id.as_str()).await;
+        Ok(())
+    }
+
+    async fn inject_developer_message(
+        &self,
+        thread_id: &ThreadId,
+        text: &str,
+    ) -> Result<(), BackendError> {
+        let client = self
+            .attached_client("thread/inject_items", thread_id)
+            .await?;
+        client
+            .inject_developer_message(thread_id.as_str(), text)
+            .await
+            .map_err(|e| map_error("thread/inject_items", thread_id.as_str(), e))
+    }
+
+    async fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: mpsc::Sender<TurnEvent>,
+    ) -> Result<TurnOutcome, BackendError> {
+        const OP: &str = "turn/start";
+        let thread = request.thread_id.clone();
+        let client = self.attached_client(OP, &thread).await?;
+        let mut handle = client
+            .turn_start(thread.as_str(), &request.input)
+            .await
+            .map_err(|e| map_error(OP, thread.as_str(), e))?;
+        let mut reply = String::new();
+        let mut compaction: Option<AutoCompaction> = None;
+        let mut usage = None;
+        let mut last_error: Option<String> = None;
+        while let Some(event) = handle.next().await {
+            match event.map_err(|e| map_error(OP, thread.as_str(), e))? {
+                CodexEvent::TextDelta { delta, .. } => {
+                    let _ = events.send(TurnEvent::TextDelta(delta)).await;
+                }
+                CodexEvent::RetryError { message, .. } => {
+                    let _ = events.send(TurnEvent::RetryDiscarded { message }).await;
+                }
+                CodexEvent::ItemCompleted {
+                    kind: ItemKind::AgentMessage { text },
+                    ..
+                } => reply = text,
+                CodexEvent::ItemCompleted {
+                    kind: ItemKind::ContextCompaction,
+                    ..
+                }
+                | CodexEvent::Compacted => {
+                    if compaction.is_none() {
+                        // Codex does not tell clients the summary text.
+                        compaction = Some(AutoCompaction { summary: None });
+                        let _ = events.send(TurnEvent::Compacted { summary: None }).await;
+                    }
+                }
+                CodexEvent::TokenUsage(v) => {
+                    let last = v.get("last").unwrap_or(&v);
+                    let n = |k: &str| last.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                    usage = Some(Usage {
+                        input_tokens: n("inputTokens"),
+                        output_tokens: n("outputTokens"),
+                        cached_input_tokens: n("cachedInputTokens"),
+                    });
+                }
+                CodexEvent::Error { message, .. } => last_error = Some(message),
+                CodexEvent::Completed { status, error, .. } => {
+                    let message = error.or(last_error.take());
+                    return match status {
+                        TurnStatus::Completed => Ok(TurnOutcome {
+                            thread_id: thread,
+                            reply,
+                            auto_compaction: compaction,
+                            usage,
+                        }),
+                        other => {
+                            let message =
+                                message.unwrap_or_else(|| format!("turn ended {other:?}"));
+                            if is_overflow_message(&message) {
+                                Err(BackendError::ContextOverflow {
+                                    operation: OP,
+                                    message,
+                                })
+                            } else {
+                                Err(BackendError::TurnFailed {
+                                    operation: OP,
+                                    message,
+                                })
+                            }
+                        }
+                    };
+                }
+                CodexEvent::Started { .. }
+                | CodexEvent::ItemStarted { .. }
+                | CodexEvent::ItemCompleted { .. }
+                | CodexEvent::Warning { .. } => {}
+            }
+        }
+        Err(BackendError::Unavailable {
+            operation: OP,
+            message: "the app-server closed the turn without turn/completed".into(),
+        })
+    }
+
+    async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
+        const OP: &str = "thread/compact/start";
+        let client = self.attached_client(OP, thread_id).await?;
+        let handle = client
+            .thread_compact_start(thread_id.as_str())
+            .await
+            .map_err(|e| map_error(OP, thread_id.as_str(), e))?;
+        let outcome = handle
+            .collect()
+            .await
+            .map_err(|e| map_error(OP, thread_id.as_str(), e))?;
+        match outcome.status {
+            TurnStatus::Completed if outcome.compaction_seen => Ok(NativeCompaction {
+                thread_id: None,
+                summary: None,
+            }),
+            status => Err(BackendError::Other {
+                operation: OP,
+                message: format!(
+                    "compaction ended {status:?} (compaction item seen: {}): {}",
+                    outcome.compaction_seen,
+                    outcome.error.unwrap_or_default()
+                ),
+            }),
+        }
+    }
+
+    async fn complete(
+        &self,
+        instructions: Option<String>,
+        input: String,
+    ) -> Result<String, BackendError> {
+        const OP: &str = "llm.complete";
+        let client = self.client(OP).await?;
+        let started = client
+            .thread_start(ThreadStartParams {
+                cwd: self.config.cwd.clone(),
+                developer_instructions: instructions,
+                ephemeral: Some(true),
+                ..ThreadStartParams::default()
+            })
+            .await
+            .map_err(|e| map_error(OP, "", e))?;
+        let outcome = client
+            .turn_start(&started.thread_id, &input)
+            .await
+            .map_err(|e| map_error(OP, &started.thread_id, e))?
+            .collect()
+            .await
+            .map_err(|e| map_error(OP, &started.thread_id, e))?;
+        match outcome.status {
+            TurnStatus::Completed => Ok(outcome.final_text),
+            status => Err(BackendError::TurnFailed {
+                operation: OP,
+                message: outcome
+                    .error
+                    .unwrap_or_else(|| format!("turn ended {status:?}")),
+            }),
+        }
+    }
+
+    async fn shutdown(&self) {
+        if let Some(live) = self.live.lock().await.take() {
+            live.client.shutdown().await;
+        }
+    }
+}
