@@ -30,6 +30,7 @@ pub use client::ResponsesClient;
 pub use config::{ApiKey, ResponsesConfig};
 pub use error::ResponsesError;
 pub use sse::ResponseStream;
+pub use types::output_item_text;
 pub use types::{
     CompactRequest, CompactedResponse, CompletedResponse, CreateResponse, InputContent, InputItem,
     InputMessage, InputRole, ResponseEvent, ResponseUsage,

@@ -157,7 +157,7 @@ impl From<WireUsage> for ResponseUsage {
 }
 
 /// The text of a finished `message` output item (its `output_text` parts), if it is one.
-pub(crate) fn output_item_text(item: &Value) -> Option<String> {
+pub fn output_item_text(item: &Value) -> Option<String> {
     if item.get("type").and_then(Value::as_str) != Some("message") {
         return None;
     }
