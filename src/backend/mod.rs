@@ -2,6 +2,10 @@
 //! conversation threads (SPEC §12). Implementations: the in-process mock, the Codex
 //! app-server, the Responses API. Backends know nothing of context engines.
 
+pub mod responses;
+
+pub use responses::{ResponsesBackend, ResponsesBackendConfig};
+
 use std::fmt;
 
 use async_trait::async_trait;
@@ -225,8 +229,11 @@ pub trait ThreadedBackend: Send + Sync {
 
     /// A one-off completion through the backend's model (`runtime/llmComplete`), outside any
     /// bound thread.
-    async fn complete(&self, instructions: Option<String>, input: String)
-        -> Result<String, BackendError>;
+    async fn complete(
+        &self,
+        instructions: Option<String>,
+        input: String,
+    ) -> Result<String, BackendError>;
 
     /// Stops child processes and connections.
     async fn shutdown(&self) {}
