@@ -2,6 +2,10 @@
 //! conversation threads (SPEC §12). Implementations: the in-process mock, the Codex
 //! app-server, the Responses API. Backends know nothing of context engines.
 
+pub mod responses;
+
+pub use responses::{ResponsesBackend, ResponsesBackendConfig};
+
 use std::fmt;
 
 use async_trait::async_trait;

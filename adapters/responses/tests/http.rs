@@ -1,0 +1,587 @@
+//! HTTP behaviour of the client against a scripted loopback axum server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use futures::StreamExt;
+use responses_client::{
+    ApiKey, CompactRequest, CreateResponse, InputItem, ResponseUsage, ResponsesClient,
+    ResponsesConfig, ResponsesError,
+};
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-test-4f1c9b7e2d";
+
+/// What the scripted server answers to one request.
+#[derive(Clone)]
+enum Reply {
+    /// A status with a body.
+    Status(u16, String),
+    /// 200 with these SSE chunks, then the body ends.
+    Sse(Vec<String>),
+    /// 200 with these SSE chunks, then silence with the connection open.
+    SseThenHang(Vec<String>),
+    /// 200 with a JSON body.
+    Json(Value),
+}
+
+type Script = Arc<dyn Fn(usize, &Value) -> Reply + Send + Sync>;
+
+#[derive(Clone)]
+struct Server {
+    script: Script,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Recorded {
+    path: &'static str,
+    body: Value,
+    authorization: Option<String>,
+}
+
+async fn record(server: &Server, path: &'static str, headers: &HeaderMap, body: &Bytes) -> Reply {
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let index = {
+        let mut requests = server.requests.lock().unwrap();
+        requests.push(Recorded {
+            path,
+            body: body.clone(),
+            authorization: headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_owned()),
+        });
+        requests.len() - 1
+    };
+    (server.script)(index, &body)
+}
+
+fn render(reply: Reply) -> Response {
+    match reply {
+        Reply::Status(status, body) => {
+            (StatusCode::from_u16(status).unwrap(), body).into_response()
+        }
+        Reply::Json(value) => axum::Json(value).into_response(),
+        Reply::Sse(chunks) => {
+            let stream = futures::stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+            );
+            sse_response(Body::from_stream(stream))
+        }
+        Reply::SseThenHang(chunks) => {
+            let stream = futures::stream::iter(
+                chunks
+                    .into_iter()
+                    .map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+            )
+            .chain(futures::stream::pending());
+            sse_response(Body::from_stream(stream))
+        }
+    }
+}
+
+fn sse_response(body: Body) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap()
+}
+
+async fn responses(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
+    render(record(&server, "/responses", &headers, &body).await)
+}
+
+async fn compact(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
+    render(record(&server, "/responses/compact", &headers, &body).await)
+}
+
+/// Which compaction route the server offers.
+#[derive(Clone, Copy)]
+enum CompactRoute {
+    Missing,
+    GetOnly,
+    Post,
+}
+
+async fn start(compact_route: CompactRoute, script: Script) -> (String, Arc<Mutex<Vec<Recorded>>>) {
+    let server = Server {
+        script,
+        requests: Arc::default(),
+    };
+    let requests = server.requests.clone();
+    let mut app = Router::new().route("/v1/responses", post(responses));
+    app = match compact_route {
+        CompactRoute::Missing => app,
+        CompactRoute::GetOnly => app.route("/v1/responses/compact", get(|| async { "" })),
+        CompactRoute::Post => app.route("/v1/responses/compact", post(compact)),
+    };
+    let app = app.with_state(server);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{address}/v1"), requests)
+}
+
+fn sse(data: Value) -> String {
+    format!(
+        "event: {}\ndata: {data}\n\n",
+        data["type"].as_str().unwrap()
+    )
+}
+
+fn completed_stream(id: &str, text: &str) -> Vec<String> {
+    vec![
+        sse(json!({"type": "response.created", "response": {"id": id}})),
+        sse(json!({"type": "response.output_text.delta", "delta": text})),
+        sse(json!({"type": "response.completed", "response": {"id": id,
+            "usage": {"input_tokens": 5, "output_tokens": 2,
+                      "input_tokens_details": {"cached_tokens": 1}}}})),
+    ]
+}
+
+fn api_error(code: &str, message: &str) -> String {
+    json!({"error": {"message": message, "type": "invalid_request_error", "code": code}})
+        .to_string()
+}
+
+fn client(base_url: &str) -> ResponsesClient {
+    ResponsesClient::new(
+        ResponsesConfig::new(base_url)
+            .with_api_key(Some(ApiKey::new(KEY)))
+            .with_backoff_base(Duration::from_millis(1))
+            .with_idle_timeout(Duration::from_secs(10)),
+    )
+    .unwrap()
+}
+
+fn request(previous_response_id: Option<&str>) -> CreateResponse {
+    CreateResponse {
+        model: "test-model".into(),
+        instructions: Some("be brief".into()),
+        input: vec![InputItem::user_text("hello")],
+        previous_response_id: previous_response_id.map(str::to_owned),
+        store: true,
+    }
+}
+
+fn count(requests: &Arc<Mutex<Vec<Recorded>>>) -> usize {
+    requests.lock().unwrap().len()
+}
+
+/// A streamed response is collected; the request carries bearer auth, stream:true and the body.
+#[tokio::test]
+async fn streams_a_response_with_bearer_auth() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| Reply::Sse(completed_stream("resp_a", "hi there"))),
+    )
+    .await;
+    let done = client(&base)
+        .create_response(request(Some("resp_prev")))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(done.id, "resp_a");
+    assert_eq!(done.text, "hi there");
+    assert_eq!(
+        done.usage,
+        Some(ResponseUsage {
+            input_tokens: 5,
+            output_tokens: 2,
+            cached_tokens: 1
+        })
+    );
+    let recorded = requests.lock().unwrap()[0].clone();
+    assert_eq!(
+        recorded.authorization.as_deref(),
+        Some(&*format!("Bearer {KEY}"))
+    );
+    assert_eq!(
+        recorded.body,
+        json!({
+            "model": "test-model",
+            "instructions": "be brief",
+            "input": [{"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "hello"}]}],
+            "previous_response_id": "resp_prev",
+            "store": true,
+            "stream": true
+        })
+    );
+}
+
+/// Without a key no Authorization header is sent.
+#[tokio::test]
+async fn no_key_no_authorization_header() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| Reply::Sse(completed_stream("resp_b", "x"))),
+    )
+    .await;
+    let client = ResponsesClient::new(ResponsesConfig::new(&base)).unwrap();
+    client
+        .create_response(request(None))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(requests.lock().unwrap()[0].authorization, None);
+}
+
+/// A persistent 500 is retried max_retries times, then reported with status and attempts.
+#[tokio::test]
+async fn retries_5xx_up_to_the_limit_then_errors() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| Reply::Status(500, api_error("server_error", "boom"))),
+    )
+    .await;
+    let error = client(&base)
+        .create_response(request(None))
+        .await
+        .unwrap_err();
+    assert_eq!(count(&requests), 3, "one attempt plus two retries");
+    assert!(matches!(
+        &error,
+        ResponsesError::Api { status: 500, attempts: 3, code: Some(code), .. } if code == "server_error"
+    ));
+}
+
+/// A 5xx followed by success yields the successful response.
+#[tokio::test]
+async fn a_retry_after_5xx_can_succeed() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|index, _| {
+            if index == 0 {
+                Reply::Status(503, "overloaded".into())
+            } else {
+                Reply::Sse(completed_stream("resp_c", "ok"))
+            }
+        }),
+    )
+    .await;
+    let done = client(&base)
+        .create_response(request(None))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(done.id, "resp_c");
+    assert_eq!(count(&requests), 2);
+}
+
+/// A 400 is not retried and carries the API's code (here previous_response_not_found).
+#[tokio::test]
+async fn no_retry_on_400() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::Status(
+                400,
+                api_error(
+                    "previous_response_not_found",
+                    "Previous response with id 'resp_gone' not found.",
+                ),
+            )
+        }),
+    )
+    .await;
+    let error = client(&base)
+        .create_response(request(Some("resp_gone")))
+        .await
+        .unwrap_err();
+    assert_eq!(count(&requests), 1);
+    assert_eq!(error.status(), Some(400));
+    assert!(error.is_previous_response_not_found());
+    assert!(!error.is_context_overflow());
+}
+
+/// A 429 is not retried either (the caller decides; documented on `ResponsesConfig`).
+#[tokio::test]
+async fn no_retry_on_429() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| Reply::Status(429, api_error("rate_limit_exceeded", "slow down"))),
+    )
+    .await;
+    let error = client(&base)
+        .create_response(request(None))
+        .await
+        .unwrap_err();
+    assert_eq!(count(&requests), 1);
+    assert_eq!(error.code(), Some("rate_limit_exceeded"));
+}
+
+/// A context overflow answered as HTTP 400 is recognised.
+#[tokio::test]
+async fn overflow_status_is_recognised() {
+    let (base, _) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::Status(
+                400,
+                api_error(
+                    "context_length_exceeded",
+                    "Your input exceeds the context window of this model.",
+                ),
+            )
+        }),
+    )
+    .await;
+    let error = client(&base)
+        .create_response(request(None))
+        .await
+        .unwrap_err();
+    assert!(error.is_context_overflow());
+}
+
+/// A plain 404 on a chained request means the chain is gone.
+#[tokio::test]
+async fn a_404_on_a_chain_is_previous_response_not_found() {
+    let (base, _) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| Reply::Status(404, String::new())),
+    )
+    .await;
+    let chained = client(&base)
+        .create_response(request(Some("resp_old")))
+        .await
+        .unwrap_err();
+    assert!(chained.is_previous_response_not_found());
+    let fresh = client(&base)
+        .create_response(request(None))
+        .await
+        .unwrap_err();
+    assert!(!fresh.is_previous_response_not_found());
+}
+
+/// Connection refused is retried, then reported as "no answer" with the attempt count.
+#[tokio::test]
+async fn connection_errors_are_retried_then_reported() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let error = client(&format!("http://{address}/v1"))
+        .create_response(request(None))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResponsesError::Connect { attempts: 3, .. }),
+        "{error:?}"
+    );
+}
+
+/// A body that ends mid-response is "stream closed before response.completed", with partial
+/// events delivered first.
+#[tokio::test]
+async fn a_dropped_stream_is_an_error() {
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::Sse(vec![
+                sse(json!({"type": "response.created", "response": {"id": "resp_d"}})),
+                sse(json!({"type": "response.output_text.delta", "delta": "par"})),
+            ])
+        }),
+    )
+    .await;
+    let mut stream = client(&base).create_response(request(None)).await.unwrap();
+    let mut items = Vec::new();
+    while let Some(item) = stream.next().await {
+        items.push(item);
+    }
+    assert_eq!(items.len(), 3);
+    assert!(items[1].is_ok());
+    let error = items[2].as_ref().unwrap_err();
+    assert!(error
+        .to_string()
+        .contains("stream closed before response.completed"));
+    assert_eq!(count(&requests), 1, "a started stream is never retried");
+}
+
+/// A server that stops sending events trips the idle timeout.
+#[tokio::test]
+async fn a_silent_stream_trips_the_idle_timeout() {
+    let (base, _) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::SseThenHang(vec![sse(
+                json!({"type": "response.created", "response": {"id": "resp_e"}}),
+            )])
+        }),
+    )
+    .await;
+    let client = ResponsesClient::new(
+        ResponsesConfig::new(&base).with_idle_timeout(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let error = client
+        .create_response(request(None))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResponsesError::IdleTimeout { .. }),
+        "{error:?}"
+    );
+}
+
+/// A log sink for the tracing test.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The key stays out of errors (even when the server echoes it), Debug output and tracing logs.
+#[tokio::test]
+async fn the_key_never_leaks() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|index, _| {
+            let message = format!("Incorrect API key provided: {KEY}");
+            if index == 0 {
+                Reply::Status(502, api_error("bad_gateway", &message))
+            } else {
+                Reply::Status(401, api_error("invalid_api_key", &message))
+            }
+        }),
+    )
+    .await;
+    let client = client(&base);
+    let error = client.create_response(request(None)).await.unwrap_err();
+    assert_eq!(count(&requests), 2);
+    assert_eq!(error.code(), Some("invalid_api_key"));
+    assert!(!error.to_string().contains(KEY), "{error}");
+    assert!(!format!("{error:?}").contains(KEY));
+    assert!(error.to_string().contains("[redacted]"));
+    assert!(!format!("{client:?}").contains(KEY));
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("retrying"), "the retry was logged: {logs}");
+    assert!(!logs.contains(KEY), "{logs}");
+}
+
+/// Compaction posts to /responses/compact and returns the opaque window.
+#[tokio::test]
+async fn compact_returns_the_new_window() {
+    let (base, requests) = start(
+        CompactRoute::Post,
+        Arc::new(|_, _| {
+            Reply::Json(json!({
+                "id": "cmp_resp_1", "object": "response.compaction",
+                "output": [{"type": "compaction", "encrypted_content": "opaque"}],
+                "usage": {"input_tokens": 100, "output_tokens": 10}
+            }))
+        }),
+    )
+    .await;
+    let compacted = client(&base)
+        .compact(CompactRequest {
+            model: "test-model".into(),
+            input: vec![],
+            instructions: None,
+            previous_response_id: Some("resp_9".into()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(compacted.id.as_deref(), Some("cmp_resp_1"));
+    assert_eq!(
+        compacted.output,
+        vec![json!({"type": "compaction", "encrypted_content": "opaque"})]
+    );
+    let recorded = requests.lock().unwrap()[0].clone();
+    assert_eq!(recorded.path, "/responses/compact");
+    assert_eq!(
+        recorded.body,
+        json!({"model": "test-model", "previous_response_id": "resp_9"})
+    );
+}
+
+/// A server without the compaction endpoint (404 or 405) reports it unsupported.
+#[tokio::test]
+async fn compact_without_the_endpoint_is_unsupported() {
+    for route in [CompactRoute::Missing, CompactRoute::GetOnly] {
+        let (base, _) = start(route, Arc::new(|_, _| Reply::Status(500, String::new()))).await;
+        let error = client(&base)
+            .compact(CompactRequest {
+                model: "m".into(),
+                input: vec![InputItem::user_text("history")],
+                instructions: None,
+                previous_response_id: None,
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ResponsesError::Unsupported {
+                    status: 404 | 405,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+}
+
+/// A compaction of a chain that is gone is previous_response_not_found, not "unsupported".
+#[tokio::test]
+async fn compact_of_a_lost_chain_is_not_found() {
+    let (base, _) = start(
+        CompactRoute::Post,
+        Arc::new(|_, _| {
+            Reply::Status(
+                404,
+                api_error(
+                    "previous_response_not_found",
+                    "Previous response not found.",
+                ),
+            )
+        }),
+    )
+    .await;
+    let error = client(&base)
+        .compact(CompactRequest {
+            model: "m".into(),
+            input: vec![],
+            instructions: None,
+            previous_response_id: Some("resp_gone".into()),
+        })
+        .await
+        .unwrap_err();
+    assert!(error.is_previous_response_not_found(), "{error:?}");
+}

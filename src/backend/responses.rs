@@ -1,0 +1,708 @@
+//! The Responses API backend (SPEC §12): a thread is a chain of `previous_response_id`s.
+//!
+//! Thread ids, as the binding stores them:
+//! - `resp_…` (anything without one of the prefixes below): the last response of a stored chain.
+//!   Every turn continues from it and the outcome carries the new response id.
+//! - `chain:<uuid>`: a chain that has no response yet (`start_thread` makes no server call; the
+//!   API keeps no instructions, so there is nothing to create). Its first turn is sent without
+//!   `previous_response_id`.
+//! - `compacted:<uuid>`: the result of [`ResponsesBackend::compact_thread`]. The compaction
+//!   endpoint returns an opaque context window, not a chainable response, so the window is held
+//!   in this process and sent as the `input` (without `previous_response_id`) of the next turn,
+//!   which starts a new stored chain. A `compacted:` id whose window this process does not hold
+//!   (after a restart) is [`BackendError::ThreadNotFound`], so the harness re-projects on a new
+//!   chain instead of continuing from nothing.
+//!
+//! Every request carries `instructions` = base + developer instructions of the [`TurnRequest`]
+//! (the API does not carry them over), `store: true`, and as `input` only the new turn: history
+//! is never sent together with `previous_response_id`.
+//!
+//! `inject_developer_message` makes no server call: the message is held in memory and sent as a
+//! `developer` input item in front of the next turn of that thread (it then becomes part of the
+//! stored chain). A model override given to `start_thread` is likewise held in memory and
+//! follows the chain from turn to turn; after a restart the configured model is used.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use responses_client::{
+    output_item_text, ApiKey, CompactRequest, CreateResponse, InputItem, ResponseEvent,
+    ResponsesClient, ResponsesConfig, ResponsesError,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+
+use super::{
+    is_overflow_message, BackendError, BackendKind, NativeCompaction, StartThread, ThreadId,
+    ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
+};
+use crate::capabilities::Capability;
+
+/// The backend's name in [`BackendError::Unsupported`].
+const BACKEND_NAME: &str = "responses";
+/// Prefix of a chain that has no response yet.
+pub const FRESH_CHAIN_PREFIX: &str = "chain:";
+/// Prefix of a chain continued from a compacted window held in memory.
+pub const COMPACTED_CHAIN_PREFIX: &str = "compacted:";
+/// The longest turn input, in characters (as for Codex).
+pub const TURN_INPUT_LIMIT: usize = 1_048_576;
+
+/// What the backend is built from (the `backend` section of the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponsesBackendConfig {
+    /// The API root; requests go to `{base_url}/responses`.
+    pub base_url: String,
+    /// The model of every request (unless `start_thread` overrides it).
+    pub model: String,
+    /// The environment variable holding the API key; `None` sends no `Authorization` header.
+    pub api_key_env: Option<String>,
+}
+
+/// Why the backend could not be built. Names the key's variable, never its value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResponsesBackendConfigError {
+    #[error("Responses backend: the API key variable {variable} (backend api_key_env) is not set")]
+    ApiKeyUnset { variable: String },
+    #[error("Responses backend: the API key variable {variable} (backend api_key_env) is empty")]
+    ApiKeyEmpty { variable: String },
+    #[error(
+        "Responses backend: the API key variable {variable} (backend api_key_env) is not valid UTF-8"
+    )]
+    ApiKeyNotUnicode { variable: String },
+    #[error("Responses backend: the model name is empty")]
+    EmptyModel,
+    #[error("Responses backend: {0}")]
+    Client(#[from] ResponsesError),
+}
+
+impl From<ResponsesBackendConfigError> for BackendError {
+    fn from(error: ResponsesBackendConfigError) -> Self {
+        BackendError::Other {
+            operation: "configure the Responses backend",
+            message: error.to_string(),
+        }
+    }
+}
+
+/// Reads the API key from the variable `variable` names, through `lookup` (the process
+/// environment in [`ResponsesBackend::new`]).
+pub fn api_key_from_env(
+    variable: Option<&str>,
+    lookup: impl Fn(&str) -> Result<String, std::env::VarError>,
+) -> Result<Option<ApiKey>, ResponsesBackendConfigError> {
+    let Some(variable) = variable else {
+        return Ok(None);
+    };
+    match lookup(variable) {
+        Ok(value) if value.trim().is_empty() => Err(ResponsesBackendConfigError::ApiKeyEmpty {
+            variable: variable.to_owned(),
+        }),
+        Ok(value) => Ok(Some(ApiKey::new(value.trim().to_owned()))),
+        Err(std::env::VarError::NotPresent) => Err(ResponsesBackendConfigError::ApiKeyUnset {
+            variable: variable.to_owned(),
+        }),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(ResponsesBackendConfigError::ApiKeyNotUnicode {
+                variable: variable.to_owned(),
+            })
+        }
+    }
+}
+
+/// Where a thread id stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainPosition {
+    /// `chain:…` — no response yet.
+    Fresh,
+    /// `compacted:…` — continues from a compacted window held in memory.
+    Compacted,
+    /// The last response id of a stored chain.
+    Response(String),
+}
+
+impl ChainPosition {
+    pub fn of(thread_id: &ThreadId) -> Self {
+        let id = thread_id.as_str();
+        if id.starts_with(FRESH_CHAIN_PREFIX) {
+            ChainPosition::Fresh
+        } else if id.starts_with(COMPACTED_CHAIN_PREFIX) {
+            ChainPosition::Compacted
+        } else {
+            ChainPosition::Response(id.to_owned())
+        }
+    }
+}
+
+/// What this process holds for a thread besides its id.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ChainState {
+    /// Model override from `start_thread`.
+    model: Option<String>,
+    /// Developer messages to send in front of the next turn.
+    pending_developer_messages: Vec<String>,
+    /// The compacted window a `compacted:` thread continues from.
+    compacted_window: Option<Vec<Value>>,
+}
+
+impl ChainState {
+    fn is_empty(&self) -> bool {
+        self.model.is_none()
+            && self.pending_developer_messages.is_empty()
+            && self.compacted_window.is_none()
+    }
+
+    /// What follows the chain to its next id after a turn or compaction.
+    fn carried_forward(&self) -> ChainState {
+        ChainState {
+            model: self.model.clone(),
+            ..ChainState::default()
+        }
+    }
+}
+
+/// `instructions` of a request: base and developer instructions, blank parts omitted, joined by
+/// a blank line.
+pub fn compose_instructions(base: Option<&str>, developer: Option<&str>) -> Option<String> {
+    let parts: Vec<&str> = [base, developer]
+        .into_iter()
+        .flatten()
+        .filter(|part| !part.trim().is_empty())
+        .collect();
+    if parts.is_empty() {
+        None
+    } else {
+        Some(parts.join("\n\n"))
+    }
+}
+
+/// The request of one turn. Pure: the thread's position and held state decide everything.
+fn turn_request(
+    default_model: &str,
+    position: &ChainPosition,
+    state: &ChainState,
+    request: &TurnRequest,
+) -> CreateResponse {
+    let mut input: Vec<InputItem> = Vec::new();
+    if let Some(window) = &state.compacted_window {
+        input.extend(window.iter().cloned().map(InputItem::Raw));
+    }
+    input.extend(
+        state
+            .pending_developer_messages
+            .iter()
+            .map(InputItem::developer_text),
+    );
+    input.push(InputItem::user_text(request.input.clone()));
+    CreateResponse {
+        model: state
+            .model
+            .clone()
+            .unwrap_or_else(|| default_model.to_owned()),
+        instructions: compose_instructions(
+            request.base_instructions.as_deref(),
+            request.developer_instructions.as_deref(),
+        ),
+        input,
+        previous_response_id: match position {
+            ChainPosition::Response(id) => Some(id.clone()),
+            ChainPosition::Fresh | ChainPosition::Compacted => None,
+        },
+        store: true,
+    }
+}
+
+/// Maps a client error onto the port's error kinds.
+fn backend_error(operation: &'static str, thread_id: &str, error: ResponsesError) -> BackendError {
+    if error.is_previous_response_not_found() {
+        return BackendError::ThreadNotFound {
+            operation,
+            thread_id: thread_id.to_owned(),
+            message: error.to_string(),
+        };
+    }
+    if error.is_context_overflow() || error.server_message().is_some_and(is_overflow_message) {
+        return BackendError::ContextOverflow {
+            operation,
+            message: error.to_string(),
+        };
+    }
+    let message = error.to_string();
+    match error {
+        ResponsesError::Unsupported { .. } => BackendError::Unsupported {
+            operation,
+            backend: BACKEND_NAME,
+        },
+        ResponsesError::ResponseFailed { .. } | ResponsesError::ErrorEvent { .. } => {
+            BackendError::TurnFailed { operation, message }
+        }
+        ResponsesError::Connect { .. }
+        | ResponsesError::IdleTimeout { .. }
+        | ResponsesError::StreamClosed { .. }
+        | ResponsesError::Transport { .. }
+        | ResponsesError::Decode { .. } => BackendError::Unavailable { operation, message },
+        _ => BackendError::Other { operation, message },
+    }
+}
+
+/// The OpenAI Responses API as a [`ThreadedBackend`].
+#[derive(Debug)]
+pub struct ResponsesBackend {
+    client: ResponsesClient,
+    model: String,
+    label: String,
+    chains: Mutex<HashMap<ThreadId, ChainState>>,
+}
+
+impl ResponsesBackend {
+    /// Builds the backend with the client's default timeouts and retries, reading the key from
+    /// the process environment.
+    pub fn new(config: ResponsesBackendConfig) -> Result<Self, ResponsesBackendConfigError> {
+        let api_key = api_key_from_env(config.api_key_env.as_deref(), |name| std::env::var(name))?;
+        let client_config = ResponsesConfig::new(config.base_url).with_api_key(api_key);
+        Self::with_client_config(client_config, config.model)
+    }
+
+    /// Builds the backend from a full client configuration (timeouts, retries, key).
+    pub fn with_client_config(
+        client_config: ResponsesConfig,
+        model: impl Into<String>,
+    ) -> Result<Self, ResponsesBackendConfigError> {
+        let model = model.into();
+        if model.trim().is_empty() {
+            return Err(ResponsesBackendConfigError::EmptyModel);
+        }
+        let client = ResponsesClient::new(client_config)?;
+        let label = format!(
+            "the Responses API at {}",
+            client.config().base_url.trim_end_matches('/')
+        );
+        Ok(ResponsesBackend {
+            client,
+            model,
+            label,
+            chains: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn client(&self) -> &ResponsesClient {
+        &self.client
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn chains(&self) -> MutexGuard<'_, HashMap<ThreadId, ChainState>> {
+        // The map holds plain data that every critical section leaves consistent, so a
+        // poisoned lock is still usable.
+        self.chains
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn not_found(operation: &'static str, thread_id: &ThreadId, message: &str) -> BackendError {
+        BackendError::ThreadNotFound {
+            operation,
+            thread_id: thread_id.to_string(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Fails for ids that cannot name a thread here: blank ones, and compacted windows this
+    /// process does not hold.
+    fn check_known(
+        &self,
+        operation: &'static str,
+        thread_id: &ThreadId,
+    ) -> Result<(), BackendError> {
+        if thread_id.as_str().trim().is_empty() {
+            return Err(Self::not_found(
+                operation,
+                thread_id,
+                "the thread id is blank",
+            ));
+        }
+        if ChainPosition::of(thread_id) == ChainPosition::Compacted
+            && !self
+                .chains()
+                .get(thread_id)
+                .is_some_and(|state| state.compacted_window.is_some())
+        {
+            return Err(Self::not_found(
+                operation,
+                thread_id,
+                "the compacted window of this chain was held by another process",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Puts a turn's state back after a failure, in front of anything queued meanwhile.
+    fn restore(&self, thread_id: &ThreadId, mut taken: ChainState) {
+        let mut chains = self.chains();
+        if let Some(queued) = chains.remove(thread_id) {
+            taken
+                .pending_developer_messages
+                .extend(queued.pending_developer_messages);
+        }
+        if !taken.is_empty() {
+            chains.insert(thread_id.clone(), taken);
+        }
+    }
+
+    /// Streams one response, forwarding text deltas; returns (id, reply, usage).
+    async fn stream_turn(
+        &self,
+        request: CreateResponse,
+        events: &mpsc::Sender<TurnEvent>,
+    ) -> Result<(String, String, Option<Usage>), ResponsesError> {
+        let mut stream = self.client.create_response(request).await?;
+        let mut streamed = String::new();
+        let mut item_text = String::new();
+        while let Some(event) = stream.next().await {
+            match event? {
+                ResponseEvent::Created { response_id } => {
+                    tracing::debug!(%response_id, "response created");
+                }
+                ResponseEvent::OutputTextDelta { delta } => {
+                    streamed.push_str(&delta);
+                    // A closed receiver only means nobody watches the stream.
+                    let _ = events.send(TurnEvent::TextDelta(delta)).await;
+                }
+                ResponseEvent::OutputItemDone { item } => {
+                    if let Some(text) = output_item_text(&item) {
+                        item_text.push_str(&text);
+                    }
+                }
+                ResponseEvent::Completed { response_id, usage } => {
+                    let reply = if streamed.is_empty() && !item_text.is_empty() {
+                        // The server sent whole items only: stream the text once so the
+                        // deltas still add up to the reply.
+                        let _ = events.send(TurnEvent::TextDelta(item_text.clone())).await;
+                        item_text
+                    } else {
+                        streamed
+                    };
+                    let usage = usage.map(|u| Usage {
+                        input_tokens: u.input_tokens,
+                        output_tokens: u.output_tokens,
+                        cached_input_tokens: u.cached_tokens,
+                    });
+                    return Ok((response_id, reply, usage));
+                }
+            }
+        }
+        // The client's stream always ends with `Completed` or an error.
+        Err(ResponsesError::StreamClosed {
+            operation: "run turn",
+            response_id: None,
+        })
+    }
+}
+
+fn new_thread_id(prefix: &str) -> ThreadId {
+    ThreadId(format!("{prefix}{}", uuid::Uuid::new_v4()))
+}
+
+#[async_trait]
+impl ThreadedBackend for ResponsesBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Responses
+    }
+
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        Capability::ALL.to_vec()
+    }
+
+    fn turn_input_limit(&self) -> usize {
+        TURN_INPUT_LIMIT
+    }
+
+    fn has_native_auto_compaction(&self) -> bool {
+        false
+    }
+
+    fn sends_instructions_per_request(&self) -> bool {
+        true
+    }
+
+    /// No server call: the chain begins with its first turn. Instructions are not kept (every
+    /// turn sends its own); a model override is.
+    async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
+        let thread_id = new_thread_id(FRESH_CHAIN_PREFIX);
+        if let Some(model) = request.model.filter(|m| !m.trim().is_empty()) {
+            self.chains().insert(
+                thread_id.clone(),
+                ChainState {
+                    model: Some(model),
+                    ..ChainState::default()
+                },
+            );
+        }
+        tracing::debug!(thread = %thread_id, "started a Responses chain (no server call)");
+        Ok(thread_id)
+    }
+
+    /// No server call for response ids: a chain that is gone shows as
+    /// [`BackendError::ThreadNotFound`] on its next turn.
+    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+        self.check_known("resume thread", thread_id)
+    }
+
+    /// Held in memory and sent as a developer item in front of the thread's next turn.
+    async fn inject_developer_message(
+        &self,
+        thread_id: &ThreadId,
+        text: &str,
+    ) -> Result<(), BackendError> {
+        self.check_known("inject developer message", thread_id)?;
+        self.chains()
+            .entry(thread_id.clone())
+            .or_default()
+            .pending_developer_messages
+            .push(text.to_owned());
+        Ok(())
+    }
+
+    async fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: mpsc::Sender<TurnEvent>,
+    ) -> Result<TurnOutcome, BackendError> {
+        const OPERATION: &str = "run turn";
+        let thread_id = request.thread_id.clone();
+        self.check_known(OPERATION, &thread_id)?;
+        let position = ChainPosition::of(&thread_id);
+        let taken = self.chains().remove(&thread_id).unwrap_or_default();
+        let create = turn_request(&self.model, &position, &taken, &request);
+        tracing::debug!(
+            thread = %thread_id,
+            chained = create.previous_response_id.is_some(),
+            input_items = create.input.len(),
+            "running a Responses turn"
+        );
+        match self.stream_turn(create, &events).await {
+            Ok((response_id, reply, usage)) => {
+                let new_thread = ThreadId(response_id);
+                let carried = taken.carried_forward();
+                if !carried.is_empty() {
+                    self.chains().insert(new_thread.clone(), carried);
+                }
+                Ok(TurnOutcome {
+                    thread_id: new_thread,
+                    reply,
+                    auto_compaction: None,
+                    usage,
+                })
+            }
+            Err(error) => {
+                let error = backend_error(OPERATION, thread_id.as_str(), error);
+                if !matches!(error, BackendError::ThreadNotFound { .. }) {
+                    self.restore(&thread_id, taken);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Through `POST /responses/compact`; the new window continues as a `compacted:` thread. A
+    /// chain without responses has nothing to compact (no call, thread unchanged).
+    async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
+        const OPERATION: &str = "compact thread";
+        self.check_known(OPERATION, thread_id)?;
+        let position = ChainPosition::of(thread_id);
+        let state = self.chains().get(thread_id).cloned().unwrap_or_default();
+        let request = match &position {
+            ChainPosition::Fresh => {
+                return Ok(NativeCompaction {
+                    thread_id: None,
+                    summary: None,
+                })
+            }
+            ChainPosition::Compacted => CompactRequest {
+                model: state.model.clone().unwrap_or_else(|| self.model.clone()),
+                input: state
+                    .compacted_window
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .map(InputItem::Raw)
+                    .collect(),
+                instructions: None,
+                previous_response_id: None,
+            },
+            ChainPosition::Response(id) => CompactRequest {
+                model: state.model.clone().unwrap_or_else(|| self.model.clone()),
+                input: Vec::new(),
+                instructions: None,
+                previous_response_id: Some(id.clone()),
+            },
+        };
+        let compacted = self
+            .client
+            .compact(request)
+            .await
+            .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e))?;
+        let new_thread = new_thread_id(COMPACTED_CHAIN_PREFIX);
+        {
+            let mut chains = self.chains();
+            let previous = chains.remove(thread_id).unwrap_or_default();
+            chains.insert(
+                new_thread.clone(),
+                ChainState {
+                    model: previous.model,
+                    pending_developer_messages: previous.pending_developer_messages,
+                    compacted_window: Some(compacted.output),
+                },
+            );
+        }
+        tracing::info!(from = %thread_id, to = %new_thread, "compacted a Responses chain");
+        Ok(NativeCompaction {
+            thread_id: Some(new_thread),
+            summary: None,
+        })
+    }
+
+    /// A one-off `store: false` request outside any chain.
+    async fn complete(
+        &self,
+        instructions: Option<String>,
+        input: String,
+    ) -> Result<String, BackendError> {
+        const OPERATION: &str = "complete";
+        let request = CreateResponse {
+            model: self.model.clone(),
+            instructions: instructions.filter(|i| !i.trim().is_empty()),
+            input: vec![InputItem::user_text(input)],
+            previous_response_id: None,
+            store: false,
+        };
+        let stream = self
+            .client
+            .create_response(request)
+            .await
+            .map_err(|e| backend_error(OPERATION, "", e))?;
+        let done = stream
+            .collect()
+            .await
+            .map_err(|e| backend_error(OPERATION, "", e))?;
+        Ok(done.text)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn turn(thread: &str, input: &str) -> TurnRequest {
+        TurnRequest {
+            thread_id: ThreadId(thread.into()),
+            input: input.into(),
+            developer_instructions: Some("dev".into()),
+            base_instructions: Some("base".into()),
+        }
+    }
+
+    /// Instructions join the non-blank parts with a blank line.
+    #[test]
+    fn instructions_compose() {
+        assert_eq!(
+            compose_instructions(Some("base"), Some("dev")).as_deref(),
+            Some("base\n\ndev")
+        );
+        assert_eq!(
+            compose_instructions(None, Some("dev")).as_deref(),
+            Some("dev")
+        );
+        assert_eq!(compose_instructions(Some("  "), None), None);
+    }
+
+    /// Thread ids are classified by prefix.
+    #[test]
+    fn chain_positions() {
+        assert_eq!(
+            ChainPosition::of(&ThreadId("chain:1".into())),
+            ChainPosition::Fresh
+        );
+        assert_eq!(
+            ChainPosition::of(&ThreadId("compacted:1".into())),
+            ChainPosition::Compacted
+        );
+        assert_eq!(
+            ChainPosition::of(&ThreadId("resp_1".into())),
+            ChainPosition::Response("resp_1".into())
+        );
+    }
+
+    /// A continued chain sends only the new turn (plus queued developer notes) with its id.
+    #[test]
+    fn continued_turn_carries_no_history() {
+        let state = ChainState {
+            pending_developer_messages: vec!["note".into()],
+            ..ChainState::default()
+        };
+        let position = ChainPosition::Response("resp_7".into());
+        let request = turn_request("m", &position, &state, &turn("resp_7", "hi"));
+        assert_eq!(request.previous_response_id.as_deref(), Some("resp_7"));
+        assert_eq!(
+            request.input,
+            vec![
+                InputItem::developer_text("note"),
+                InputItem::user_text("hi")
+            ]
+        );
+        assert_eq!(request.instructions.as_deref(), Some("base\n\ndev"));
+        assert!(request.store);
+    }
+
+    /// A compacted thread sends its window as input and no previous_response_id.
+    #[test]
+    fn compacted_turn_sends_the_window_without_a_chain_id() {
+        let window = serde_json::json!({"type": "compaction", "encrypted_content": "x"});
+        let state = ChainState {
+            model: Some("override".into()),
+            compacted_window: Some(vec![window.clone()]),
+            ..ChainState::default()
+        };
+        let request = turn_request(
+            "m",
+            &ChainPosition::Compacted,
+            &state,
+            &turn("compacted:1", "hi"),
+        );
+        assert_eq!(request.previous_response_id, None);
+        assert_eq!(request.model, "override");
+        assert_eq!(
+            request.input,
+            vec![InputItem::Raw(window), InputItem::user_text("hi")]
+        );
+    }
+
+    /// The key variable is read; unset, empty and absent configurations are told apart and
+    /// the error names the variable.
+    #[test]
+    fn api_key_from_env_cases() {
+        assert!(api_key_from_env(None, |_| unreachable!())
+            .unwrap()
+            .is_none());
+        let key = api_key_from_env(Some("K"), |_| Ok("sk-1".into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.expose(), "sk-1");
+        let unset = api_key_from_env(Some("MY_KEY_VAR"), |_| Err(std::env::VarError::NotPresent))
+            .unwrap_err();
+        assert!(unset.to_string().contains("MY_KEY_VAR"));
+        assert!(matches!(
+            api_key_from_env(Some("K"), |_| Ok("  ".into())),
+            Err(ResponsesBackendConfigError::ApiKeyEmpty { .. })
+        ));
+    }
+}
