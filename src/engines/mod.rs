@@ -1,5 +1,7 @@
 //! Engines that ship with ctxbridge.
 
 pub mod legacy;
+pub mod process;
 
 pub use legacy::{LegacyEngine, LEGACY_ENGINE_ID, LEGACY_ENGINE_NAME};
+pub use process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
