@@ -27,7 +27,8 @@ fn python3_available() -> bool {
 }
 
 fn config(mode: &str) -> ProcessEngineConfig {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines/broken_engine.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines/broken_engine.py");
     let mut config = ProcessEngineConfig::new(
         format!("broken-{mode}"),
         vec![
@@ -397,8 +398,14 @@ async fn concurrent_calls_of_different_sessions_interleave() {
         engine.assemble(assemble_params("slow")),
         engine.assemble(assemble_params("fast"))
     );
-    assert_eq!(slow.unwrap().system_prompt_addition.as_deref(), Some("slow"));
-    assert_eq!(fast.unwrap().system_prompt_addition.as_deref(), Some("fast"));
+    assert_eq!(
+        slow.unwrap().system_prompt_addition.as_deref(),
+        Some("slow")
+    );
+    assert_eq!(
+        fast.unwrap().system_prompt_addition.as_deref(),
+        Some("fast")
+    );
 }
 
 /// Host params the caller did not set (no prompt, no runtimeSettings, no runtimeContext, no
@@ -505,5 +512,8 @@ async fn drop_kills_and_reaps_the_child() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(gone, "child {pid} was not reaped after the engine was dropped");
+    assert!(
+        gone,
+        "child {pid} was not reaped after the engine was dropped"
+    );
 }
