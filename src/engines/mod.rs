@@ -1,6 +1,8 @@
 //! Engines that ship with ctxbridge.
 
 pub mod legacy;
+pub mod process;
 pub mod sample;
 
 pub use legacy::{LegacyEngine, LEGACY_ENGINE_ID, LEGACY_ENGINE_NAME};
+pub use process::{HostIdentity, ProcessEngine, ProcessEngineConfig};

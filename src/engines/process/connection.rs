@@ -1,0 +1,653 @@
+//! The connection to one engine child process.
+//!
+//! Shape (after mini-redis's client): one **connection task** owns the child, its stdout and
+//! the table of requests in flight; callers hand it `(request line, oneshot reply)` through a
+//! channel and wait on the reply with their own timeout. A separate **writer task** owns stdin
+//! so that a child that stops reading can never stop the connection task from draining
+//! stdout (two full pipes would otherwise deadlock). A **stderr task** forwards the engine's
+//! log lines to tracing and keeps the last few for error messages.
+//!
+//! Engine → host requests (runtime callbacks) are served on their own tasks through the
+//! [`RuntimeCallbacks`] of the lifecycle call in flight for the session the request names.
+
+use std::collections::{HashMap, VecDeque};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{self, error_code, Incoming, LineBuffer, RpcError};
+use crate::contract::{
+    CompactParams, EngineError, EngineMethod, LlmCompleteRequest, RuntimeCallbacks,
+    TranscriptRewriteRequest,
+};
+
+/// How many stderr lines are kept for the detail of a process failure.
+const STDERR_TAIL_LINES: usize = 8;
+/// How long to wait for the exit status once stdout closed (the process is usually gone).
+const EXIT_STATUS_WAIT: Duration = Duration::from_secs(1);
+/// How long to wait for the stderr task to drain after the child exited.
+const STDERR_DRAIN_WAIT: Duration = Duration::from_millis(200);
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Which runtime callbacks serve engine → host requests made while a call is in flight.
+#[derive(Clone, Default)]
+pub struct CallRoute {
+    pub session_id: Option<String>,
+    pub callbacks: Option<Arc<dyn RuntimeCallbacks>>,
+}
+
+/// The final answer to one request, as the connection task saw it.
+enum Reply {
+    Result(Value),
+    Error(RpcError),
+    /// The engine process is gone (exit, protocol violation, disposal).
+    Dead(String),
+}
+
+struct PendingCall {
+    method: EngineMethod,
+    reply: oneshot::Sender<Reply>,
+    route: CallRoute,
+}
+
+enum Command {
+    Call {
+        id: u64,
+        method: EngineMethod,
+        line: String,
+        reply: oneshot::Sender<Reply>,
+        route: CallRoute,
+    },
+    /// The caller stopped waiting (timeout, abort, dropped future).
+    Cancel { id: u64 },
+    /// Close stdin, wait `grace` for the child to exit, then kill it; reply once reaped.
+    Shutdown {
+        grace: Duration,
+        done: oneshot::Sender<Option<ExitStatus>>,
+    },
+}
+
+enum WriterMsg {
+    Line(String),
+    Close,
+}
+
+/// Why the connection task stopped reading.
+enum LoopEnd {
+    HandleDropped,
+    Shutdown {
+        grace: Duration,
+        done: oneshot::Sender<Option<ExitStatus>>,
+    },
+    StdoutClosed,
+    StdoutError(std::io::Error),
+    Violation(String),
+}
+
+type StderrTail = Arc<Mutex<VecDeque<String>>>;
+
+/// The caller side of the connection. Dropping it kills and reaps the child.
+pub struct Connection {
+    engine_id: String,
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicU64,
+    /// Set by the connection task before it lets go of the request table.
+    closed_reason: Arc<Mutex<Option<String>>>,
+}
+
+impl Connection {
+    /// Starts the tasks around a freshly spawned child (stdin, stdout, stderr piped).
+    pub fn start(engine_id: String, mut child: Child) -> Result<Self, std::io::Error> {
+        let missing = |what: &str| std::io::Error::other(format!("child {what} is not piped"));
+        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+
+        // Unbounded: a cancel must be sendable from `Drop` (synchronously), and the number
+        // of commands is bounded by the callers in flight.
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+        let stderr_tail: StderrTail = Arc::new(Mutex::new(VecDeque::new()));
+        let closed_reason = Arc::new(Mutex::new(None));
+
+        tokio::spawn(write_stdin(stdin, writer_rx));
+        let stderr_task = tokio::spawn(forward_stderr(
+            engine_id.clone(),
+            stderr,
+            stderr_tail.clone(),
+        ));
+        let task = ConnectionTask {
+            engine_id: engine_id.clone(),
+            child,
+            stdout,
+            writer: writer_tx,
+            commands: command_rx,
+            pending: HashMap::new(),
+            stderr_tail,
+            stderr_task: Some(stderr_task),
+            closed_reason: closed_reason.clone(),
+        };
+        tokio::spawn(task.run());
+        Ok(Connection {
+            engine_id,
+            commands,
+            next_id: AtomicU64::new(1),
+            closed_reason,
+        })
+    }
+
+    /// Sends one request and waits for its result value. `timeout` elapsing gives
+    /// [`EngineError::Timeout`], `abort` firing gives [`EngineError::Cancelled`]; both (and a
+    /// dropped future) send `$/cancelRequest` for the request.
+    pub async fn request<P: Serialize + ?Sized>(
+        &self,
+        method: EngineMethod,
+        wire_method: &str,
+        params: &P,
+        route: CallRoute,
+        timeout: Duration,
+        abort: Option<&CancellationToken>,
+    ) -> Result<Value, EngineError> {
+        if abort.is_some_and(CancellationToken::is_cancelled) {
+            return Err(EngineError::Cancelled { method });
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = protocol::encode_request(id, wire_method, params).map_err(|e| {
+            EngineError::failed(
+                method,
+                format!("cannot encode the {wire_method} request: {e}"),
+            )
+        })?;
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.commands
+            .send(Command::Call {
+                id,
+                method,
+                line,
+                reply: reply_tx,
+                route,
+            })
+            .map_err(|_| self.gone(method))?;
+        let mut guard = CancelOnDrop {
+            id,
+            commands: &self.commands,
+            armed: true,
+        };
+        let aborted = async {
+            match abort {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let reply = tokio::select! {
+            reply = reply_rx => reply,
+            _ = tokio::time::sleep(timeout) => {
+                return Err(EngineError::Timeout { method, after: timeout });
+            }
+            _ = aborted => return Err(EngineError::Cancelled { method }),
+        };
+        guard.armed = false;
+        match reply {
+            Ok(Reply::Result(value)) => Ok(value),
+            Ok(Reply::Error(error)) => Err(EngineError::failed(method, error.to_string())),
+            Ok(Reply::Dead(detail)) => Err(EngineError::Process { method, detail }),
+            Err(_) => Err(self.gone(method)),
+        }
+    }
+
+    /// Closes stdin, waits up to `grace` for the child to exit, kills it otherwise, and
+    /// returns once it is reaped. `None` when the connection had already ended (the child
+    /// was reaped then).
+    pub async fn shutdown(&self, grace: Duration) -> Option<ExitStatus> {
+        let (done_tx, done_rx) = oneshot::channel();
+        self.commands
+            .send(Command::Shutdown {
+                grace,
+                done: done_tx,
+            })
+            .ok()?;
+        done_rx.await.ok().flatten()
+    }
+
+    /// Why the connection ended, if it did.
+    pub fn closed_reason(&self) -> Option<String> {
+        lock(&self.closed_reason).clone()
+    }
+
+    fn gone(&self, method: EngineMethod) -> EngineError {
+        EngineError::Process {
+            method,
+            detail: self.closed_reason().unwrap_or_else(|| {
+                format!("the connection to engine \"{}\" has ended", self.engine_id)
+            }),
+        }
+    }
+}
+
+/// Tells the connection task that nobody waits for `id` any more (timeout, abort, or the
+/// caller's future was dropped), so it forgets the request and sends `$/cancelRequest`.
+struct CancelOnDrop<'a> {
+    id: u64,
+    commands: &'a mpsc::UnboundedSender<Command>,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // The task may be gone already; then there is nothing to cancel.
+            let _ = self.commands.send(Command::Cancel { id: self.id });
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked mid-update of a plain value.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct ConnectionTask {
+    engine_id: String,
+    child: Child,
+    stdout: ChildStdout,
+    writer: mpsc::UnboundedSender<WriterMsg>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    pending: HashMap<u64, PendingCall>,
+    stderr_tail: StderrTail,
+    stderr_task: Option<JoinHandle<()>>,
+    closed_reason: Arc<Mutex<Option<String>>>,
+}
+
+impl ConnectionTask {
+    async fn run(mut self) {
+        let mut chunk = vec![0u8; READ_CHUNK];
+        let mut lines = LineBuffer::new(protocol::MAX_STDOUT_LINE_BYTES);
+        let end = loop {
+            tokio::select! {
+                biased;
+                command = self.commands.recv() => match command {
+                    None => break LoopEnd::HandleDropped,
+                    Some(Command::Shutdown { grace, done }) => break LoopEnd::Shutdown { grace, done },
+                    Some(command) => self.handle_command(command),
+                },
+                read = self.stdout.read(&mut chunk) => match read {
+                    Ok(0) => break LoopEnd::StdoutClosed,
+                    Ok(n) => {
+                        lines.extend(&chunk[..n]);
+                        if let Err(violation) = self.drain_lines(&mut lines) {
+                            break LoopEnd::Violation(violation);
+                        }
+                    }
+                    Err(e) => break LoopEnd::StdoutError(e),
+                },
+            }
+        };
+        match end {
+            LoopEnd::HandleDropped => {
+                let _ = self.child.kill().await;
+                self.close("the engine handle was dropped".to_string());
+            }
+            LoopEnd::Shutdown { grace, done } => {
+                let status = self.shut_down(grace, &mut chunk).await;
+                self.close(format!("engine \"{}\" was disposed", self.engine_id));
+                let _ = done.send(status);
+            }
+            LoopEnd::StdoutClosed => {
+                let rest = lines.take_rest();
+                if !rest.is_empty() {
+                    // A last message without its newline is still a message.
+                    if let Err(violation) = self.handle_line(&rest) {
+                        let detail = self.died(violation, true).await;
+                        self.close(detail);
+                        return;
+                    }
+                }
+                let detail = self
+                    .died("engine process closed its stdout".into(), false)
+                    .await;
+                self.close(detail);
+            }
+            LoopEnd::StdoutError(e) => {
+                let detail = self
+                    .died(format!("reading the engine's stdout failed: {e}"), true)
+                    .await;
+                self.close(detail);
+            }
+            LoopEnd::Violation(violation) => {
+                let detail = self.died(violation, true).await;
+                self.close(detail);
+            }
+        }
+    }
+
+    fn handle_command(&mut self, command: Command) {
+        match command {
+            Command::Call {
+                id,
+                method,
+                line,
+                reply,
+                route,
+            } => {
+                if self.writer.send(WriterMsg::Line(line)).is_err() {
+                    let _ = reply.send(Reply::Dead("the engine's stdin is closed".into()));
+                    return;
+                }
+                self.pending.insert(
+                    id,
+                    PendingCall {
+                        method,
+                        reply,
+                        route,
+                    },
+                );
+            }
+            Command::Cancel { id } => {
+                if let Some(call) = self.pending.remove(&id) {
+                    tracing::debug!(engine = %self.engine_id, id, method = %call.method, "cancelling engine request");
+                    let _ = self
+                        .writer
+                        .send(WriterMsg::Line(protocol::encode_cancel(id)));
+                }
+            }
+            Command::Shutdown { .. } => {}
+        }
+    }
+
+    fn drain_lines(&mut self, lines: &mut LineBuffer) -> Result<(), String> {
+        while let Some(line) = lines.next_line() {
+            match line {
+                Ok(line) => self.handle_line(&line)?,
+                Err(too_long) => {
+                    return Err(format!(
+                        "protocol violation: a stdout line exceeded {} bytes",
+                        too_long.limit
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Routes one stdout line. A line that is not a JSON-RPC message is a protocol
+    /// violation: the framing of everything after it is suspect, so the engine is failed.
+    fn handle_line(&mut self, line: &[u8]) -> Result<(), String> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        match protocol::parse_incoming(line) {
+            Err(kind) => Err(format!(
+                "protocol violation: stdout line is {kind}: {}",
+                protocol::preview(line)
+            )),
+            Ok(Incoming::Response { id, outcome }) => {
+                match id.and_then(|id| self.pending.remove(&id)) {
+                    Some(call) => {
+                        let reply = match outcome {
+                            Ok(value) => Reply::Result(value),
+                            Err(error) => Reply::Error(error),
+                        };
+                        let _ = call.reply.send(reply);
+                    }
+                    None => tracing::debug!(
+                        engine = %self.engine_id,
+                        ?id,
+                        "ignoring a response to a request nobody waits for (cancelled or timed out)"
+                    ),
+                }
+                Ok(())
+            }
+            Ok(Incoming::Request { id, method, params }) => {
+                self.serve_callback(id, method, params);
+                Ok(())
+            }
+            Ok(Incoming::Notification { method }) => {
+                tracing::debug!(engine = %self.engine_id, %method, "ignoring engine notification");
+                Ok(())
+            }
+        }
+    }
+
+    /// Finds the callbacks for an engine → host request: those of the call in flight for the
+    /// `sessionId` the request names, else those of the only call in flight that has any.
+    fn callbacks_for(&self, params: &Value) -> Option<Arc<dyn RuntimeCallbacks>> {
+        let with_callbacks = || {
+            self.pending
+                .values()
+                .filter(|c| c.route.callbacks.is_some())
+        };
+        match params.get("sessionId").and_then(Value::as_str) {
+            Some(session) => with_callbacks()
+                .find(|c| c.route.session_id.as_deref() == Some(session))
+                .and_then(|c| c.route.callbacks.clone()),
+            None => {
+                let mut candidates = with_callbacks();
+                match (candidates.next(), candidates.next()) {
+                    (Some(only), None) => only.route.callbacks.clone(),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    fn serve_callback(&self, id: Value, method: String, params: Value) {
+        let callbacks = self.callbacks_for(&params);
+        let writer = self.writer.clone();
+        let engine_id = self.engine_id.clone();
+        tokio::spawn(async move {
+            let line = match answer_callback(&method, params, callbacks).await {
+                Ok(result) => protocol::encode_result(&id, result),
+                Err((code, message)) => {
+                    tracing::debug!(engine = %engine_id, %method, code, %message, "engine callback refused");
+                    protocol::encode_error(&id, code, &message)
+                }
+            };
+            let _ = writer.send(WriterMsg::Line(line));
+        });
+    }
+
+    /// After an unexpected end: make sure the child is gone and reaped, and describe why.
+    async fn died(&mut self, cause: String, kill: bool) -> String {
+        if kill {
+            let _ = self.child.start_kill();
+        }
+        let status = match tokio::time::timeout(EXIT_STATUS_WAIT, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => {
+                let _ = self.child.kill().await;
+                None
+            }
+        };
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN_WAIT, task).await;
+        }
+        let mut detail = cause;
+        if let Some(status) = status.filter(|_| !kill) {
+            detail.push_str(&format!(" (engine process exited: {status})"));
+        }
+        let tail: Vec<String> = lock(&self.stderr_tail).iter().cloned().collect();
+        if !tail.is_empty() {
+            detail.push_str("; last stderr: ");
+            detail.push_str(&tail.join(" | "));
+        }
+        tracing::warn!(engine = %self.engine_id, %detail, "engine process connection ended");
+        detail
+    }
+
+    /// Disposal: close stdin, keep draining stdout, wait for the exit up to `grace`, then kill.
+    async fn shut_down(&mut self, grace: Duration, chunk: &mut [u8]) -> Option<ExitStatus> {
+        let _ = self.writer.send(WriterMsg::Close);
+        let deadline = Instant::now() + grace;
+        let mut stdout_open = true;
+        let status = loop {
+            tokio::select! {
+                status = self.child.wait() => break status.ok(),
+                read = self.stdout.read(chunk), if stdout_open => {
+                    // Output after disposal is nobody's answer any more.
+                    if matches!(read, Ok(0) | Err(_)) {
+                        stdout_open = false;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(engine = %self.engine_id, grace_ms = grace.as_millis() as u64, "engine did not exit after stdin closed; killing it");
+                    let _ = self.child.kill().await;
+                    break self.child.wait().await.ok();
+                }
+            }
+        };
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN_WAIT, task).await;
+        }
+        status
+    }
+
+    /// Records why the connection ended and fails every request still waiting.
+    fn close(&mut self, detail: String) {
+        *lock(&self.closed_reason) = Some(detail.clone());
+        for (_, call) in self.pending.drain() {
+            let _ = call.reply.send(Reply::Dead(detail.clone()));
+        }
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Call { reply, .. } => {
+                    let _ = reply.send(Reply::Dead(detail.clone()));
+                }
+                Command::Shutdown { done, .. } => {
+                    let _ = done.send(None);
+                }
+                Command::Cancel { .. } => {}
+            }
+        }
+    }
+}
+
+/// Serves one engine → host request. Errors are `(JSON-RPC code, message)`.
+async fn answer_callback(
+    method: &str,
+    params: Value,
+    callbacks: Option<Arc<dyn RuntimeCallbacks>>,
+) -> Result<Value, (i64, String)> {
+    fn decode<T: serde::de::DeserializeOwned>(
+        method: &str,
+        params: Value,
+    ) -> Result<T, (i64, String)> {
+        serde_path_to_error::deserialize(params).map_err(|e| {
+            (
+                error_code::INVALID_PARAMS,
+                format!(
+                    "invalid params for {method} at `{}`: {}",
+                    e.path(),
+                    e.inner()
+                ),
+            )
+        })
+    }
+    fn encode<T: Serialize>(value: T) -> Result<Value, (i64, String)> {
+        serde_json::to_value(value).map_err(|e| (error_code::CALLBACK_FAILED, e.to_string()))
+    }
+    let failed = |e: EngineError| (error_code::CALLBACK_FAILED, e.to_string());
+    let known = [
+        protocol::METHOD_LLM_COMPLETE,
+        protocol::METHOD_REWRITE_TRANSCRIPT_ENTRIES,
+        protocol::METHOD_DELEGATE_COMPACTION,
+    ];
+    if !known.contains(&method) {
+        return Err((
+            error_code::METHOD_NOT_FOUND,
+            format!("the host has no method {method}"),
+        ));
+    }
+    let Some(callbacks) = callbacks else {
+        return Err((
+            error_code::NO_CALLBACKS,
+            format!(
+                "no runtime callbacks are available for {method}: no call in flight offers a \
+                 runtimeContext for this session"
+            ),
+        ));
+    };
+    match method {
+        protocol::METHOD_LLM_COMPLETE => {
+            let request: LlmCompleteRequest = decode(method, params)?;
+            encode(callbacks.llm_complete(request).await.map_err(failed)?)
+        }
+        protocol::METHOD_REWRITE_TRANSCRIPT_ENTRIES => {
+            let request: TranscriptRewriteRequest = decode(method, params)?;
+            encode(
+                callbacks
+                    .rewrite_transcript_entries(request)
+                    .await
+                    .map_err(failed)?,
+            )
+        }
+        _ => {
+            let request: CompactParams = decode(method, params)?;
+            encode(
+                callbacks
+                    .delegate_compaction(request)
+                    .await
+                    .map_err(failed)?,
+            )
+        }
+    }
+}
+
+async fn write_stdin(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<WriterMsg>) {
+    while let Some(message) = lines.recv().await {
+        match message {
+            WriterMsg::Line(line) => {
+                if stdin.write_all(line.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                    // The child closed stdin (it is exiting); the stdout side reports it.
+                    break;
+                }
+            }
+            WriterMsg::Close => break,
+        }
+    }
+    let _ = stdin.shutdown().await;
+}
+
+async fn forward_stderr(engine_id: String, mut stderr: ChildStderr, tail: StderrTail) {
+    let mut chunk = vec![0u8; 8 * 1024];
+    let mut lines = LineBuffer::new(protocol::MAX_STDERR_LINE_BYTES);
+    let emit = |line: &[u8]| {
+        let text = String::from_utf8_lossy(line).into_owned();
+        tracing::info!(target: "ctxbridge::engine_stderr", engine = %engine_id, "{text}");
+        let mut tail = lock(&tail);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text);
+    };
+    loop {
+        match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                lines.extend(&chunk[..n]);
+                while let Some(line) = lines.next_line() {
+                    match line {
+                        Ok(line) => emit(&line),
+                        Err(_) => emit(b"[stderr line too long, dropped]"),
+                    }
+                }
+            }
+        }
+    }
+    let rest = lines.take_rest();
+    if !rest.is_empty() {
+        emit(&rest);
+    }
+}

@@ -1,0 +1,579 @@
+//! The wire side of the engine process protocol (SPEC §13): line framing, JSON-RPC message
+//! encoding and classification, the `initialize` exchange and the rule that turns its
+//! `methods` list into a [`MethodSet`]. Pure: no I/O here.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::capabilities::Capability;
+use crate::contract::{json_kind, EngineInfo, EngineMethod, MethodSet};
+
+/// The protocol version this host speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Host → engine: the handshake.
+pub const METHOD_INITIALIZE: &str = "initialize";
+/// Host → engine notification: stop working on request `id`.
+pub const METHOD_CANCEL_REQUEST: &str = "$/cancelRequest";
+/// Engine → host: `runtimeContext.rewriteTranscriptEntries`.
+pub const METHOD_REWRITE_TRANSCRIPT_ENTRIES: &str = "runtime/rewriteTranscriptEntries";
+/// Engine → host: `runtimeContext.llm.complete`.
+pub const METHOD_LLM_COMPLETE: &str = "runtime/llmComplete";
+/// Engine → host: the host runtime's own compaction.
+pub const METHOD_DELEGATE_COMPACTION: &str = "runtime/delegateCompaction";
+
+/// JSON-RPC error codes the host sends back to engine → host requests.
+pub mod error_code {
+    /// The params of an engine → host request do not have the expected shape.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The engine asked for a host method that does not exist.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The host callback refused or failed.
+    pub const CALLBACK_FAILED: i64 = -32000;
+    /// No lifecycle call in flight offers runtime callbacks for this request.
+    pub const NO_CALLBACKS: i64 = -32001;
+}
+
+/// Longest stdout line the host accepts from an engine (a whole transcript fits easily);
+/// anything longer is a protocol violation rather than an unbounded buffer.
+pub const MAX_STDOUT_LINE_BYTES: usize = 64 * 1024 * 1024;
+/// stderr lines longer than this are cut before they reach the log.
+pub const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
+
+// ------------------------------------------------------------------------------------------
+// Line framing
+// ------------------------------------------------------------------------------------------
+
+/// A line that grew past the limit without a newline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineTooLong {
+    pub limit: usize,
+}
+
+/// Splits a byte stream into `\n`-terminated lines without holding more than `max_line`
+/// bytes of an unfinished line. Fed from a cancel-safe `read`, so no bytes are ever lost when
+/// the reading `select!` branch loses a race.
+#[derive(Debug)]
+pub struct LineBuffer {
+    pending: Vec<u8>,
+    /// Bytes of `pending` already scanned for a newline.
+    scanned: usize,
+    max_line: usize,
+}
+
+impl LineBuffer {
+    pub fn new(max_line: usize) -> Self {
+        LineBuffer {
+            pending: Vec::new(),
+            scanned: 0,
+            max_line,
+        }
+    }
+
+    pub fn extend(&mut self, chunk: &[u8]) {
+        self.pending.extend_from_slice(chunk);
+    }
+
+    /// The next complete line (without `\n` or a trailing `\r`), `None` when no complete
+    /// line is buffered, or [`LineTooLong`] when the unfinished line passed the limit (the
+    /// buffer is then cleared: the stream can no longer be framed reliably).
+    pub fn next_line(&mut self) -> Option<Result<Vec<u8>, LineTooLong>> {
+        match self.pending[self.scanned..]
+            .iter()
+            .position(|b| *b == b'\n')
+        {
+            Some(offset) => {
+                let end = self.scanned + offset;
+                let mut line: Vec<u8> = self.pending.drain(..=end).collect();
+                self.scanned = 0;
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if line.len() > self.max_line {
+                    return Some(Err(LineTooLong {
+                        limit: self.max_line,
+                    }));
+                }
+                Some(Ok(line))
+            }
+            None if self.pending.len() > self.max_line => {
+                self.pending.clear();
+                self.scanned = 0;
+                Some(Err(LineTooLong {
+                    limit: self.max_line,
+                }))
+            }
+            None => {
+                self.scanned = self.pending.len();
+                None
+            }
+        }
+    }
+
+    /// What is left after the stream ended (a last line without a newline).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        self.scanned = 0;
+        std::mem::take(&mut self.pending)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Messages
+// ------------------------------------------------------------------------------------------
+
+#[derive(Serialize)]
+struct OutgoingRequest<'a, P: Serialize + ?Sized> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: &'a P,
+}
+
+/// One request line (with its `\n`). Params are serialised straight from the contract structs,
+/// so an absent optional key is absent on the wire (SPEC §5).
+pub fn encode_request<P: Serialize + ?Sized>(
+    id: u64,
+    method: &str,
+    params: &P,
+) -> Result<String, serde_json::Error> {
+    let mut line = serde_json::to_string(&OutgoingRequest {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    })?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// The `$/cancelRequest {id}` notification line.
+pub fn encode_cancel(id: u64) -> String {
+    let mut line = serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": METHOD_CANCEL_REQUEST,
+        "params": {"id": id},
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
+/// A successful response line to an engine → host request.
+pub fn encode_result(id: &Value, result: Value) -> String {
+    let mut line = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+    line.push('\n');
+    line
+}
+
+/// An error response line to an engine → host request.
+pub fn encode_error(id: &Value, code: i64, message: &str) -> String {
+    let mut line = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    })
+    .to_string();
+    line.push('\n');
+    line
+}
+
+/// A JSON-RPC error object an engine answered with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (JSON-RPC error {})", self.message, self.code)?;
+        if let Some(data) = &self.data {
+            write!(f, ": {data}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A message read from the engine's stdout.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// The answer to one of the host's requests. `id` is `None` when it cannot be one of
+    /// ours (not an unsigned integer).
+    Response {
+        id: Option<u64>,
+        outcome: Result<Value, RpcError>,
+    },
+    /// An engine → host request (a runtime callback).
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// An engine → host notification (none is defined; they are logged and ignored).
+    Notification { method: String },
+}
+
+/// Why a stdout line is not a JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ViolationKind {
+    #[error("not JSON ({0})")]
+    NotJson(String),
+    #[error("{0}, not a JSON-RPC object")]
+    NotAnObject(&'static str),
+    #[error("neither a request nor a response")]
+    Unclassifiable,
+    #[error("a response with both `result` and `error`")]
+    ResultAndError,
+    #[error("a malformed `error` object")]
+    BadErrorObject,
+    #[error("`method` is not a string")]
+    BadMethod,
+}
+
+/// Classifies one stdout line.
+pub fn parse_incoming(line: &[u8]) -> Result<Incoming, ViolationKind> {
+    let value: Value =
+        serde_json::from_slice(line).map_err(|e| ViolationKind::NotJson(e.to_string()))?;
+    let Value::Object(mut obj) = value else {
+        return Err(ViolationKind::NotAnObject(json_kind(&value)));
+    };
+    if let Some(method) = obj.remove("method") {
+        let Value::String(method) = method else {
+            return Err(ViolationKind::BadMethod);
+        };
+        let params = obj.remove("params").unwrap_or(Value::Null);
+        return Ok(match obj.remove("id") {
+            Some(id) if !id.is_null() => Incoming::Request { id, method, params },
+            _ => Incoming::Notification { method },
+        });
+    }
+    let id = obj.get("id").and_then(Value::as_u64);
+    match (obj.remove("result"), obj.remove("error")) {
+        (Some(_), Some(_)) => Err(ViolationKind::ResultAndError),
+        (Some(result), None) => Ok(Incoming::Response {
+            id,
+            outcome: Ok(result),
+        }),
+        (None, Some(error)) => Ok(Incoming::Response {
+            id,
+            outcome: Err(parse_error_object(error)?),
+        }),
+        (None, None) => Err(ViolationKind::Unclassifiable),
+    }
+}
+
+fn parse_error_object(error: Value) -> Result<RpcError, ViolationKind> {
+    let Value::Object(mut obj) = error else {
+        return Err(ViolationKind::BadErrorObject);
+    };
+    let code = obj
+        .get("code")
+        .and_then(Value::as_i64)
+        .ok_or(ViolationKind::BadErrorObject)?;
+    let message = match obj.remove("message") {
+        Some(Value::String(m)) => m,
+        _ => return Err(ViolationKind::BadErrorObject),
+    };
+    Ok(RpcError {
+        code,
+        message,
+        data: obj.remove("data"),
+    })
+}
+
+/// A short, printable preview of a line for error messages and logs.
+pub fn preview(line: &[u8]) -> String {
+    const MAX: usize = 200;
+    let text = String::from_utf8_lossy(line);
+    let mut out: String = text.chars().take(MAX).collect();
+    if text.chars().count() > MAX {
+        out.push('…');
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// initialize
+// ------------------------------------------------------------------------------------------
+
+/// `initialize.params.host`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InitializeHost<'a> {
+    pub id: &'a str,
+    pub label: &'a str,
+    pub capabilities: &'a [Capability],
+}
+
+/// `initialize.params`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams<'a> {
+    pub protocol_version: u32,
+    pub host: InitializeHost<'a>,
+    pub engine_id: &'a str,
+    pub config: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_dir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_dir: Option<String>,
+}
+
+/// What `initialize` told the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitializeOutcome {
+    pub info: EngineInfo,
+    pub methods: MethodSet,
+    /// Names in `methods` this host does not know (ignored, reported in a log line).
+    pub unknown_methods: Vec<String>,
+}
+
+/// Decodes the `initialize` result `{info, methods, protocolVersion?}`.
+///
+/// The `methods` rule: if the list names none of the required members (`ingest`,
+/// `assemble`, `compact`) it is the SPEC's form — the optional members the engine implements —
+/// and the required members are assumed present. If it names at least one required member it
+/// is a complete listing and is taken exactly, so a missing required member shows up in the
+/// registry's contract validation. `info` is always present (`initialize` returned it); an
+/// absent `methods` means "required members only". Unknown names are ignored.
+pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
+    let Value::Object(mut obj) = result else {
+        return Err(format!(
+            "initialize result is {}, expected an object",
+            json_kind(&result)
+        ));
+    };
+    if let Some(version) = obj.remove("protocolVersion") {
+        if version.as_u64() != Some(u64::from(PROTOCOL_VERSION)) {
+            return Err(format!(
+                "engine speaks protocolVersion {version}, this host speaks {PROTOCOL_VERSION}"
+            ));
+        }
+    }
+    let info_value = obj
+        .remove("info")
+        .ok_or_else(|| "initialize result has no `info`".to_string())?;
+    let info: EngineInfo = serde_path_to_error::deserialize(info_value)
+        .map_err(|e| format!("`info.{}`: {}", e.path(), e.inner()))?;
+    let names = match obj.remove("methods") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(name) => Ok(name),
+                other => Err(format!(
+                    "`methods` holds {}, expected method names",
+                    json_kind(&other)
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(format!(
+                "`methods` is {}, expected an array of method names",
+                json_kind(&other)
+            ))
+        }
+    };
+    let (methods, unknown_methods) = method_set_from_names(&names);
+    Ok(InitializeOutcome {
+        info,
+        methods,
+        unknown_methods,
+    })
+}
+
+/// Applies the `methods` rule of [`decode_initialize`] to a list of names.
+pub fn method_set_from_names(names: &[String]) -> (MethodSet, Vec<String>) {
+    let mut known = Vec::new();
+    let mut unknown = Vec::new();
+    for name in names {
+        match EngineMethod::parse(name) {
+            Some(m) => known.push(m),
+            None => unknown.push(name.clone()),
+        }
+    }
+    let lists_required = known.iter().any(|m| {
+        matches!(
+            m,
+            EngineMethod::Ingest | EngineMethod::Assemble | EngineMethod::Compact
+        )
+    });
+    let methods = if lists_required {
+        let mut set = MethodSet::exactly(known);
+        set.insert(EngineMethod::Info);
+        set
+    } else {
+        MethodSet::required_plus(&known)
+    };
+    (methods, unknown)
+}
+
+/// Decodes a result that carries nothing (`afterTurn`, `dispose`, …): `null` or an object
+/// (a JavaScript engine returning `undefined` or `{}`); anything else is malformed.
+pub fn check_unit_result(value: &Value) -> Result<(), String> {
+    match value {
+        Value::Null | Value::Object(_) => Ok(()),
+        other => Err(format!(
+            "expected no result (null or an object), got {}",
+            json_kind(other)
+        )),
+    }
+}
+
+/// `{}`: the params of `dispose`.
+pub fn empty_params() -> Map<String, Value> {
+    Map::new()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Lines split across chunks are reassembled; `\r\n` endings are trimmed.
+    #[test]
+    fn line_buffer_reassembles_chunks() {
+        let mut buf = LineBuffer::new(100);
+        buf.extend(b"{\"a\":");
+        assert_eq!(buf.next_line(), None);
+        buf.extend(b"1}\r\n{\"b\":2}\nrest");
+        assert_eq!(buf.next_line(), Some(Ok(b"{\"a\":1}".to_vec())));
+        assert_eq!(buf.next_line(), Some(Ok(b"{\"b\":2}".to_vec())));
+        assert_eq!(buf.next_line(), None);
+        assert_eq!(buf.take_rest(), b"rest".to_vec());
+    }
+
+    /// An unfinished line past the limit is reported instead of growing the buffer.
+    #[test]
+    fn line_buffer_bounds_unfinished_lines() {
+        let mut buf = LineBuffer::new(8);
+        buf.extend(b"0123456789");
+        assert_eq!(buf.next_line(), Some(Err(LineTooLong { limit: 8 })));
+        buf.extend(b"ok\n");
+        assert_eq!(buf.next_line(), Some(Ok(b"ok".to_vec())));
+    }
+
+    /// Requests carry exactly the serialised params; absent options stay absent.
+    #[test]
+    fn encode_request_is_one_line_with_camel_case_params() {
+        let params = crate::contract::AssembleParams {
+            session_id: "s".into(),
+            ..Default::default()
+        };
+        let line = encode_request(7, "assemble", &params).unwrap();
+        assert!(line.ends_with('\n'));
+        assert_eq!(line.matches('\n').count(), 1);
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","id":7,"method":"assemble","params":{"sessionId":"s","messages":[]}})
+        );
+    }
+
+    /// Responses, errors, requests and notifications are told apart; garbage is a violation.
+    #[test]
+    fn parse_incoming_classifies_messages() {
+        assert_eq!(
+            parse_incoming(br#"{"jsonrpc":"2.0","id":3,"result":null}"#).unwrap(),
+            Incoming::Response {
+                id: Some(3),
+                outcome: Ok(Value::Null)
+            }
+        );
+        assert_eq!(
+            parse_incoming(br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"boom"}}"#)
+                .unwrap(),
+            Incoming::Response {
+                id: Some(4),
+                outcome: Err(RpcError {
+                    code: -1,
+                    message: "boom".into(),
+                    data: None
+                })
+            }
+        );
+        assert_eq!(
+            parse_incoming(
+                br#"{"jsonrpc":"2.0","id":"x","method":"runtime/llmComplete","params":{"a":1}}"#
+            )
+            .unwrap(),
+            Incoming::Request {
+                id: json!("x"),
+                method: "runtime/llmComplete".into(),
+                params: json!({"a":1})
+            }
+        );
+        assert_eq!(
+            parse_incoming(br#"{"jsonrpc":"2.0","method":"$/progress"}"#).unwrap(),
+            Incoming::Notification {
+                method: "$/progress".into()
+            }
+        );
+        assert!(matches!(
+            parse_incoming(b"hello world"),
+            Err(ViolationKind::NotJson(_))
+        ));
+        assert_eq!(
+            parse_incoming(b"[1,2]"),
+            Err(ViolationKind::NotAnObject("an array"))
+        );
+        assert_eq!(
+            parse_incoming(br#"{"id":1}"#),
+            Err(ViolationKind::Unclassifiable)
+        );
+        assert_eq!(
+            parse_incoming(br#"{"id":1,"error":"no"}"#),
+            Err(ViolationKind::BadErrorObject)
+        );
+    }
+
+    /// The SPEC form (optional names only) implies the required members.
+    #[test]
+    fn methods_listing_only_optional_members_implies_required_ones() {
+        let (set, unknown) =
+            method_set_from_names(&["maintain".to_string(), "fancyNewThing".to_string()]);
+        assert!(set.missing_required().is_empty());
+        assert!(set.contains(EngineMethod::Maintain));
+        assert!(!set.contains(EngineMethod::Dispose));
+        assert_eq!(unknown, vec!["fancyNewThing".to_string()]);
+    }
+
+    /// A listing that names a required member is taken exactly.
+    #[test]
+    fn methods_listing_naming_a_required_member_is_exact() {
+        let (set, _) = method_set_from_names(&["ingest".to_string(), "assemble".to_string()]);
+        assert_eq!(set.missing_required(), vec![EngineMethod::Compact]);
+        assert!(set.contains(EngineMethod::Info));
+    }
+
+    /// `initialize` results decode strictly: a mistyped info field names its path.
+    #[test]
+    fn decode_initialize_reports_mistyped_info() {
+        let ok = decode_initialize(json!({
+            "info": {"id": "e", "name": "E", "ownsCompaction": true},
+            "methods": ["dispose"],
+        }))
+        .unwrap();
+        assert_eq!(ok.info.id, "e");
+        assert!(ok.info.owns_compaction());
+        assert!(ok.methods.contains(EngineMethod::Dispose));
+
+        let err =
+            decode_initialize(json!({"info": {"id": "e", "ownsCompaction": "yes"}})).unwrap_err();
+        assert!(err.contains("ownsCompaction"), "{err}");
+        let err = decode_initialize(json!({"info": {"id": "e"}, "methods": "all"})).unwrap_err();
+        assert!(err.contains("methods"), "{err}");
+        let err = decode_initialize(json!({"info": {}, "protocolVersion": 2})).unwrap_err();
+        assert!(err.contains("protocolVersion"), "{err}");
+    }
+
+    /// Unit results accept null and objects only.
+    #[test]
+    fn unit_results_accept_null_or_object() {
+        assert!(check_unit_result(&Value::Null).is_ok());
+        assert!(check_unit_result(&json!({})).is_ok());
+        assert!(check_unit_result(&json!(3)).is_err());
+    }
+}
