@@ -12,5 +12,6 @@
 
 pub mod backend;
 pub mod capabilities;
+pub mod config;
 pub mod contract;
 pub mod engines;
