@@ -15,3 +15,6 @@ pub mod capabilities;
 pub mod config;
 pub mod contract;
 pub mod engines;
+pub mod host;
+pub mod host_params;
+pub mod runtime_settings;
