@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::capabilities::HostKind;
+use crate::contract::SelectionSource;
 use crate::engines::LEGACY_ENGINE_ID;
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -318,6 +319,17 @@ pub struct EngineSlot {
     /// Set when the configured engine is disabled by `plugins.entries.<id>.enabled: false`:
     /// the id that was configured (legacy runs instead).
     pub disabled_id: Option<String>,
+}
+
+impl EngineSlot {
+    /// `configured` when the slot names an engine, else `default` (for runtimeSettings, doctor).
+    pub fn source(&self) -> SelectionSource {
+        if self.configured {
+            SelectionSource::Configured
+        } else {
+            SelectionSource::Default
+        }
+    }
 }
 
 impl Config {
@@ -1180,10 +1192,7 @@ mod tests {
                 disabled_id: None
             }
         );
-        assert_eq!(
-            slot("{plugins: {slots: {contextEngine: ''}}}").configured,
-            false
-        );
+        assert!(!slot("{plugins: {slots: {contextEngine: ''}}}").configured);
         assert_eq!(
             slot("{plugins: {slots: {contextEngine: '  '}}}").engine_id,
             "legacy"

@@ -57,6 +57,9 @@ fn list(items: &[String]) -> String {
 /// Checks `info.hostRequirements[operation]` against `host_capabilities`. An engine without
 /// requirements for the operation passes. Capability names the host does not know count as
 /// missing.
+// Called once per operation, never in a loop: the size of the error does not matter, and its
+// fields are what callers report.
+#[allow(clippy::result_large_err)]
 pub fn check_host_requirements(
     info: &EngineInfo,
     operation: HostOperation,

@@ -17,4 +17,6 @@ pub mod contract;
 pub mod engines;
 pub mod host;
 pub mod host_params;
+pub mod quarantine;
+pub mod registry;
 pub mod runtime_settings;
