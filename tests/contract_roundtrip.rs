@@ -51,71 +51,54 @@ fn round_trip<T: DeserializeOwned + Serialize>(name: &str) -> T {
     typed
 }
 
+/// Round-trips fixture `name` as `T` (for the table below).
+fn check<T: DeserializeOwned + Serialize>(name: &str) {
+    round_trip::<T>(name);
+}
+
+type FixtureCheck = fn(&str);
+
 /// Every fixture file, with the type it round-trips through.
-const FIXTURES: &[(&str, fn(&str))] = &[
-    ("agent_messages", |n| {
-        drop(round_trip::<Vec<AgentMessage>>(n))
-    }),
-    ("engine_info", |n| drop(round_trip::<EngineInfo>(n))),
-    ("ingest_params", |n| drop(round_trip::<IngestParams>(n))),
-    ("ingest_result", |n| drop(round_trip::<IngestResult>(n))),
-    ("ingest_batch_params", |n| {
-        drop(round_trip::<IngestBatchParams>(n))
-    }),
-    ("ingest_batch_result", |n| {
-        drop(round_trip::<IngestBatchResult>(n))
-    }),
-    ("bootstrap_params", |n| {
-        drop(round_trip::<BootstrapParams>(n))
-    }),
-    ("bootstrap_result", |n| {
-        drop(round_trip::<BootstrapResult>(n))
-    }),
-    ("assemble_params", |n| drop(round_trip::<AssembleParams>(n))),
-    ("assemble_result", |n| drop(round_trip::<AssembleResult>(n))),
-    ("assemble_result_minimal", |n| {
-        drop(round_trip::<AssembleResult>(n))
-    }),
-    ("compact_params", |n| drop(round_trip::<CompactParams>(n))),
-    ("compact_result", |n| drop(round_trip::<CompactResult>(n))),
-    ("compact_result_noop", |n| {
-        drop(round_trip::<CompactResult>(n))
-    }),
-    ("after_turn_params", |n| {
-        drop(round_trip::<AfterTurnParams>(n))
-    }),
-    ("maintain_params", |n| drop(round_trip::<MaintainParams>(n))),
-    ("maintain_result", |n| drop(round_trip::<MaintainResult>(n))),
-    ("commit_turn_params", |n| {
-        drop(round_trip::<CommitTurnParams>(n))
-    }),
-    ("commit_turn_result", |n| {
-        drop(round_trip::<CommitTurnResult>(n))
-    }),
-    ("prepare_subagent_spawn_params", |n| {
-        drop(round_trip::<PrepareSubagentSpawnParams>(n))
-    }),
-    ("prepare_subagent_spawn_result", |n| {
-        drop(round_trip::<PrepareSubagentSpawnResult>(n))
-    }),
-    ("rollback_subagent_spawn_params", |n| {
-        drop(round_trip::<RollbackSubagentSpawnParams>(n))
-    }),
-    ("on_subagent_ended_params", |n| {
-        drop(round_trip::<OnSubagentEndedParams>(n))
-    }),
-    ("transcript_rewrite_request", |n| {
-        drop(round_trip::<TranscriptRewriteRequest>(n))
-    }),
-    ("llm_complete_request", |n| {
-        drop(round_trip::<LlmCompleteRequest>(n))
-    }),
-    ("llm_complete_result", |n| {
-        drop(round_trip::<LlmCompleteResult>(n))
-    }),
-    ("runtime_settings", |n| {
-        drop(round_trip::<RuntimeSettings>(n))
-    }),
+const FIXTURES: &[(&str, FixtureCheck)] = &[
+    ("agent_messages", check::<Vec<AgentMessage>>),
+    ("engine_info", check::<EngineInfo>),
+    ("ingest_params", check::<IngestParams>),
+    ("ingest_result", check::<IngestResult>),
+    ("ingest_batch_params", check::<IngestBatchParams>),
+    ("ingest_batch_result", check::<IngestBatchResult>),
+    ("bootstrap_params", check::<BootstrapParams>),
+    ("bootstrap_result", check::<BootstrapResult>),
+    ("assemble_params", check::<AssembleParams>),
+    ("assemble_result", check::<AssembleResult>),
+    ("assemble_result_minimal", check::<AssembleResult>),
+    ("compact_params", check::<CompactParams>),
+    ("compact_result", check::<CompactResult>),
+    ("compact_result_noop", check::<CompactResult>),
+    ("after_turn_params", check::<AfterTurnParams>),
+    ("maintain_params", check::<MaintainParams>),
+    ("maintain_result", check::<MaintainResult>),
+    ("commit_turn_params", check::<CommitTurnParams>),
+    ("commit_turn_result", check::<CommitTurnResult>),
+    (
+        "prepare_subagent_spawn_params",
+        check::<PrepareSubagentSpawnParams>,
+    ),
+    (
+        "prepare_subagent_spawn_result",
+        check::<PrepareSubagentSpawnResult>,
+    ),
+    (
+        "rollback_subagent_spawn_params",
+        check::<RollbackSubagentSpawnParams>,
+    ),
+    ("on_subagent_ended_params", check::<OnSubagentEndedParams>),
+    (
+        "transcript_rewrite_request",
+        check::<TranscriptRewriteRequest>,
+    ),
+    ("llm_complete_request", check::<LlmCompleteRequest>),
+    ("llm_complete_result", check::<LlmCompleteResult>),
+    ("runtime_settings", check::<RuntimeSettings>),
 ];
 
 /// Every params and result fixture survives deserialize → serialize unchanged.
