@@ -1250,6 +1250,150 @@ continued", i: +Infinity, j: .5, k: 0x1F,
         assert_eq!(locate(src, &[key("bA"), PathSegment::Index(9)]).depth, 1);
     }
 
+    /// Renders JSON values as JSON5 in varied styles, recording where each value starts.
+    struct Json5Writer {
+        out: String,
+        seed: u64,
+        starts: Vec<(Vec<PathSegment>, usize)>,
+    }
+
+    impl Json5Writer {
+        fn coin(&mut self, one_in: u64) -> bool {
+            // A small LCG: the style choices only need to vary, not to be good random numbers.
+            self.seed = self
+                .seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.seed >> 33) % one_in == 0
+        }
+
+        fn trivia(&mut self) {
+            if self.coin(3) {
+                self.out.push_str("\n  ");
+            }
+            if self.coin(5) {
+                self.out.push_str("/* a, } ] 'comment' */ ");
+            }
+            if self.coin(6) {
+                self.out.push_str("// line comment: { [\n");
+            }
+            if self.coin(4) {
+                self.out.push('\t');
+            }
+        }
+
+        fn key(&mut self, key: &str) {
+            let identifier = key
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+            if identifier && self.coin(2) {
+                self.out.push_str(key);
+            } else if self.coin(2) {
+                self.out.push('\'');
+                self.out
+                    .push_str(&key.replace('\\', "\\\\").replace('\'', "\\'"));
+                self.out.push('\'');
+            } else {
+                self.out.push_str(&serde_json::to_string(key).unwrap());
+            }
+        }
+
+        fn value(&mut self, path: &mut Vec<PathSegment>, value: &Value) {
+            self.trivia();
+            self.starts.push((path.clone(), self.out.len()));
+            match value {
+                Value::Object(map) => {
+                    self.out.push('{');
+                    for (i, (k, v)) in map.iter().enumerate() {
+                        if i > 0 {
+                            self.out.push(',');
+                        }
+                        self.trivia();
+                        self.key(k);
+                        self.trivia();
+                        self.out.push(':');
+                        path.push(PathSegment::Key(k.clone()));
+                        self.value(path, v);
+                        path.pop();
+                        self.trivia();
+                    }
+                    if !map.is_empty() && self.coin(2) {
+                        self.out.push(',');
+                    }
+                    self.trivia();
+                    self.out.push('}');
+                }
+                Value::Array(items) => {
+                    self.out.push('[');
+                    for (i, v) in items.iter().enumerate() {
+                        if i > 0 {
+                            self.out.push(',');
+                        }
+                        path.push(PathSegment::Index(i));
+                        self.value(path, v);
+                        path.pop();
+                        self.trivia();
+                    }
+                    if !items.is_empty() && self.coin(2) {
+                        self.out.push(',');
+                    }
+                    self.out.push(']');
+                }
+                Value::String(text) if self.coin(2) => {
+                    self.out.push('\'');
+                    self.out
+                        .push_str(&text.replace('\\', "\\\\").replace('\'', "\\'"));
+                    self.out.push('\'');
+                }
+                other => self.out.push_str(&other.to_string()),
+            }
+        }
+    }
+
+    fn json_tree() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            "[a-z_$][a-z0-9_]{0,6}",
+            "[a-z]{1,3}[-. /:,{}\\[\\]'\"\\\\]{1,2}[a-z]{0,2}",
+            "[éü]{1,2}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(Value::from),
+            "[a-z ,:{}\\[\\]/*'\"\\\\é]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 40, 5, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                proptest::collection::btree_map(key.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// For any JSON tree rendered as JSON5 with comments, quoted and unquoted keys, trailing
+        /// commas and line breaks, the locator finds every value where it was written, and the
+        /// text is JSON5 that parses back to the same tree.
+        #[test]
+        fn locator_finds_every_value(tree in json_tree(), seed in proptest::prelude::any::<u64>()) {
+            let mut writer = Json5Writer { out: String::new(), seed, starts: Vec::new() };
+            writer.value(&mut Vec::new(), &tree);
+            let parsed: Value = json5::from_str(&writer.out).unwrap();
+            proptest::prop_assert_eq!(&parsed, &tree, "source: {}", writer.out);
+            for (path, start) in &writer.starts {
+                let found = locate(&writer.out, path);
+                proptest::prop_assert_eq!(found.depth, path.len(), "path {:?} in {}", path, writer.out);
+                proptest::prop_assert_eq!(found.value, *start, "path {:?} in {}", path, writer.out);
+            }
+        }
+    }
+
     /// Columns count characters, not bytes, and CRLF counts as one line break.
     #[test]
     fn columns_count_characters() {
