@@ -54,3 +54,56 @@ impl fmt::Display for Capability {
         f.write_str(self.as_str())
     }
 }
+
+/// The kinds of host ctxbridge knows, each with its advertised capabilities (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKind {
+    /// The in-process mock backend.
+    Mock,
+    /// The Codex app-server.
+    Codex,
+    /// The OpenAI Responses API.
+    Responses,
+    /// A generic CLI host that cannot control the prompt.
+    Cli,
+}
+
+impl HostKind {
+    /// The capabilities this kind of host advertises.
+    pub fn capabilities(self) -> Vec<Capability> {
+        match self {
+            HostKind::Mock | HostKind::Codex | HostKind::Responses => Capability::ALL.to_vec(),
+            HostKind::Cli => Capability::CLI_HOST.to_vec(),
+        }
+    }
+
+    /// The label used in messages (`Context engine "x" cannot run operation "y" on <label>`).
+    pub fn label(self) -> &'static str {
+        match self {
+            HostKind::Mock => "the mock backend",
+            HostKind::Codex => "the Codex app-server",
+            HostKind::Responses => "the Responses API backend",
+            HostKind::Cli => "a CLI host",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostKind::Mock => "mock",
+            HostKind::Codex => "codex",
+            HostKind::Responses => "responses",
+            HostKind::Cli => "cli",
+        }
+    }
+}
+
+impl From<crate::backend::BackendKind> for HostKind {
+    fn from(kind: crate::backend::BackendKind) -> Self {
+        match kind {
+            crate::backend::BackendKind::Mock => HostKind::Mock,
+            crate::backend::BackendKind::Codex => HostKind::Codex,
+            crate::backend::BackendKind::Responses => HostKind::Responses,
+        }
+    }
+}

@@ -7,11 +7,31 @@
 //! - [`contract`]: the engine contract — messages, parameters, results, the `ContextEngine`
 //!   trait and the host callbacks (SPEC §1).
 //! - [`engines`]: engines that ship with ctxbridge (the built-in `legacy` engine).
-//! - [`capabilities`]: host capabilities (SPEC §3).
-//! - [`backend`]: the threaded-backend port and its implementations (SPEC §12).
+//! - [`capabilities`]: host capabilities and the lists each kind of host advertises (SPEC §3).
+//! - [`host`]: checking an engine's host requirements before an operation (SPEC §3).
+//! - [`runtime_settings`]: the read-only runtimeSettings snapshot (SPEC §4).
+//! - [`host_params`]: which host-added params an engine receives (SPEC §5).
+//! - [`quarantine`]: the fault-isolating wrapper engine and the process-wide quarantine book
+//!   (SPEC §2).
+//! - [`registry`]: engine registration by id and owner, slot resolution, contract validation
+//!   (SPEC §2).
+//! - [`backend`]: the threaded-backend port and its implementations: the in-process mock, the
+//!   Codex app-server, the Responses API, and the shared conformance suite (SPEC §12).
+//! - [`store`]: durable state — bindings, transcripts, the durable-turn outbox, leases (SPEC §9.4).
+//! - [`config`]: the JSON5 configuration file (SPEC §14).
+//! - [`doctor`]: the `doctor` report (SPEC §2, §3).
+//! - [`cli`]: the `ctxbridge` command line (SPEC §14).
 
 pub mod backend;
 pub mod capabilities;
+pub mod cli;
+pub mod config;
 pub mod contract;
+pub mod doctor;
 pub mod engines;
+pub mod host;
+pub mod host_params;
+pub mod quarantine;
+pub mod registry;
+pub mod runtime_settings;
 pub mod store;
