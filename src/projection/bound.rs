@@ -52,12 +52,14 @@ impl Bounded<'_> {
 /// `{mode: thread_bootstrap, epoch: "bounded:<sha256>", fingerprint: "<sha256>"}` where the
 /// SHA-256 (hex) is taken over the canonical JSON of
 /// `{limit, messages (retained), projection (assembled, or null), systemPromptAddition (or
-/// null)}`. At or below the limit the result is returned as it is, borrowed.
+/// null)}`. At or below the limit (or without messages) the result is returned as it is,
+/// borrowed.
 pub fn bound_assembled(result: &AssembleResult, transcript_byte_limit: usize) -> Bounded<'_> {
     let messages = result.messages.as_slice();
     let transcript_bytes = transcript_json_bytes(messages);
     let system_prompt_addition = result.system_prompt_addition.as_deref();
-    if transcript_bytes <= transcript_byte_limit {
+    // An empty transcript has nothing to drop, even under a limit below its 2 bytes.
+    if transcript_bytes <= transcript_byte_limit || messages.is_empty() {
         return Bounded {
             messages,
             projection: result.context_projection.as_ref().map(Cow::Borrowed),
@@ -425,6 +427,8 @@ mod tests {
         );
         assert_eq!(bounded.system_prompt_addition, Some("Remember X."));
         assert_eq!(bounded.transcript_bytes, size);
+        // An empty transcript has nothing to drop, even below its own 2 bytes.
+        assert!(!bound_assembled(&assembled(Vec::new()), 0).bounded);
     }
 
     /// Over the limit the oldest whole user turns go; the projection becomes the bounded one,
