@@ -6,7 +6,8 @@
 //! Layout, from the inside out:
 //! - [`contract`]: the engine contract — messages, parameters, results, the `ContextEngine`
 //!   trait and the host callbacks (SPEC §1).
-//! - [`engines`]: engines that ship with ctxbridge (the built-in `legacy` engine).
+//! - [`engines`]: engines that ship with ctxbridge: the built-in `legacy` engine, the sample
+//!   `sample-summary` thread_bootstrap engine, and out-of-process engines (SPEC §13).
 //! - [`capabilities`]: host capabilities and the lists each kind of host advertises (SPEC §3).
 //! - [`host`]: checking an engine's host requirements before an operation (SPEC §3).
 //! - [`runtime_settings`]: the read-only runtimeSettings snapshot (SPEC §4).
@@ -15,9 +16,13 @@
 //!   (SPEC §2).
 //! - [`registry`]: engine registration by id and owner, slot resolution, contract validation
 //!   (SPEC §2).
+//! - [`projection`]: projection onto threaded backends as pure functions — rendering,
+//!   bounding, the thread binding, the project-or-reuse decision, developer instructions
+//!   (SPEC §9).
 //! - [`backend`]: the threaded-backend port and its implementations: the in-process mock, the
 //!   Codex app-server, the Responses API, and the shared conformance suite (SPEC §12).
 //! - [`store`]: durable state — bindings, transcripts, the durable-turn outbox, leases (SPEC §9.4).
+//! - [`harness`]: the turn algorithm — the engine lifecycle around every turn (SPEC §6–§11).
 //! - [`config`]: the JSON5 configuration file (SPEC §14).
 //! - [`doctor`]: the `doctor` report (SPEC §2, §3).
 //! - [`cli`]: the `ctxbridge` command line (SPEC §14).
@@ -31,6 +36,7 @@ pub mod doctor;
 pub mod engines;
 pub mod host;
 pub mod host_params;
+pub mod projection;
 pub mod quarantine;
 pub mod registry;
 pub mod runtime_settings;

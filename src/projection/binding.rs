@@ -1,0 +1,348 @@
+//! The thread binding (SPEC §9.4): what a session's backend thread has received, and the keys
+//! and fingerprints it is matched by.
+//!
+//! The JSON record is the SPEC's shape plus one optional field, `engine.projectionMode`:
+//! ```text
+//! { schemaVersion: 1, bindingKey, backend, threadId,
+//!   engine: { engineId, policyFingerprint,
+//!             projection?: { mode: "thread_bootstrap", epoch, fingerprint? },
+//!             projectionMode?: "none" | "per_turn" | "thread_bootstrap" },
+//!   toolsFingerprint, developerInstructionsSha256, generation, updatedAt }
+//! ```
+//! `projectionMode` records how the thread was fed (bare prompts, per-turn projections, or a
+//! bootstrap), so that a switch between per-turn and thread_bootstrap — which the SPEC's shape
+//! cannot tell from "no projection yet" — starts a new thread. A record without it (written by
+//! another implementation) is read as "unknown" and handled conservatively by
+//! [`super::decision::decide`]. `updatedAt` is milliseconds since the Unix epoch, set by the
+//! caller (this module does no I/O and reads no clock).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::decision::EffectiveMode;
+use super::fingerprint::{push_u64, sha256_hex_bytes, write_json_string};
+use crate::backend::{BackendKind, ThreadId};
+use crate::contract::{ProjectionMode, TurnMaintenanceMode};
+
+/// The binding record's schema version.
+pub const BINDING_SCHEMA_VERSION: u32 = 1;
+/// The policy fingerprint's schema version (part of the fingerprinted JSON).
+pub const POLICY_SCHEMA_VERSION: u32 = 1;
+
+/// A session's thread binding (SPEC §9.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadBinding {
+    pub schema_version: u32,
+    pub binding_key: String,
+    pub backend: BackendKind,
+    pub thread_id: ThreadId,
+    pub engine: EngineBinding,
+    pub tools_fingerprint: String,
+    pub developer_instructions_sha256: String,
+    pub generation: u64,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at: u64,
+}
+
+/// `engine` of a [`ThreadBinding`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineBinding {
+    pub engine_id: String,
+    pub policy_fingerprint: String,
+    /// The bootstrap projection the thread received (thread_bootstrap mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<BindingProjection>,
+    /// How the thread was fed; `None` when the record does not say (extension of the SPEC's
+    /// shape, see the module documentation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection_mode: Option<EffectiveMode>,
+}
+
+/// `engine.projection` of a [`ThreadBinding`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingProjection {
+    /// Always `thread_bootstrap` when written by ctxbridge; anything else never matches.
+    pub mode: ProjectionMode,
+    pub epoch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+}
+
+impl ThreadBinding {
+    /// How the thread was fed: the recorded mode, else `thread_bootstrap` when a projection is
+    /// recorded, else `None` (unknown).
+    pub fn fed_mode(&self) -> Option<EffectiveMode> {
+        self.engine.projection_mode.or_else(|| {
+            self.engine
+                .projection
+                .as_ref()
+                .map(|_| EffectiveMode::ThreadBootstrap)
+        })
+    }
+}
+
+/// The binding key of a session (SPEC §9.4): `session-key:<agentId>:<base64url(sha256(
+/// sessionKey))>` (unpadded URL-safe base64), or `session:<agentId>:<sessionId>` when there is
+/// no session key. A blank session key counts as none.
+pub fn binding_key(agent_id: &str, session_key: Option<&str>, session_id: &str) -> String {
+    match session_key.filter(|k| !k.trim().is_empty()) {
+        Some(key) => format!(
+            "session-key:{agent_id}:{}",
+            URL_SAFE_NO_PAD.encode(Sha256::digest(key.as_bytes()))
+        ),
+        None => format!("session:{agent_id}:{session_id}"),
+    }
+}
+
+/// What the policy fingerprint covers (SPEC §9.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyInputs<'a> {
+    pub engine_id: &'a str,
+    pub engine_version: Option<&'a str>,
+    pub owns_compaction: bool,
+    pub turn_maintenance_mode: TurnMaintenanceMode,
+    pub citations_mode: Option<&'a str>,
+    pub context_token_budget: Option<u64>,
+    /// The context cap in chars ([`super::render::context_cap_chars`]).
+    pub projection_max_chars: u64,
+}
+
+/// The policy fingerprint: lowercase hex SHA-256 of the canonical JSON (keys sorted, no
+/// whitespace, absent values as `null`) of `{citationsMode, contextTokenBudget, engineId,
+/// engineVersion, ownsCompaction, projectionMaxChars, schemaVersion: 1,
+/// turnMaintenanceMode}`.
+pub fn policy_fingerprint(inputs: &PolicyInputs<'_>) -> String {
+    sha256_hex_bytes(policy_canonical_json(inputs).as_bytes())
+}
+
+/// The canonical JSON that [`policy_fingerprint`] hashes (written directly, keys in order).
+pub fn policy_canonical_json(inputs: &PolicyInputs<'_>) -> String {
+    let mut json = String::with_capacity(256);
+    json.push_str("{\"citationsMode\":");
+    push_opt_str(&mut json, inputs.citations_mode);
+    json.push_str(",\"contextTokenBudget\":");
+    match inputs.context_token_budget {
+        Some(budget) => push_u64(&mut json, budget),
+        None => json.push_str("null"),
+    }
+    json.push_str(",\"engineId\":");
+    write_json_string(inputs.engine_id, &mut json);
+    json.push_str(",\"engineVersion\":");
+    push_opt_str(&mut json, inputs.engine_version);
+    json.push_str(",\"ownsCompaction\":");
+    json.push_str(if inputs.owns_compaction {
+        "true"
+    } else {
+        "false"
+    });
+    json.push_str(",\"projectionMaxChars\":");
+    push_u64(&mut json, inputs.projection_max_chars);
+    json.push_str(",\"schemaVersion\":");
+    push_u64(&mut json, u64::from(POLICY_SCHEMA_VERSION));
+    json.push_str(",\"turnMaintenanceMode\":");
+    json.push_str(match inputs.turn_maintenance_mode {
+        TurnMaintenanceMode::Foreground => "\"foreground\"",
+        TurnMaintenanceMode::Background => "\"background\"",
+    });
+    json.push('}');
+    json
+}
+
+fn push_opt_str(json: &mut String, value: Option<&str>) {
+    match value {
+        Some(s) => write_json_string(s, json),
+        None => json.push_str("null"),
+    }
+}
+
+/// The tools fingerprint: lowercase hex SHA-256 of the canonical JSON array of the tool names,
+/// sorted (by UTF-8 bytes) and deduplicated. Only the host's tool catalogue goes in, never
+/// engine output.
+pub fn tools_fingerprint<S: AsRef<str>>(tool_names: &[S]) -> String {
+    let mut names: Vec<&str> = tool_names.iter().map(AsRef::as_ref).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut json = String::with_capacity(2 + names.iter().map(|n| n.len() + 3).sum::<usize>());
+    json.push('[');
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        write_json_string(name, &mut json);
+    }
+    json.push(']');
+    sha256_hex_bytes(json.as_bytes())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::projection::fingerprint::{canonical_json, sha256_hex};
+    use serde_json::json;
+
+    fn sample_binding() -> ThreadBinding {
+        ThreadBinding {
+            schema_version: BINDING_SCHEMA_VERSION,
+            binding_key: binding_key("main", None, "s1"),
+            backend: BackendKind::Codex,
+            thread_id: ThreadId("thr_1".into()),
+            engine: EngineBinding {
+                engine_id: "lossless".into(),
+                policy_fingerprint: "p".into(),
+                projection: Some(BindingProjection {
+                    mode: ProjectionMode::ThreadBootstrap,
+                    epoch: "e1".into(),
+                    fingerprint: None,
+                }),
+                projection_mode: None,
+            },
+            tools_fingerprint: "t".into(),
+            developer_instructions_sha256: sha256_hex(""),
+            generation: 3,
+            updated_at: 1_700_000_000_000,
+        }
+    }
+
+    /// The record serialises to exactly the SPEC's field names and nesting.
+    #[test]
+    fn binding_json_shape_is_the_spec_shape() {
+        let value = serde_json::to_value(sample_binding()).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "schemaVersion": 1,
+                "bindingKey": "session:main:s1",
+                "backend": "codex",
+                "threadId": "thr_1",
+                "engine": {
+                    "engineId": "lossless",
+                    "policyFingerprint": "p",
+                    "projection": {"mode": "thread_bootstrap", "epoch": "e1"}
+                },
+                "toolsFingerprint": "t",
+                "developerInstructionsSha256": sha256_hex(""),
+                "generation": 3,
+                "updatedAt": 1_700_000_000_000u64
+            })
+        );
+    }
+
+    /// projectionMode is written as an extra `engine` field and round-trips.
+    #[test]
+    fn projection_mode_extension_round_trips() {
+        let mut binding = sample_binding();
+        binding.engine.projection = None;
+        binding.engine.projection_mode = Some(EffectiveMode::PerTurn);
+        let text = serde_json::to_string(&binding).unwrap();
+        assert!(text.contains(r#""projectionMode":"per_turn""#), "{text}");
+        let back: ThreadBinding = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, binding);
+        assert_eq!(back.fed_mode(), Some(EffectiveMode::PerTurn));
+    }
+
+    /// A record without projectionMode reads as bootstrap-fed when it has a projection, else
+    /// unknown.
+    #[test]
+    fn fed_mode_falls_back_to_projection_presence() {
+        let mut binding = sample_binding();
+        assert_eq!(binding.fed_mode(), Some(EffectiveMode::ThreadBootstrap));
+        binding.engine.projection = None;
+        assert_eq!(binding.fed_mode(), None);
+    }
+
+    /// Binding keys: hashed, unpadded URL-safe base64 session key, or the session id.
+    #[test]
+    fn binding_key_forms() {
+        // sha256("abc") in URL-safe base64 without padding.
+        assert_eq!(
+            binding_key("main", Some("abc"), "ignored"),
+            "session-key:main:ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0"
+        );
+        assert_eq!(binding_key("main", None, "s-42"), "session:main:s-42");
+        assert_eq!(binding_key("main", Some("  "), "s-42"), "session:main:s-42");
+    }
+
+    /// The policy JSON is canonical (what the generic canonical writer produces) and its hash
+    /// changes with every input.
+    #[test]
+    fn policy_fingerprint_is_canonical_and_sensitive() {
+        let base = PolicyInputs {
+            engine_id: "lossless",
+            engine_version: Some("1.2.0"),
+            owns_compaction: true,
+            turn_maintenance_mode: TurnMaintenanceMode::Background,
+            citations_mode: None,
+            context_token_budget: Some(400_000),
+            projection_max_chars: 1_000_000,
+        };
+        let expected = json!({
+            "schemaVersion": 1,
+            "engineId": "lossless",
+            "engineVersion": "1.2.0",
+            "ownsCompaction": true,
+            "turnMaintenanceMode": "background",
+            "citationsMode": null,
+            "contextTokenBudget": 400_000,
+            "projectionMaxChars": 1_000_000
+        });
+        assert_eq!(policy_canonical_json(&base), canonical_json(&expected));
+        assert_eq!(
+            policy_fingerprint(&base),
+            sha256_hex(&canonical_json(&expected))
+        );
+        let variants = [
+            PolicyInputs {
+                engine_id: "other",
+                ..base
+            },
+            PolicyInputs {
+                engine_version: None,
+                ..base
+            },
+            PolicyInputs {
+                owns_compaction: false,
+                ..base
+            },
+            PolicyInputs {
+                turn_maintenance_mode: TurnMaintenanceMode::Foreground,
+                ..base
+            },
+            PolicyInputs {
+                citations_mode: Some("on"),
+                ..base
+            },
+            PolicyInputs {
+                context_token_budget: None,
+                ..base
+            },
+            PolicyInputs {
+                projection_max_chars: 24_000,
+                ..base
+            },
+        ];
+        for variant in variants {
+            assert_ne!(
+                policy_fingerprint(&variant),
+                policy_fingerprint(&base),
+                "{variant:?}"
+            );
+        }
+    }
+
+    /// The tools fingerprint ignores order and duplicates, and is the hash of the sorted array.
+    #[test]
+    fn tools_fingerprint_sorted_and_deduplicated() {
+        let a = tools_fingerprint(&["shell", "apply_patch", "read"]);
+        let b = tools_fingerprint(&["read", "shell", "apply_patch", "shell"]);
+        assert_eq!(a, b);
+        assert_eq!(a, sha256_hex(r#"["apply_patch","read","shell"]"#));
+        assert_ne!(a, tools_fingerprint(&["read", "shell"]));
+        assert_eq!(tools_fingerprint::<&str>(&[]), sha256_hex("[]"));
+    }
+}

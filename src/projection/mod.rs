@@ -1,0 +1,44 @@
+//! Projection onto threaded backends (SPEC §9), as pure functions: no I/O, no clock, no
+//! randomness. The harness calls them once per turn, in this order:
+//!
+//! 1. [`bound_assembled`] — fit the assembled result to the transcript byte limit (§9.3);
+//! 2. [`policy_fingerprint`], [`tools_fingerprint`] and [`decide`] — project or reuse, and on
+//!    which thread (§9.4, §9.5);
+//! 3. [`render_turn_input`] — only when the decision projects (§9.2);
+//! 4. [`effective_developer_instructions`] and [`plan_instruction_delivery`] (§9.6);
+//! 5. after the backend accepted the turn: a [`ThreadBinding`] built from
+//!    [`ProjectionDecision::engine_binding`], keyed by [`binding_key`].
+//!
+//! Modules: [`render`] (frame, elision, shapes, caps), [`redact`] (defusing and secret
+//! redaction scanners), [`bound`], [`binding`], [`decision`] (the reason table),
+//! [`instructions`], [`fingerprint`] (canonical JSON and SHA-256).
+
+pub mod binding;
+pub mod bound;
+pub mod decision;
+pub mod fingerprint;
+pub mod instructions;
+pub mod redact;
+pub mod render;
+
+pub use binding::{
+    binding_key, policy_canonical_json, policy_fingerprint, tools_fingerprint, BindingProjection,
+    EngineBinding, PolicyInputs, ThreadBinding, BINDING_SCHEMA_VERSION, POLICY_SCHEMA_VERSION,
+};
+pub use bound::{
+    bound_assembled, message_json_bytes, transcript_json_bytes, Bounded, BOUNDED_EPOCH_PREFIX,
+};
+pub use decision::{
+    decide, BlankEpochWarning, DecisionInput, DecisionReason, EffectiveMode, ProjectionAction,
+    ProjectionDecision, ThreadChoice,
+};
+pub use fingerprint::{canonical_json, sha256_hex, write_canonical_json};
+pub use instructions::{
+    developer_instructions_sha256, effective_developer_instructions, plan_instruction_delivery,
+    DriftPolicy, InstructionDelivery,
+};
+pub use render::{
+    context_cap_chars, part_cap_chars, render_turn_input, RenderMode, RenderOptions, RenderedInput,
+    CODEX_TURN_INPUT_LIMIT_CHARS, DEFAULT_CONTEXT_CAP_CHARS, FRAME_CLOSE_TAG, FRAME_HEAD,
+    FRAME_TAIL, MAX_CONTEXT_CAP_CHARS,
+};
