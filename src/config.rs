@@ -298,16 +298,9 @@ pub struct ProjectionConfig {
     pub developer_instruction_drift: DeveloperInstructionDrift,
 }
 
-/// How drifted developer instructions reach a thread that already has some (SPEC §9.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeveloperInstructionDrift {
-    /// Deliver the new text as a developer message (`thread/inject_items`).
-    #[default]
-    Inject,
-    /// Start a new thread.
-    Rotate,
-}
+/// How drifted developer instructions reach a thread that already has some (SPEC §9.6):
+/// `inject` (a developer message through `thread/inject_items`) or `rotate` (a new thread).
+pub use crate::projection::DriftPolicy as DeveloperInstructionDrift;
 
 /// Where the selected engine id came from (SPEC §2).
 #[derive(Debug, Clone, PartialEq, Eq)]

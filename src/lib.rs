@@ -25,8 +25,10 @@
 //! - [`harness`]: the turn algorithm — the engine lifecycle around every turn (SPEC §6–§11).
 //! - [`config`]: the JSON5 configuration file (SPEC §14).
 //! - [`doctor`]: the `doctor` report (SPEC §2, §3).
+//! - [`app`]: wiring a configuration into a running harness.
 //! - [`cli`]: the `ctxbridge` command line (SPEC §14).
 
+pub mod app;
 pub mod backend;
 pub mod capabilities;
 pub mod cli;
@@ -34,6 +36,7 @@ pub mod config;
 pub mod contract;
 pub mod doctor;
 pub mod engines;
+pub mod harness;
 pub mod host;
 pub mod host_params;
 pub mod projection;

@@ -1,0 +1,223 @@
+//! Wiring a configuration into a running harness: the state store, the backend, the engine
+//! registry (built-in engines plus out-of-process engines from `plugins.entries.<id>.command`)
+//! and the selected engine.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codex_app_server_client::{locate_codex_binary, ConfigValue};
+
+use crate::backend::codex::{CodexBackend, CodexBackendConfig};
+use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig};
+use crate::backend::{MockBackend, ThreadedBackend};
+use crate::capabilities::HostKind;
+use crate::config::{BackendConfig, CodexConfigValue, Config};
+use crate::contract::ContextEngine;
+use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
+use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
+use crate::harness::{Harness, HarnessConfig};
+use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
+use crate::store::{SqliteStore, StateStore, StoreError};
+
+/// The owner of engines declared in the configuration file.
+pub const CONFIG_OWNER: &str = "config";
+
+/// Why the application could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("backend: {0}")]
+    Backend(String),
+}
+
+/// The host identity engines are told about in `initialize`.
+pub fn host_identity(config: &Config) -> HostIdentity {
+    let host = config.backend.host_kind();
+    HostIdentity {
+        id: format!("ctxbridge-{}", kind_name(host)),
+        label: host.label().to_string(),
+        capabilities: host.capabilities().to_vec(),
+    }
+}
+
+fn kind_name(host: HostKind) -> &'static str {
+    match host {
+        HostKind::Mock => "mock",
+        HostKind::Codex => "codex",
+        HostKind::Responses => "responses",
+        HostKind::Cli => "cli",
+    }
+}
+
+/// The registry with every engine ctxbridge knows: the sample engine, and each configured
+/// entry with a `command` as an out-of-process engine (SPEC §13). Legacy is built in.
+pub fn registry(config: &Config) -> EngineRegistry {
+    let registry = EngineRegistry::new();
+    let registered = registry.register(SAMPLE_ENGINE_ID, CORE_OWNER, |ctx| async move {
+        SampleSummaryEngine::from_config(&ctx.config, ctx.agent_dir)
+            .map(|e| Arc::new(e) as Arc<dyn ContextEngine>)
+    });
+    if let Err(e) = registered {
+        tracing::error!(error = %e, "cannot register the sample engine");
+    }
+    let host = host_identity(config);
+    for (id, entry) in &config.plugins.entries {
+        let Some(command) = entry.command.clone() else {
+            continue;
+        };
+        let id_owned = id.clone();
+        let env = entry.env.clone().unwrap_or_default();
+        let cwd = entry.cwd.clone();
+        let timeout_ms = entry.timeout_ms;
+        let host = host.clone();
+        let result = registry.register(id, CONFIG_OWNER, move |ctx| {
+            let mut cfg = ProcessEngineConfig::new(id_owned.clone(), command.clone(), host.clone());
+            cfg.env = env.clone();
+            cfg.cwd = cwd.clone();
+            if let Some(ms) = timeout_ms {
+                cfg = cfg.with_call_timeout(Duration::from_millis(ms));
+            }
+            cfg.config = ctx.config;
+            cfg.agent_dir = ctx.agent_dir;
+            cfg.workspace_dir = ctx.workspace_dir;
+            async move {
+                ProcessEngine::spawn(cfg)
+                    .await
+                    .map(|e| Arc::new(e) as Arc<dyn ContextEngine>)
+                    .map_err(|e| e.to_string())
+            }
+        });
+        if let Err(e) = result {
+            tracing::error!(engine = %id, error = %e, "cannot register a configured engine");
+        }
+    }
+    registry
+}
+
+/// The directory of the state store (engines get `<dir>/agents/<agentId>` as agent directory).
+pub fn state_dir(config: &Config) -> PathBuf {
+    config
+        .store
+        .path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// The directories handed to engine factories.
+pub fn engine_dirs(config: &Config) -> EngineDirs {
+    EngineDirs {
+        agent_dir: Some(state_dir(config).join("agents").join(&config.agent.id)),
+        workspace_dir: std::env::current_dir().ok(),
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).exists();
+    }
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
+    })
+}
+
+fn codex_value(v: &CodexConfigValue) -> ConfigValue {
+    match v {
+        CodexConfigValue::String(s) => ConfigValue::String(s.clone()),
+        CodexConfigValue::Integer(i) => ConfigValue::Integer(*i),
+        CodexConfigValue::Float(f) => ConfigValue::Float(*f),
+        CodexConfigValue::Bool(b) => ConfigValue::Bool(*b),
+    }
+}
+
+/// Builds the configured backend. The mock keeps its threads in `store`.
+pub fn backend(
+    config: &Config,
+    store: Arc<dyn StateStore>,
+) -> Result<Arc<dyn ThreadedBackend>, AppError> {
+    match &config.backend {
+        BackendConfig::Mock => Ok(Arc::new(MockBackend::with_store(store))),
+        BackendConfig::Codex(codex) => {
+            let mut command = codex.command.clone();
+            // `codex` installed by `npm ci` lives in node_modules, not on PATH.
+            if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
+                if let Some(binary) = locate_codex_binary() {
+                    command[0] = binary.display().to_string();
+                }
+            }
+            if command.is_empty() {
+                return Err(AppError::Backend("backend.command is empty".into()));
+            }
+            let codex_home = codex
+                .codex_home
+                .clone()
+                .unwrap_or_else(|| state_dir(config).join("codex-home"));
+            Ok(Arc::new(CodexBackend::new(CodexBackendConfig {
+                command,
+                codex_home,
+                overrides: codex
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.clone(), codex_value(v)))
+                    .collect(),
+                cwd: std::env::current_dir().ok(),
+                env: Vec::new(),
+            })))
+        }
+        BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
+            base_url: r.base_url.clone(),
+            model: r.model.clone(),
+            api_key_env: r.api_key_env.clone(),
+        })
+        .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
+        .map_err(|e| AppError::Backend(e.to_string())),
+    }
+}
+
+/// The harness settings a configuration implies.
+pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConfig {
+    HarnessConfig {
+        agent_id: config.agent.id.clone(),
+        token_budget: config.agent.token_budget,
+        base_instructions: config.agent.base_instructions.clone(),
+        developer_instructions: config.agent.developer_instructions.clone(),
+        model: config.agent.model.clone(),
+        drift_policy: config.projection.developer_instruction_drift,
+        selection_source: resolved.source(),
+        cwd: std::env::current_dir()
+            .ok()
+            .map(|p| p.display().to_string()),
+        ..HarnessConfig::default()
+    }
+}
+
+/// A running application: the harness and what it was built from.
+pub struct App {
+    pub harness: Harness,
+    pub resolved: ResolvedEngine,
+}
+
+/// Opens the store, builds the backend, resolves the selected engine and returns the harness.
+pub async fn open(config: &Config) -> Result<App, AppError> {
+    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&config.store.path)?);
+    open_with_store(config, store).await
+}
+
+/// As [`open`] with a given store (tests, the demo's in-memory store).
+pub async fn open_with_store(
+    config: &Config,
+    store: Arc<dyn StateStore>,
+) -> Result<App, AppError> {
+    let backend = backend(config, store.clone())?;
+    let registry = registry(config);
+    let resolved = registry.resolve_selected(config, &engine_dirs(config)).await;
+    let harness = Harness::new(
+        harness_config(config, &resolved),
+        resolved.engine.clone(),
+        backend,
+        store,
+    );
+    Ok(App { harness, resolved })
+}

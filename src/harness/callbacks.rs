@@ -1,0 +1,178 @@
+//! The host side of `runtimeContext` callbacks (SPEC §1.3, §8): transcript rewrites over the
+//! store, completions through the backend's model, and delegated (native) compaction.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::backend::{ThreadId, ThreadedBackend};
+use crate::contract::*;
+use crate::store::{StateStore, TranscriptEntry};
+
+/// Callbacks bound to one session and one lifecycle call.
+pub struct HostCallbacks {
+    pub(crate) store: Arc<dyn StateStore>,
+    pub(crate) backend: Arc<dyn ThreadedBackend>,
+    pub(crate) session_id: String,
+    /// The session's bound backend thread, for delegated compaction.
+    pub(crate) thread_id: Option<ThreadId>,
+    /// Pre-turn hooks (bootstrap, assemble) get no rewrite callback.
+    pub(crate) allow_rewrite: bool,
+    /// Set when the engine delegated compaction to the runtime during the call.
+    pub(crate) delegated: Arc<AtomicBool>,
+    /// Set by a successful transcript rewrite (the mirrored transcript changed).
+    pub(crate) rewrote: Arc<AtomicBool>,
+}
+
+impl HostCallbacks {
+    fn refuse(operation: &str, message: impl Into<String>) -> EngineError {
+        EngineError::Refused {
+            operation: operation.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+fn message_bytes(m: &AgentMessage) -> u64 {
+    serde_json::to_string(m).map_or(0, |s| s.len() as u64)
+}
+
+#[async_trait]
+impl RuntimeCallbacks for HostCallbacks {
+    async fn rewrite_transcript_entries(
+        &self,
+        request: TranscriptRewriteRequest,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
+        const OP: &str = "rewriteTranscriptEntries";
+        if !self.allow_rewrite {
+            return Err(Self::refuse(
+                OP,
+                "transcript rewrites are not available in pre-turn hooks (bootstrap, assemble)",
+            ));
+        }
+        if request.replacements.is_empty() {
+            return Ok(TranscriptRewriteResult {
+                reason: Some("no replacements".into()),
+                ..Default::default()
+            });
+        }
+        let current = self
+            .store
+            .load_transcript(&self.session_id)
+            .map_err(|e| Self::refuse(OP, e.to_string()))?;
+        if let Some(allowed) = &request.allowed_rewrite_suffix_entry_ids {
+            // The allowed ids must form a suffix of the transcript, and every replacement must
+            // fall inside it.
+            let allowed: HashSet<&str> = allowed.iter().map(String::as_str).collect();
+            let suffix_start = current
+                .iter()
+                .rposition(|e| !allowed.contains(e.entry_id.as_str()))
+                .map_or(0, |i| i + 1);
+            let suffix: HashSet<&str> = current[suffix_start..]
+                .iter()
+                .map(|e| e.entry_id.as_str())
+                .collect();
+            if let Some(outside) = request
+                .replacements
+                .iter()
+                .find(|r| !suffix.contains(r.entry_id.as_str()))
+            {
+                return Err(Self::refuse(
+                    OP,
+                    format!(
+                        "entry {:?} is outside the allowed rewrite suffix",
+                        outside.entry_id
+                    ),
+                ));
+            }
+        }
+        let mut bytes_before = 0u64;
+        let mut bytes_after = 0u64;
+        for r in &request.replacements {
+            let Some(old) = current.iter().find(|e| e.entry_id == r.entry_id) else {
+                return Err(Self::refuse(
+                    OP,
+                    format!("no transcript entry {:?} in session {:?}", r.entry_id, self.session_id),
+                ));
+            };
+            bytes_before += message_bytes(&old.message);
+            bytes_after += message_bytes(&r.message);
+        }
+        let entries: Vec<TranscriptEntry> = request
+            .replacements
+            .into_iter()
+            .map(|r| TranscriptEntry {
+                entry_id: r.entry_id,
+                message: r.message,
+            })
+            .collect();
+        self.store
+            .replace_transcript_entries(&self.session_id, &entries)
+            .map_err(|e| Self::refuse(OP, e.to_string()))?;
+        self.rewrote.store(true, Ordering::SeqCst);
+        Ok(TranscriptRewriteResult {
+            changed: true,
+            bytes_freed: bytes_before.saturating_sub(bytes_after),
+            rewritten_entries: entries.len() as u64,
+            reason: None,
+        })
+    }
+
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
+        let input = request
+            .messages
+            .iter()
+            .map(|m| format!("[{}]\n{}", m.role.as_str(), m.plain_text()))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let text = self
+            .backend
+            .complete(None, input)
+            .await
+            .map_err(|e| Self::refuse("llm.complete", e.to_string()))?;
+        Ok(LlmCompleteResult { text })
+    }
+
+    async fn delegate_compaction(
+        &self,
+        _params: CompactParams,
+    ) -> Result<CompactResult, EngineError> {
+        self.delegated.store(true, Ordering::SeqCst);
+        let Some(thread) = &self.thread_id else {
+            return Ok(CompactResult {
+                ok: true,
+                compacted: false,
+                reason: Some("no backend thread bound to this session yet".into()),
+                result: None,
+            });
+        };
+        match self.backend.compact_thread(thread).await {
+            Ok(native) => Ok(CompactResult {
+                ok: true,
+                compacted: true,
+                reason: None,
+                result: Some(CompactDetails {
+                    summary: native.summary,
+                    tokens_before: 0.0,
+                    details: Some(serde_json::json!({
+                        "nativeCompaction": self.backend.kind().as_str(),
+                        "threadId": native.thread_id.as_ref().unwrap_or(thread).as_str(),
+                    })),
+                    ..Default::default()
+                }),
+            }),
+            Err(crate::backend::BackendError::Unsupported { .. }) => Ok(CompactResult {
+                ok: true,
+                compacted: false,
+                reason: Some(format!("{} has no native compaction", self.backend.label())),
+                result: None,
+            }),
+            Err(e) => Err(Self::refuse("delegateCompaction", e.to_string())),
+        }
+    }
+}
