@@ -118,9 +118,8 @@ fn on_path(program: &str) -> bool {
     if program.contains('/') {
         return Path::new(program).exists();
     }
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
 fn codex_value(v: &CodexConfigValue) -> ConfigValue {
@@ -206,13 +205,12 @@ pub async fn open(config: &Config) -> Result<App, AppError> {
 }
 
 /// As [`open`] with a given store (tests, the demo's in-memory store).
-pub async fn open_with_store(
-    config: &Config,
-    store: Arc<dyn StateStore>,
-) -> Result<App, AppError> {
+pub async fn open_with_store(config: &Config, store: Arc<dyn StateStore>) -> Result<App, AppError> {
     let backend = backend(config, store.clone())?;
     let registry = registry(config);
-    let resolved = registry.resolve_selected(config, &engine_dirs(config)).await;
+    let resolved = registry
+        .resolve_selected(config, &engine_dirs(config))
+        .await;
     let harness = Harness::new(
         harness_config(config, &resolved),
         resolved.engine.clone(),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli_commands::*;
 use crate::config::{Config, ConfigError};
 use crate::doctor;
 use crate::registry::EngineRegistry;
@@ -37,6 +38,16 @@ pub enum Command {
     /// Show the selected context engine, quarantines and host-capability checks; exits 1 when
     /// the engine cannot run on the configured backend.
     Doctor(DoctorArgs),
+    /// Run one turn of a session (state persists between invocations).
+    Turn(TurnArgs),
+    /// Interactive session: one turn per line; `/compact` runs manual compaction.
+    Chat(ChatArgs),
+    /// Manual compaction of a session.
+    Compact(CompactArgs),
+    /// Scripted multi-turn session on the embedded mock backend with the sample engine.
+    Demo(DemoArgs),
+    /// Run the Responses-compatible mock model server on 127.0.0.1.
+    MockModel(MockModelArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -81,8 +92,8 @@ impl CommandContext {
 /// The registry with the engines built into ctxbridge. Only legacy exists, and legacy needs no
 /// registration: an id configured in `plugins.slots.contextEngine` that nothing registers is
 /// quarantined when resolved (`resolve`, "not registered").
-pub fn builtin_registry(_config: &Config) -> EngineRegistry {
-    EngineRegistry::new()
+pub fn builtin_registry(config: &Config) -> EngineRegistry {
+    crate::app::registry(config)
 }
 
 /// Runs a parsed command line.
@@ -92,6 +103,11 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
     };
     match cli.command {
         Command::Doctor(args) => run_doctor(&context, args).await,
+        Command::Turn(args) => run_turn(&context, args).await,
+        Command::Chat(args) => run_chat(&context, args).await,
+        Command::Compact(args) => run_compact(&context, args).await,
+        Command::Demo(args) => run_demo(&context, args).await,
+        Command::MockModel(args) => run_mock_model(&context, args).await,
     }
 }
 

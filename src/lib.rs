@@ -32,6 +32,7 @@ pub mod app;
 pub mod backend;
 pub mod capabilities;
 pub mod cli;
+pub mod cli_commands;
 pub mod config;
 pub mod contract;
 pub mod doctor;

@@ -94,7 +94,10 @@ impl RuntimeCallbacks for HostCallbacks {
             let Some(old) = current.iter().find(|e| e.entry_id == r.entry_id) else {
                 return Err(Self::refuse(
                     OP,
-                    format!("no transcript entry {:?} in session {:?}", r.entry_id, self.session_id),
+                    format!(
+                        "no transcript entry {:?} in session {:?}",
+                        r.entry_id, self.session_id
+                    ),
                 ));
             };
             bytes_before += message_bytes(&old.message);

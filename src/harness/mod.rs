@@ -283,7 +283,11 @@ impl Harness {
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
             locks: SessionLocks::default(),
-            holder: format!("ctxbridge-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            holder: format!(
+                "ctxbridge-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
             attached: Mutex::new(HashSet::new()),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
@@ -404,12 +408,19 @@ impl Harness {
         Ok(())
     }
 
-    fn runtime_settings(&self, serving: &QuarantineEngine, fallback: Option<ReasonCode>) -> RuntimeSettings {
+    fn runtime_settings(
+        &self,
+        serving: &QuarantineEngine,
+        fallback: Option<ReasonCode>,
+    ) -> RuntimeSettings {
         let mut b = RuntimeSettingsBuilder::new()
             .harness_id(Some("ctxbridge"))
             .runtime_id(Some(self.backend.kind().as_str()))
             .selection(Some(self.engine.engine_id()), self.cfg.selection_source)
-            .execution_host(Some(self.backend.kind().as_str()), Some(self.backend.label()))
+            .execution_host(
+                Some(self.backend.kind().as_str()),
+                Some(self.backend.label()),
+            )
             .model_requested(self.cfg.model.clone())
             .model_resolved(self.cfg.model.clone())
             .prompt_token_budget(self.cfg.token_budget);
@@ -422,7 +433,12 @@ impl Harness {
         b.build()
     }
 
-    fn facts(&self, session_key: &str, session_id: &str, thread: Option<&ThreadId>) -> RuntimeFacts {
+    fn facts(
+        &self,
+        session_key: &str,
+        session_id: &str,
+        thread: Option<&ThreadId>,
+    ) -> RuntimeFacts {
         RuntimeFacts {
             token_budget: self.cfg.token_budget,
             current_token_count: None,
@@ -495,7 +511,13 @@ impl Harness {
         let key = self.binding_key_for(&spec.session_key);
         let guard = self
             .locks
-            .acquire(&self.store, &key, &self.holder, self.cfg.lease_ttl, self.cfg.lease_wait)
+            .acquire(
+                &self.store,
+                &key,
+                &self.holder,
+                self.cfg.lease_ttl,
+                self.cfg.lease_wait,
+            )
             .await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
@@ -520,7 +542,10 @@ impl Harness {
             Some(reason) => {
                 self.warn_once(
                     format!("degraded:{}:{reason}", info.id),
-                    &format!("context engine \"{}\" degraded to \"legacy\" for this turn: {reason}", info.id),
+                    &format!(
+                        "context engine \"{}\" degraded to \"legacy\" for this turn: {reason}",
+                        info.id
+                    ),
                 );
                 &self.legacy
             }
@@ -528,13 +553,17 @@ impl Harness {
         };
 
         // 3. First encounter → bootstrap + maintain(bootstrap).
-        self.bootstrap_if_new(serving, &spec.session_key, &session_id).await?;
+        self.bootstrap_if_new(serving, &spec.session_key, &session_id)
+            .await?;
 
         // 4. assemble (and the pre-turn overflow check on backends without native compaction).
         let mut assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         if self.overflow_precheck(serving, &assembled, &messages) {
-            tracing::info!("assembled context exceeds the token budget; compacting before the turn");
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref()).await?;
+            tracing::info!(
+                "assembled context exceeds the token budget; compacting before the turn"
+            );
+            self.compact_locked(&spec.session_key, &session_id, stored.as_deref())
+                .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
         let engine_active = !std::ptr::eq(serving, &*self.legacy) && !serving.is_quarantined();
@@ -545,7 +574,13 @@ impl Harness {
         let mut stored_view = stored.clone();
         let mut retried = false;
         loop {
-            let plan = self.plan(&spec, &serving_info, engine_active, &assembled, stored_view.as_deref());
+            let plan = self.plan(
+                &spec,
+                &serving_info,
+                engine_active,
+                &assembled,
+                stored_view.as_deref(),
+            );
             match self
                 .execute(&spec, &plan, stored_view.as_deref(), events.clone())
                 .await
@@ -599,7 +634,8 @@ impl Harness {
             return None;
         }
         let sem = info.transcript_semantics.as_ref()?;
-        let declared_any = sem.current_turn_fence.is_some() || sem.turn_advancement_idempotency.is_some();
+        let declared_any =
+            sem.current_turn_fence.is_some() || sem.turn_advancement_idempotency.is_some();
         if !declared_any {
             return None;
         }
@@ -609,7 +645,9 @@ impl Harness {
             );
         }
         if !self.engine.methods().contains(EngineMethod::CommitTurn) {
-            return Some("the engine declares durable turns but does not implement commitTurn".into());
+            return Some(
+                "the engine declares durable turns but does not implement commitTurn".into(),
+            );
         }
         None
     }
@@ -637,7 +675,12 @@ impl Harness {
                     session_key: Some(session_key.to_string()),
                     session_target: self.facts(session_key, session_id, None).session_target,
                     runtime_settings: Some(self.runtime_settings(serving, None)),
-                    runtime_context: Some(self.runtime_context(session_key, session_id, None, false)),
+                    runtime_context: Some(self.runtime_context(
+                        session_key,
+                        session_id,
+                        None,
+                        false,
+                    )),
                 },
                 &info,
             );
@@ -645,8 +688,14 @@ impl Harness {
                 tracing::warn!(error = %e, "bootstrap failed");
             }
         }
-        self.maintain(serving, session_key, session_id, MaintainReason::Bootstrap, None)
-            .await;
+        self.maintain(
+            serving,
+            session_key,
+            session_id,
+            MaintainReason::Bootstrap,
+            None,
+        )
+        .await;
         Ok(())
     }
 
@@ -669,7 +718,12 @@ impl Harness {
                 model: self.cfg.model.clone(),
                 prompt: Some(spec.prompt.clone()),
                 runtime_settings: Some(self.runtime_settings(serving, None)),
-                runtime_context: Some(self.runtime_context(&spec.session_key, session_id, None, false)),
+                runtime_context: Some(self.runtime_context(
+                    &spec.session_key,
+                    session_id,
+                    None,
+                    false,
+                )),
             },
             &info,
         );
@@ -700,13 +754,17 @@ impl Harness {
             return false;
         };
         let info = serving.info();
-        let preassembly = assembled.prompt_authority == Some(PromptAuthority::PreassemblyMayOverflow);
+        let preassembly =
+            assembled.prompt_authority == Some(PromptAuthority::PreassemblyMayOverflow);
         if info.owns_compaction() && !preassembly {
             return false;
         }
         let mut estimate = assembled.estimated_tokens;
         if preassembly {
-            let chars: usize = messages.iter().map(|m| m.plain_text().chars().count()).sum();
+            let chars: usize = messages
+                .iter()
+                .map(|m| m.plain_text().chars().count())
+                .sum();
             estimate = estimate.max(chars as f64 / 4.0);
         }
         estimate > budget as f64
@@ -723,7 +781,11 @@ impl Harness {
         let policy = self.policy_fingerprint(info);
         let tools = tools_fingerprint(&self.cfg.tools);
         let bounded = bound_assembled(assembled, self.cfg.transcript_byte_limit);
-        let requested = if engine_active { bounded.projection() } else { None };
+        let requested = if engine_active {
+            bounded.projection()
+        } else {
+            None
+        };
         let mut decision = decide(&DecisionInput {
             engine_active,
             engine_id: &info.id,
@@ -756,7 +818,11 @@ impl Harness {
             delivery = InstructionDelivery::ThreadStart;
         }
         let render_mode = decision.render_mode();
-        let messages: &[AgentMessage] = if render_mode.is_some() { bounded.messages } else { &[] };
+        let messages: &[AgentMessage] = if render_mode.is_some() {
+            bounded.messages
+        } else {
+            &[]
+        };
         let rendered = render_turn_input(
             messages,
             &spec.prompt,
@@ -889,7 +955,9 @@ impl Harness {
         let _ = forward.await;
         backend_chars += plan.input.chars().count();
         let _ = &spec;
-        outcome.map(|o| (o, action, backend_chars)).map_err(|e| (e, fresh))
+        outcome
+            .map(|o| (o, action, backend_chars))
+            .map_err(|e| (e, fresh))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -936,11 +1004,16 @@ impl Harness {
         messages.push(assistant.clone());
 
         let fallback = retried.then_some(ReasonCode::ContextOverflow);
-        let auto_summary = outcome.auto_compaction.as_ref().and_then(|c| c.summary.clone());
+        let auto_summary = outcome
+            .auto_compaction
+            .as_ref()
+            .and_then(|c| c.summary.clone());
 
         // Durable engines → outbox + commitTurn; others → afterTurn / ingestBatch / ingest.
         let methods = serving.methods();
-        let durable = engine_active && info.declares_durable_turns() && methods.contains(EngineMethod::CommitTurn);
+        let durable = engine_active
+            && info.declares_durable_turns()
+            && methods.contains(EngineMethod::CommitTurn);
         if durable {
             let params = CommitTurnParams {
                 advancement_key: turn_id.clone(),
@@ -949,7 +1022,9 @@ impl Harness {
                 messages: vec![user, assistant],
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
-                session_target: self.facts(&spec.session_key, session_id, Some(&outcome.thread_id)).session_target,
+                session_target: self
+                    .facts(&spec.session_key, session_id, Some(&outcome.thread_id))
+                    .session_target,
                 runtime_settings: Some(self.runtime_settings(serving, fallback)),
                 runtime_context: None,
                 is_heartbeat: spec.is_heartbeat.then_some(true),
@@ -965,21 +1040,31 @@ impl Harness {
                 attempts: 0,
                 last_error: None,
             };
-            self.store.enqueue_outbox(&row).map_err(store_err("enqueue outbox row"))?;
-            self.commit_row(serving, &spec.session_key, session_id, params).await;
+            self.store
+                .enqueue_outbox(&row)
+                .map_err(store_err("enqueue outbox row"))?;
+            self.commit_row(serving, &spec.session_key, session_id, params)
+                .await;
         } else if methods.contains(EngineMethod::AfterTurn) {
             let params = project_host_params(
                 AfterTurnParams {
                     session_id: session_id.to_string(),
                     session_key: Some(spec.session_key.clone()),
-                    session_target: self.facts(&spec.session_key, session_id, Some(&outcome.thread_id)).session_target,
+                    session_target: self
+                        .facts(&spec.session_key, session_id, Some(&outcome.thread_id))
+                        .session_target,
                     messages: messages.clone(),
                     pre_prompt_message_count: pre_prompt as u64,
                     auto_compaction_summary: auto_summary.clone(),
                     is_heartbeat: spec.is_heartbeat.then_some(true),
                     token_budget: self.cfg.token_budget,
                     runtime_settings: Some(self.runtime_settings(serving, fallback)),
-                    runtime_context: Some(self.runtime_context(&spec.session_key, session_id, Some(&outcome.thread_id), true)),
+                    runtime_context: Some(self.runtime_context(
+                        &spec.session_key,
+                        session_id,
+                        Some(&outcome.thread_id),
+                        true,
+                    )),
                 },
                 info,
             );
@@ -1017,16 +1102,32 @@ impl Harness {
         }
 
         // Maintenance after the turn, and after native compaction.
-        self.maintain(serving, &spec.session_key, session_id, MaintainReason::Turn, Some(&outcome.thread_id))
-            .await;
+        self.maintain(
+            serving,
+            &spec.session_key,
+            session_id,
+            MaintainReason::Turn,
+            Some(&outcome.thread_id),
+        )
+        .await;
         if outcome.auto_compaction.is_some() {
-            self.maintain(serving, &spec.session_key, session_id, MaintainReason::Compaction, Some(&outcome.thread_id))
-                .await;
+            self.maintain(
+                serving,
+                &spec.session_key,
+                session_id,
+                MaintainReason::Compaction,
+                Some(&outcome.thread_id),
+            )
+            .await;
         }
 
         // Write the binding: the thread has received what it records.
         let decision = &plan.decision;
-        let active_id = if engine_active { info.id.as_str() } else { crate::engines::LEGACY_ENGINE_ID };
+        let active_id = if engine_active {
+            info.id.as_str()
+        } else {
+            crate::engines::LEGACY_ENGINE_ID
+        };
         let policy = self.policy_fingerprint(info);
         let binding = ThreadBinding {
             schema_version: BINDING_SCHEMA_VERSION,
@@ -1035,7 +1136,9 @@ impl Harness {
             thread_id: outcome.thread_id.clone(),
             engine: decision.engine_binding(active_id, &policy),
             tools_fingerprint: tools_fingerprint(&self.cfg.tools),
-            developer_instructions_sha256: developer_instructions_sha256(plan.effective_instructions.as_deref()),
+            developer_instructions_sha256: developer_instructions_sha256(
+                plan.effective_instructions.as_deref(),
+            ),
             generation: guard.generation(),
             updated_at: now_ms(),
         };
@@ -1066,7 +1169,11 @@ impl Harness {
             reply: outcome.reply,
             metrics: TurnMetrics {
                 backend_chars,
-                rendered_context_chars: if decision.mode == EffectiveMode::None { 0 } else { plan.rendered_context_chars },
+                rendered_context_chars: if decision.mode == EffectiveMode::None {
+                    0
+                } else {
+                    plan.rendered_context_chars
+                },
                 retried,
                 auto_compacted: outcome.auto_compaction.is_some(),
             },
@@ -1087,7 +1194,8 @@ impl Harness {
             Ok(r) if r.is_settled() => self.store.complete_outbox(session_id, &key),
             Ok(r) => {
                 tracing::warn!(advancement_key = %key, status = %r.status, "commitTurn returned an unknown status; the turn stays queued");
-                self.store.fail_outbox(session_id, &key, &format!("unknown status {:?}", r.status))
+                self.store
+                    .fail_outbox(session_id, &key, &format!("unknown status {:?}", r.status))
             }
             Err(e) => {
                 tracing::warn!(advancement_key = %key, error = %e, "commitTurn failed; the turn stays queued");
@@ -1114,7 +1222,10 @@ impl Harness {
                 continue;
             }
             match serde_json::from_str::<CommitTurnParams>(&row.params_json) {
-                Ok(params) => self.commit_row(&self.engine, session_key, session_id, params).await,
+                Ok(params) => {
+                    self.commit_row(&self.engine, session_key, session_id, params)
+                        .await
+                }
                 Err(e) => {
                     tracing::error!(advancement_key = %row.advancement_key, error = %e, "queued commitTurn params are unreadable");
                 }
@@ -1184,11 +1295,19 @@ impl Harness {
         let key = self.binding_key_for(session_key);
         let guard = self
             .locks
-            .acquire(&self.store, &key, &self.holder, self.cfg.lease_ttl, self.cfg.lease_wait)
+            .acquire(
+                &self.store,
+                &key,
+                &self.holder,
+                self.cfg.lease_ttl,
+                self.cfg.lease_wait,
+            )
             .await?;
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(&key).await?;
-        let report = self.compact_locked(session_key, &session_id, stored.as_deref()).await;
+        let report = self
+            .compact_locked(session_key, &session_id, stored.as_deref())
+            .await;
         if let Err(e) = guard.release() {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
@@ -1214,7 +1333,9 @@ impl Harness {
             CompactParams {
                 session_id: session_id.to_string(),
                 session_key: Some(session_key.to_string()),
-                session_target: self.facts(session_key, session_id, thread.as_ref()).session_target,
+                session_target: self
+                    .facts(session_key, session_id, thread.as_ref())
+                    .session_target,
                 token_budget: self.cfg.token_budget,
                 force: Some(true),
                 current_token_count: None,
@@ -1247,7 +1368,11 @@ impl Harness {
                     info.id
                 );
                 tracing::warn!("{note}");
-                if let Err(e) = self.store.save_document(DOCTOR_NAMESPACE, &format!("noop-compact:{}", info.id), &serde_json::to_string(&note).unwrap_or_default()) {
+                if let Err(e) = self.store.save_document(
+                    DOCTOR_NAMESPACE,
+                    &format!("noop-compact:{}", info.id),
+                    &serde_json::to_string(&note).unwrap_or_default(),
+                ) {
                     tracing::warn!(error = %e, "could not record a doctor note");
                 }
             }
@@ -1262,17 +1387,24 @@ impl Harness {
             }
         }
         // A successor session named by the engine becomes the session's id.
-        let successor = result
-            .result
-            .as_ref()
-            .and_then(|r| r.session_id.clone().or_else(|| r.session_target.as_ref().and_then(|t| t.session_id.clone())));
+        let successor = result.result.as_ref().and_then(|r| {
+            r.session_id
+                .clone()
+                .or_else(|| r.session_target.as_ref().and_then(|t| t.session_id.clone()))
+        });
         if let Some(next) = successor.filter(|s| s != session_id) {
             self.store
                 .save_document(SESSION_NAMESPACE, session_key, &next)
                 .map_err(store_err("record successor session"))?;
         }
-        self.maintain(&self.engine, session_key, session_id, MaintainReason::Compaction, thread.as_ref())
-            .await;
+        self.maintain(
+            &self.engine,
+            session_key,
+            session_id,
+            MaintainReason::Compaction,
+            thread.as_ref(),
+        )
+        .await;
         Ok(CompactReport {
             session_key: session_key.to_string(),
             engine_id: self.engine.active_engine_id().to_string(),
@@ -1302,7 +1434,12 @@ impl Harness {
         )?;
         let skip = spawn.light_context && spawn.context_mode == SubagentContextMode::Isolated;
         let mut rollback = None;
-        if !skip && self.engine.methods().contains(EngineMethod::PrepareSubagentSpawn) {
+        if !skip
+            && self
+                .engine
+                .methods()
+                .contains(EngineMethod::PrepareSubagentSpawn)
+        {
             let prepared = self
                 .engine
                 .prepare_subagent_spawn(PrepareSubagentSpawnParams {
@@ -1326,7 +1463,11 @@ impl Harness {
             Ok(v) => Ok(v),
             Err(e) => {
                 if let Some(rollback_id) = rollback {
-                    if self.engine.methods().contains(EngineMethod::RollbackSubagentSpawn) {
+                    if self
+                        .engine
+                        .methods()
+                        .contains(EngineMethod::RollbackSubagentSpawn)
+                    {
                         if let Err(err) = self
                             .engine
                             .rollback_subagent_spawn(RollbackSubagentSpawnParams { rollback_id })
@@ -1343,7 +1484,11 @@ impl Harness {
 
     /// Tells the engine a subagent ended.
     pub async fn end_subagent(&self, child_session_key: &str, reason: SubagentEndReason) {
-        if self.engine.methods().contains(EngineMethod::OnSubagentEnded) {
+        if self
+            .engine
+            .methods()
+            .contains(EngineMethod::OnSubagentEnded)
+        {
             if let Err(e) = self
                 .engine
                 .on_subagent_ended(OnSubagentEndedParams {
