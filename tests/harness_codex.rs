@@ -1,0 +1,223 @@
+//! End to end on the **real** Codex app-server (npm `@openai/codex` 0.169.0) driven offline
+//! against the loopback mock model server: a 6-turn session with the sample thread_bootstrap
+//! engine shows the projection exactly once per epoch, the bare prompt on reused turns, the
+//! engine's `systemPromptAddition` inside the developer instructions and a rotation to a new
+//! thread when the epoch changes; the same session in per-turn mode repeats the projection.
+//! Skips loudly only when the Codex binary is absent (`.ci/run` installs it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use codex_app_server_client::{locate_codex_binary, offline_overrides};
+use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
+use ctxbridge::contract::ProjectionMode;
+use ctxbridge::engines::sample::{SampleEngineConfig, SampleSummaryEngine, SAMPLE_ENGINE_ID};
+use ctxbridge::harness::{Harness, HarnessConfig, TurnReport, TurnSpec};
+use ctxbridge::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
+use ctxbridge::store::SqliteStore;
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
+
+const FRAME: &str = "<conversation_context>";
+const ADDITION_MARK: &str = "Context comes from the sample summary engine";
+const PROMPTS: [&str; 6] = [
+    "alpha: what is a context engine?",
+    "bravo: and a threaded backend?",
+    "charlie: why project once per epoch?",
+    "delta: what changes the epoch?",
+    "echo: what happens on rotation?",
+    "foxtrot: summarise all of it",
+];
+
+struct Run {
+    reports: Vec<TurnReport>,
+    requests: Vec<RecordedRequest>,
+}
+
+async fn run_session(mode: ProjectionMode) -> Option<Run> {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED harness_codex: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return None;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(CodexBackend::new(CodexBackendConfig {
+        command: vec![binary.display().to_string(), "app-server".into()],
+        codex_home: dir.path().join("codex-home"),
+        overrides: offline_overrides(&mock.base_url()),
+        cwd: Some(dir.path().to_path_buf()),
+        env: Vec::new(),
+    }));
+    let store = Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap());
+    // A 4-message window summarised in chunks of 4: the epoch changes once, at turn 5.
+    let engine = SampleSummaryEngine::new(
+        SampleEngineConfig {
+            window_messages: 4,
+            chunk_messages: 4,
+            projection: mode,
+        },
+        None,
+    );
+    let guarded = Arc::new(QuarantineEngine::new(
+        SAMPLE_ENGINE_ID,
+        Arc::new(engine),
+        Arc::new(QuarantineBook::new()),
+        CallTimeouts::default(),
+    ));
+    let harness = Harness::new(
+        HarnessConfig {
+            base_instructions: Some("You are a test model.".into()),
+            developer_instructions: Some("Base developer instructions.".into()),
+            cwd: Some(dir.path().display().to_string()),
+            ..HarnessConfig::default()
+        },
+        guarded,
+        backend,
+        store,
+    );
+    let mut reports = Vec::new();
+    for prompt in PROMPTS {
+        reports.push(
+            harness
+                .turn(TurnSpec::new("codex-e2e", prompt))
+                .await
+                .unwrap(),
+        );
+    }
+    harness.shutdown().await;
+    let requests = mock.response_requests();
+    Some(Run { reports, requests })
+}
+
+fn prompt_cache_key(r: &RecordedRequest) -> String {
+    r.body
+        .get("prompt_cache_key")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// thread_bootstrap on Codex: one projection per epoch, bare prompts in between, the addition in
+/// the developer instructions, and a new thread when the epoch changes.
+#[tokio::test]
+async fn thread_bootstrap_projects_once_per_epoch_on_codex() {
+    let Some(run) = run_session(ProjectionMode::ThreadBootstrap).await else {
+        return;
+    };
+    let reasons: Vec<&str> = run.reports.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "missing-thread-binding",
+            "matching-thread-bootstrap-binding",
+            "matching-thread-bootstrap-binding",
+            "matching-thread-bootstrap-binding",
+            "projection-mismatch",
+            "matching-thread-bootstrap-binding",
+        ]
+    );
+    let actions: Vec<&str> = run
+        .reports
+        .iter()
+        .map(|r| r.thread_action.as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        ["started", "resumed", "resumed", "resumed", "rotated", "resumed"]
+    );
+    assert_eq!(run.reports[0].thread_id, run.reports[3].thread_id);
+    assert_ne!(run.reports[3].thread_id, run.reports[4].thread_id);
+    assert_eq!(run.reports[4].thread_id, run.reports[5].thread_id);
+
+    // One model request per turn (no compaction, no retries).
+    assert_eq!(run.requests.len(), 6, "one model request per turn");
+    let last_user: Vec<String> = run
+        .requests
+        .iter()
+        .map(|r| r.last_user_text().unwrap_or_default())
+        .collect();
+    // Reused turns send the bare prompt; only the rotation's turn carries the projection.
+    for (i, text) in last_user.iter().enumerate() {
+        if i == 4 {
+            assert!(
+                text.contains(FRAME),
+                "turn 5 must carry the projection: {text}"
+            );
+            assert!(
+                text.contains(PROMPTS[0].split(':').next().unwrap()),
+                "the projection summarises the first turns"
+            );
+            assert!(text.ends_with(PROMPTS[4]), "the current request comes last");
+        } else {
+            assert_eq!(text, PROMPTS[i], "turn {} must send the bare prompt", i + 1);
+        }
+    }
+    let framed_inputs = last_user.iter().filter(|t| t.contains(FRAME)).count();
+    assert_eq!(
+        framed_inputs, 1,
+        "exactly one projection per epoch with context"
+    );
+    // The engine's systemPromptAddition is inside the developer instructions of every request.
+    for r in &run.requests {
+        let developer = r.input_texts("developer").join("\n");
+        assert!(
+            developer.contains("Base developer instructions."),
+            "{developer}"
+        );
+        assert!(developer.contains(ADDITION_MARK), "{developer}");
+    }
+    // Codex keys its prompt cache by thread: the rotation shows as a new key.
+    assert_eq!(
+        prompt_cache_key(&run.requests[0]),
+        prompt_cache_key(&run.requests[3])
+    );
+    assert_ne!(
+        prompt_cache_key(&run.requests[3]),
+        prompt_cache_key(&run.requests[4])
+    );
+    // The rotated thread was not fed the old turns as history: only its own turns are there.
+    let turn6_users = run.requests[5].input_texts("user");
+    assert!(
+        !turn6_users.iter().any(|t| t == PROMPTS[0]),
+        "old turns leaked into the new thread: {turn6_users:?}"
+    );
+}
+
+/// per_turn on Codex: every turn after the first re-projects into the same thread, so the
+/// projection is repeated and every request carries all earlier projections.
+#[tokio::test]
+async fn per_turn_repeats_the_projection_on_codex() {
+    let Some(run) = run_session(ProjectionMode::PerTurn).await else {
+        return;
+    };
+    assert!(run
+        .reports
+        .iter()
+        .all(|r| r.reason == "per-turn-projection" && r.projected));
+    assert!(
+        run.reports
+            .iter()
+            .all(|r| r.thread_id == run.reports[0].thread_id),
+        "one thread"
+    );
+    assert_eq!(run.requests.len(), 6);
+    for (i, r) in run.requests.iter().enumerate().skip(1) {
+        let text = r.last_user_text().unwrap_or_default();
+        assert!(
+            text.contains(FRAME),
+            "turn {} must be framed: {text}",
+            i + 1
+        );
+    }
+    // The last request holds every earlier projection again (the cost per-turn mode pays).
+    let frames_in_last = run.requests[5]
+        .input_texts("user")
+        .iter()
+        .filter(|t| t.contains(FRAME))
+        .count();
+    assert_eq!(
+        frames_in_last, 5,
+        "turns 2–6 each added a projection to the thread"
+    );
+}
