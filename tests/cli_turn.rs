@@ -1,0 +1,207 @@
+//! `ctxbridge turn --json` through the built binary, on each backend kind: the in-process mock
+//! (embedded default), the real Codex app-server, and the Responses API (both against the
+//! loopback mock model server). State persists between invocations: the second turn of a
+//! session resumes the thread the first one started.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use serde_json::{json, Value};
+
+const KEYS: [&str; 13] = [
+    "sessionKey",
+    "engineId",
+    "mode",
+    "epoch",
+    "fingerprint",
+    "threadId",
+    "threadAction",
+    "projected",
+    "reason",
+    "promptChars",
+    "developerInstructionsChars",
+    "developerInstructionsDelivery",
+    "reply",
+];
+
+fn turn(dir: &Path, session: &str, prompt: &str) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir)
+        .args(["turn", "--session", session, "--json", prompt])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "turn failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let obj = v.as_object().unwrap();
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    let mut want = KEYS.to_vec();
+    want.sort_unstable();
+    assert_eq!(
+        keys, want,
+        "the --json object has exactly the SPEC §14 keys"
+    );
+    v
+}
+
+fn write_config(dir: &Path, config: &Value) {
+    std::fs::write(
+        dir.join("ctxbridge.json5"),
+        serde_json::to_string_pretty(config).unwrap(),
+    )
+    .unwrap();
+}
+
+fn sample_engine(backend: Value) -> Value {
+    json!({
+        "plugins": {
+            "slots": {"contextEngine": "sample-summary"},
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}}
+        },
+        "agent": {"developerInstructions": "Be brief."},
+        "backend": backend,
+        "store": {"path": "state/state.db"}
+    })
+}
+
+/// On the embedded mock: two invocations continue one thread; a third after an epoch change
+/// rotates; the binding is durable across processes.
+#[test]
+fn turn_json_on_the_mock_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &sample_engine(json!({"kind": "mock"})));
+    let first = turn(dir.path(), "s1", "hello there");
+    assert_eq!(first["engineId"], "sample-summary");
+    assert_eq!(first["mode"], "thread_bootstrap");
+    assert_eq!(first["threadAction"], "started");
+    assert_eq!(first["reason"], "missing-thread-binding");
+    assert_eq!(first["developerInstructionsDelivery"], "thread-start");
+    let second = turn(dir.path(), "s1", "second message");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(second["reason"], "matching-thread-bootstrap-binding");
+    assert_eq!(second["projected"], false);
+    assert_eq!(second["promptChars"], "second message".len());
+    assert_eq!(second["threadId"], first["threadId"]);
+    assert_eq!(second["developerInstructionsDelivery"], "unchanged");
+    // With a 2-message window and chunks of 2, the third turn summarises the first exchange.
+    let third = turn(dir.path(), "s1", "third message");
+    assert_eq!(third["reason"], "projection-mismatch");
+    assert_eq!(third["threadAction"], "rotated");
+    assert_eq!(third["projected"], true);
+    assert_ne!(third["threadId"], first["threadId"]);
+    // Another session is independent.
+    let other = turn(dir.path(), "s2", "hi");
+    assert_eq!(other["threadAction"], "started");
+}
+
+/// On the real Codex app-server (offline, against the mock model): two invocations, the
+/// second resumes the persisted thread in a new app-server process.
+#[tokio::test(flavor = "multi_thread")]
+async fn turn_json_on_codex() {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED turn_json_on_codex: no codex binary (run `npm ci`) !!!!!!!!\n"
+        );
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut overrides = serde_json::Map::new();
+    for (k, v) in offline_overrides(&mock.base_url()) {
+        let value = match v {
+            ConfigValue::String(s) => json!(s),
+            ConfigValue::Bool(b) => json!(b),
+            ConfigValue::Integer(i) => json!(i),
+            ConfigValue::Float(f) => json!(f),
+            other => panic!("unexpected override value {other:?}"),
+        };
+        overrides.insert(k, value);
+    }
+    let config = sample_engine(json!({
+        "kind": "codex",
+        "command": [binary.display().to_string(), "app-server"],
+        "codexHome": dir.path().join("codex-home"),
+        "config": overrides,
+    }));
+    write_config(dir.path(), &config);
+    let path = dir.path().to_path_buf();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        (
+            turn(&path, "codex", "first on codex"),
+            turn(&path, "codex", "second on codex"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(first["threadAction"], "started");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(second["threadId"], first["threadId"]);
+    assert_eq!(second["reason"], "matching-thread-bootstrap-binding");
+    assert!(!second["reply"].as_str().unwrap().is_empty());
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].body_contains("first on codex"),
+        "the resumed thread keeps its history"
+    );
+    assert_eq!(
+        requests[1].last_user_text().as_deref(),
+        Some("second on codex")
+    );
+}
+
+/// On the Responses API backend (against the stateful mock): the chain continues across
+/// invocations with `previous_response_id` and no resent history.
+#[tokio::test(flavor = "multi_thread")]
+async fn turn_json_on_responses() {
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &sample_engine(
+            json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"}),
+        ),
+    );
+    let path = dir.path().to_path_buf();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        (
+            turn(&path, "r", "first on responses"),
+            turn(&path, "r", "second on responses"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(first["threadAction"], "started");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(second["reason"], "matching-thread-bootstrap-binding");
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].previous_response_id.as_deref(),
+        first["threadId"].as_str()
+    );
+    assert_eq!(
+        requests[1].input_texts("user"),
+        vec!["second on responses".to_string()]
+    );
+    for r in &requests {
+        assert!(r
+            .instructions
+            .as_deref()
+            .unwrap_or("")
+            .contains("Be brief."));
+    }
+}
