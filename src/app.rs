@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use codex_app_server_client::{locate_codex_binary, ConfigValue};
+use codex_app_server_client::locate_codex_binary;
 
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
 use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig};
 use crate::backend::{MockBackend, ThreadedBackend};
 use crate::capabilities::HostKind;
-use crate::config::{BackendConfig, CodexConfigValue, Config};
+use crate::config::{BackendConfig, Config};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
@@ -122,15 +122,6 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-fn codex_value(v: &CodexConfigValue) -> ConfigValue {
-    match v {
-        CodexConfigValue::String(s) => ConfigValue::String(s.clone()),
-        CodexConfigValue::Integer(i) => ConfigValue::Integer(*i),
-        CodexConfigValue::Float(f) => ConfigValue::Float(*f),
-        CodexConfigValue::Bool(b) => ConfigValue::Bool(*b),
-    }
-}
-
 /// Builds the configured backend. The mock keeps its threads in `store`.
 pub fn backend(
     config: &Config,
@@ -159,7 +150,7 @@ pub fn backend(
                 overrides: codex
                     .config
                     .iter()
-                    .map(|(k, v)| (k.clone(), codex_value(v)))
+                    .map(|(k, v)| (k.clone(), v.to_codex()))
                     .collect(),
                 cwd: std::env::current_dir().ok(),
                 env: Vec::new(),

@@ -73,24 +73,29 @@ async fn open_app(config: &Config) -> Result<app::App, CliError> {
         .map_err(|e| runtime_err("open")(e.to_string()))
 }
 
+/// A channel for a turn's events and the task that streams its reply text to stdout (or only
+/// drains the events when `print` is false, e.g. under `--json`).
+fn reply_printer(print: bool) -> (mpsc::Sender<TurnEvent>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
+    let task = tokio::spawn(async move {
+        let mut out = std::io::stdout();
+        while let Some(ev) = rx.recv().await {
+            if let (true, TurnEvent::TextDelta(d)) = (print, ev) {
+                // A closed stdout (a pipe whose reader left) must not fail the turn.
+                let _ = out.write_all(d.as_bytes());
+                let _ = out.flush();
+            }
+        }
+    });
+    (tx, task)
+}
+
 /// `ctxbridge turn --session KEY [--json] PROMPT`.
 pub async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = open_app(&config).await?;
     let prompt = args.prompt.join(" ");
-    let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
-    let stream = !args.json;
-    let printer = tokio::spawn(async move {
-        let mut out = std::io::stdout();
-        while let Some(ev) = rx.recv().await {
-            if stream {
-                if let TurnEvent::TextDelta(d) = ev {
-                    let _ = out.write_all(d.as_bytes());
-                    let _ = out.flush();
-                }
-            }
-        }
-    });
+    let (tx, printer) = reply_printer(!args.json);
     let result = app
         .harness
         .turn_streaming(TurnSpec::new(args.session.clone(), prompt), Some(tx))
@@ -174,16 +179,7 @@ pub async fn run_chat(context: &CommandContext, args: ChatArgs) -> Result<u8, Cl
                 }
             },
             prompt => {
-                let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
-                let printer = tokio::spawn(async move {
-                    let mut out = std::io::stdout();
-                    while let Some(ev) = rx.recv().await {
-                        if let TurnEvent::TextDelta(d) = ev {
-                            let _ = out.write_all(d.as_bytes());
-                            let _ = out.flush();
-                        }
-                    }
-                });
+                let (tx, printer) = reply_printer(true);
                 let result = app
                     .harness
                     .turn_streaming(TurnSpec::new(args.session.clone(), prompt), Some(tx))

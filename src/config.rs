@@ -200,38 +200,21 @@ pub enum CodexConfigValue {
 }
 
 impl CodexConfigValue {
+    /// The value as the Codex client passes it (`-c key=<TOML>`).
+    pub fn to_codex(&self) -> codex_app_server_client::ConfigValue {
+        use codex_app_server_client::ConfigValue;
+        match self {
+            CodexConfigValue::String(s) => ConfigValue::String(s.clone()),
+            CodexConfigValue::Integer(i) => ConfigValue::Integer(*i),
+            CodexConfigValue::Float(f) => ConfigValue::Float(*f),
+            CodexConfigValue::Bool(b) => ConfigValue::Bool(*b),
+        }
+    }
+
     /// The value as a TOML literal (strings quoted and escaped).
     pub fn to_toml(&self) -> String {
-        match self {
-            CodexConfigValue::String(s) => toml_basic_string(s),
-            CodexConfigValue::Integer(i) => i.to_string(),
-            CodexConfigValue::Float(f) if f.is_finite() && f.fract() == 0.0 => format!("{f:.1}"),
-            CodexConfigValue::Float(f) if f.is_nan() => "nan".to_string(),
-            CodexConfigValue::Float(f) if f.is_infinite() => {
-                if *f > 0.0 { "inf" } else { "-inf" }.to_string()
-            }
-            CodexConfigValue::Float(f) => f.to_string(),
-            CodexConfigValue::Bool(b) => b.to_string(),
-        }
+        self.to_codex().to_toml()
     }
-}
-
-fn toml_basic_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 impl<'de> Deserialize<'de> for CodexConfigValue {
