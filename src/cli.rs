@@ -111,13 +111,22 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
+/// `ctxbridge doctor`: the engine report of this process plus what earlier runs left in the
+/// configured state store (read only when the file exists). Exit 1 when the selected engine
+/// cannot run on the backend or the state store exists and cannot be used.
 async fn run_doctor(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let registry = builtin_registry(&config);
     let host = config.backend.host_kind();
-    let report = doctor::report(&config, &registry, &host.capabilities(), host.label()).await;
+    let persisted = doctor::inspect_store(
+        &config.store.path,
+        &doctor::note_engine_ids(&config, &registry),
+    );
+    let report = doctor::report(&config, &registry, &host.capabilities(), host.label())
+        .await
+        .with_persisted_state(persisted);
     print!("{report}");
-    Ok(if report.can_run {
+    Ok(if report.passes() {
         EXIT_OK
     } else {
         EXIT_RUNTIME_FAILURE

@@ -1,8 +1,17 @@
 //! `ctxbridge doctor` (SPEC §2, §3, §14): which engine is selected and where the selection came
 //! from, which engines are quarantined and why, and whether the engine's host requirements are
 //! met by the configured backend.
+//!
+//! A quarantine lasts for the life of a process, and every `ctxbridge turn` is a process of its
+//! own, so doctor also reads what earlier runs left in the state store (SPEC §15): the
+//! quarantine records the harness persisted and its notes for doctor (a no-op `compact` on an
+//! engine that does not own compaction, SPEC §10). Doctor never creates the store: when the
+//! configured file does not exist there is simply nothing from earlier runs. When the file
+//! exists and cannot be used (corrupt, locked, from a newer build) doctor still prints its
+//! report, names the file and the problem, and fails (exit 1): no turn can run on that store.
 
 use std::fmt;
+use std::path::Path;
 
 use crate::capabilities::Capability;
 use crate::config::Config;
@@ -10,6 +19,7 @@ use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSourc
 use crate::host::{check_host_requirements, declared_operations, HostRequirementError};
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
+use crate::store::{SqliteStore, StateStore, StoreError};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +49,105 @@ pub struct DoctorReport {
     pub warnings: Vec<String>,
     /// False when the active engine cannot run `agent-run` on this host.
     pub can_run: bool,
+    /// What earlier runs left in the state store.
+    pub persisted: PersistedState,
+}
+
+/// What doctor found in the state store that earlier runs wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PersistedState {
+    /// The store was not looked at (a report built without one).
+    NotInspected,
+    /// The configured store file does not exist yet: no earlier run left anything.
+    NoStore { path: String },
+    /// Read from the store at `location`.
+    Read {
+        location: String,
+        /// Quarantines persisted by earlier runs, by engine id.
+        quarantines: Vec<crate::store::QuarantineRecord>,
+        /// The harness's notes for doctor (also listed as warnings).
+        notes: Vec<String>,
+    },
+    /// The store exists but cannot be used; the message names the file.
+    Unusable { error: String },
+}
+
+impl PersistedState {
+    /// False when the store exists and cannot be used.
+    pub fn is_usable(&self) -> bool {
+        !matches!(self, PersistedState::Unusable { .. })
+    }
+}
+
+/// The key of the harness's note about a no-op `compact` of `engine_id` (SPEC §10), in the
+/// documents namespace [`crate::harness::DOCTOR_NAMESPACE`].
+pub fn no_op_compact_note_key(engine_id: &str) -> String {
+    format!("noop-compact:{engine_id}")
+}
+
+/// Reads the persisted quarantines and the doctor notes of `engine_ids` from `store`.
+pub fn read_persisted_state(
+    store: &dyn StateStore,
+    engine_ids: &[String],
+) -> Result<PersistedState, StoreError> {
+    let quarantines = store.quarantines()?;
+    let mut notes = Vec::new();
+    for id in engine_ids {
+        let key = no_op_compact_note_key(id);
+        if let Some(json) = store.load_document(crate::harness::DOCTOR_NAMESPACE, &key)? {
+            // The harness stores the note as a JSON string; anything else is shown as stored.
+            notes.push(serde_json::from_str::<String>(&json).unwrap_or(json));
+        }
+    }
+    Ok(PersistedState::Read {
+        location: store.location(),
+        quarantines,
+        notes,
+    })
+}
+
+/// Opens the store at `path` if the file exists (never creating one) and reads what earlier
+/// runs left there for `engine_ids`.
+pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
+    match path.try_exists() {
+        Ok(false) => PersistedState::NoStore {
+            path: path.display().to_string(),
+        },
+        Err(error) => PersistedState::Unusable {
+            error: format!(
+                "state store {}: cannot check the file: {error}",
+                path.display()
+            ),
+        },
+        Ok(true) => SqliteStore::open(path)
+            .and_then(|store| read_persisted_state(&store, engine_ids))
+            .unwrap_or_else(|error| PersistedState::Unusable {
+                error: error.to_string(),
+            }),
+    }
+}
+
+/// `ms` since the Unix epoch as an RFC 3339 UTC timestamp (`2023-11-14T22:13:20Z`).
+pub fn format_utc_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, day_secs) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm), for the proleptic
+    // Gregorian calendar.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        day_secs / 3_600,
+        day_secs % 3_600 / 60,
+        day_secs % 60
+    )
 }
 
 /// The warning for a non-owning engine whose `compact` did nothing (SPEC §10).
@@ -58,6 +167,21 @@ impl DoctorReport {
     /// compaction.
     pub fn warn_no_op_compact(&mut self, engine_id: &str) {
         self.warn(no_op_compact_warning(engine_id));
+    }
+
+    /// Attaches what earlier runs left in the store; its notes become warnings.
+    pub fn with_persisted_state(mut self, persisted: PersistedState) -> Self {
+        if let PersistedState::Read { notes, .. } = &persisted {
+            self.warnings.extend(notes.iter().cloned());
+        }
+        self.persisted = persisted;
+        self
+    }
+
+    /// True when nothing keeps turns from running: the active engine can run on the backend
+    /// and the state store (if there is one) is usable. `ctxbridge doctor` exits 1 otherwise.
+    pub fn passes(&self) -> bool {
+        self.can_run && self.persisted.is_usable()
     }
 
     /// The `agent-run` check, if the engine declares one.
@@ -116,7 +240,22 @@ pub async fn report(
         host_checks,
         warnings: Vec::new(),
         can_run,
+        persisted: PersistedState::NotInspected,
     }
+}
+
+/// The engine ids whose doctor notes are worth looking up: every registered engine, the
+/// selected one and legacy (notes are keyed by the id of the engine that ran).
+pub fn note_engine_ids(config: &Config, registry: &EngineRegistry) -> Vec<String> {
+    let mut ids = registry.registered_ids();
+    ids.extend(config.plugins.entries.keys().cloned());
+    if let Some(selected) = &config.plugins.slots.context_engine {
+        ids.push(selected.clone());
+    }
+    ids.push(crate::engines::LEGACY_ENGINE_ID.to_string());
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 impl fmt::Display for DoctorReport {
@@ -161,6 +300,41 @@ impl fmt::Display for DoctorReport {
                 )?;
             }
         }
+        match &self.persisted {
+            PersistedState::NotInspected => {}
+            PersistedState::NoStore { path } => writeln!(
+                f,
+                "quarantines seen in earlier runs: none (no state store at {path} yet)"
+            )?,
+            PersistedState::Read {
+                location,
+                quarantines,
+                ..
+            } => {
+                if quarantines.is_empty() {
+                    writeln!(f, "quarantines seen in earlier runs: none ({location})")?;
+                } else {
+                    writeln!(f, "quarantines seen in earlier runs ({location}):")?;
+                    for q in quarantines {
+                        writeln!(
+                            f,
+                            "  {}: failed during {}: {} (recorded {})",
+                            q.engine_id,
+                            q.operation,
+                            q.reason,
+                            format_utc_ms(q.at_ms)
+                        )?;
+                    }
+                }
+            }
+            PersistedState::Unusable { error } => {
+                writeln!(f, "unusable state store: {error}")?;
+                writeln!(
+                    f,
+                    "quarantines seen in earlier runs: unknown (the state store cannot be read)"
+                )?;
+            }
+        }
         if self.host_checks.is_empty() {
             writeln!(
                 f,
@@ -179,15 +353,23 @@ impl fmt::Display for DoctorReport {
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
-        if self.can_run {
-            writeln!(f, "status: ok")
-        } else {
+        if self.passes() {
+            return writeln!(f, "status: ok");
+        }
+        if !self.can_run {
             writeln!(
                 f,
                 "status: context engine \"{}\" cannot run on {}",
                 self.active_engine_id, self.host_label
-            )
+            )?;
         }
+        if !self.persisted.is_usable() {
+            writeln!(
+                f,
+                "status: the state store cannot be used; fix it or move it away before running turns"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -339,5 +521,133 @@ mod tests {
             text.contains("warning: context engine \"off\" does not own compaction"),
             "{text}"
         );
+    }
+
+    fn stored_quarantine(
+        id: &str,
+        operation: &str,
+        reason: &str,
+    ) -> crate::store::QuarantineRecord {
+        crate::store::QuarantineRecord {
+            engine_id: id.into(),
+            operation: operation.into(),
+            reason: reason.into(),
+            at_ms: 1_700_000_000_000,
+        }
+    }
+
+    /// Timestamps render as RFC 3339 UTC, leap days and the epoch included.
+    #[test]
+    fn utc_timestamps() {
+        assert_eq!(format_utc_ms(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_utc_ms(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(format_utc_ms(1_700_000_000_999), "2023-11-14T22:13:20Z");
+        assert_eq!(format_utc_ms(4_102_444_799_000), "2099-12-31T23:59:59Z");
+    }
+
+    /// Persisted quarantines are read with operation and reason; the harness's no-op-compact
+    /// note is found for the engine ids asked about (and only those), decoded from its JSON
+    /// string form.
+    #[test]
+    fn reads_persisted_quarantines_and_notes() {
+        let store = crate::store::SqliteStore::in_memory().unwrap();
+        store
+            .record_quarantine(&stored_quarantine("py", "assemble", "engine exploded"))
+            .unwrap();
+        store
+            .save_document(
+                crate::harness::DOCTOR_NAMESPACE,
+                "noop-compact:lazy",
+                &serde_json::to_string("lazy compact was a no-op").unwrap(),
+            )
+            .unwrap();
+        store
+            .save_document(
+                crate::harness::DOCTOR_NAMESPACE,
+                "noop-compact:other",
+                "\"x\"",
+            )
+            .unwrap();
+        let state = read_persisted_state(&store, &["lazy".into(), "py".into()]).unwrap();
+        let PersistedState::Read {
+            quarantines, notes, ..
+        } = &state
+        else {
+            panic!("expected Read, got {state:?}");
+        };
+        assert_eq!(quarantines.len(), 1);
+        assert_eq!(quarantines[0].operation, "assemble");
+        assert_eq!(notes, &vec!["lazy compact was a no-op".to_string()]);
+    }
+
+    /// The report shows earlier runs' quarantines in their own section (the current-process
+    /// section unchanged), the notes as warnings, and still passes.
+    #[tokio::test]
+    async fn persisted_state_is_reported() {
+        let registry = EngineRegistry::new();
+        let persisted = PersistedState::Read {
+            location: "/tmp/s.db".into(),
+            quarantines: vec![stored_quarantine("py", "assemble", "engine exploded")],
+            notes: vec!["lazy compact was a no-op".into()],
+        };
+        let report = report(
+            &Config::default(),
+            &registry,
+            &Capability::ALL,
+            "the mock backend",
+        )
+        .await
+        .with_persisted_state(persisted);
+        assert!(report.passes());
+        let text = report.to_string();
+        assert!(text.contains("quarantined engines: none\nquarantines seen in earlier runs (/tmp/s.db):\n  py: failed during assemble: engine exploded (recorded 2023-11-14T22:13:20Z)\n"), "{text}");
+        assert!(
+            text.contains("warning: lazy compact was a no-op\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("status: ok\n"), "{text}");
+    }
+
+    /// A missing store file is not created and means "nothing from earlier runs"; a file that
+    /// is not a database is reported naming the file, and the report fails.
+    #[tokio::test]
+    async fn missing_and_corrupt_store_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("sub").join("state.db");
+        let state = inspect_store(&missing, &[]);
+        assert!(matches!(state, PersistedState::NoStore { .. }), "{state:?}");
+        assert!(
+            !dir.path().join("sub").exists(),
+            "doctor created the store directory"
+        );
+
+        let corrupt = dir.path().join("state.db");
+        std::fs::write(
+            &corrupt,
+            "this is not a database, it is a long enough line of text",
+        )
+        .unwrap();
+        let state = inspect_store(&corrupt, &[]);
+        let PersistedState::Unusable { error } = &state else {
+            panic!("expected Unusable, got {state:?}");
+        };
+        assert!(error.contains(&corrupt.display().to_string()), "{error}");
+        let registry = EngineRegistry::new();
+        let report = report(
+            &Config::default(),
+            &registry,
+            &Capability::ALL,
+            "the mock backend",
+        )
+        .await
+        .with_persisted_state(state);
+        assert!(report.can_run);
+        assert!(!report.passes());
+        let text = report.to_string();
+        assert!(
+            text.contains("unusable state store: state store "),
+            "{text}"
+        );
+        assert!(text.ends_with("status: the state store cannot be used; fix it or move it away before running turns\n"), "{text}");
     }
 }

@@ -276,6 +276,35 @@ METHODS = {
 }
 
 
+def respond(engine, message):
+    """The JSON-RPC response to one parsed message, or None for a notification.
+
+    Notifications ($/cancelRequest) need nothing here: calls are answered in order, one at a
+    time, so there is never a call in flight to cancel when one is read.
+    """
+    method = message.get("method")
+    if "id" not in message:
+        return None
+    try:
+        if method not in METHODS:
+            raise RpcError(-32601, "method not found: %s" % method)
+        result = getattr(engine, method)(message.get("params") or {})
+        return {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    except RpcError as error:
+        return {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {"code": error.code, "message": error.message},
+        }
+    except Exception as error:  # an engine bug becomes a JSON-RPC error, not a crash
+        log("error in", method, repr(error))
+        return {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {"code": -32000, "message": "%s failed: %r" % (method, error)},
+        }
+
+
 def main():
     engine = Engine()
     for line in sys.stdin:
@@ -287,30 +316,10 @@ def main():
         except ValueError as error:
             log("ignoring a line that is not JSON:", error)
             continue
-        method = message.get("method")
-        if "id" not in message:
-            # Notifications: $/cancelRequest needs nothing here (calls are answered in order).
-            continue
-        try:
-            if method not in METHODS:
-                raise RpcError(-32601, "method not found: %s" % method)
-            result = getattr(engine, method)(message.get("params") or {})
-            response = {"jsonrpc": "2.0", "id": message["id"], "result": result}
-        except RpcError as error:
-            response = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": error.code, "message": error.message},
-            }
-        except Exception as error:  # an engine bug becomes a JSON-RPC error, not a crash
-            log("error in", method, repr(error))
-            response = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {"code": -32000, "message": "%s failed: %r" % (method, error)},
-            }
-        sys.stdout.write(json.dumps(response) + "\n")
-        sys.stdout.flush()
+        response = respond(engine, message)
+        if response is not None:
+            sys.stdout.write(json.dumps(response) + "\n")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

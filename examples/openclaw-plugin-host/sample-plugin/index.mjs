@@ -72,20 +72,23 @@ function createRecentWindowEngine({ config = {} } = {}) {
       const window = source.slice(-windowSize);
       const omitted = source.length - window.length;
       const chars = window.reduce((n, m) => n + textOf(m).length, 0);
-      const result = {
-        messages: window,
-        estimatedTokens: Math.ceil(chars / 4),
-        systemPromptAddition:
-          omitted > 0
-            ? `Only the ${window.length} most recent messages are shown; ${omitted} older ones were left out.`
-            : `The whole conversation (${window.length} messages) is shown.`,
-      };
+      const result = { messages: window, estimatedTokens: Math.ceil(chars / 4) };
       if (projection === "thread_bootstrap") {
-        // The window moves in steps of windowSize, so the thread is reused between steps.
+        // The window moves in steps of windowSize, so the thread is reused between steps. The
+        // systemPromptAddition only changes with the step too: text that changed every turn
+        // would be new developer instructions for the thread on every turn.
         const step = Math.floor(Math.max(0, source.length - 1) / windowSize);
         result.contextProjection = { mode: "thread_bootstrap", epoch: `window-${step}` };
+        result.systemPromptAddition =
+          step === 0
+            ? "The whole conversation is shown."
+            : `Only recent messages are shown; older ones were left out (window ${step}).`;
       } else {
         result.contextProjection = { mode: "per_turn" };
+        result.systemPromptAddition =
+          omitted > 0
+            ? `Only the ${window.length} most recent messages are shown; ${omitted} older ones were left out.`
+            : `The whole conversation (${window.length} messages) is shown.`;
       }
       return result;
     },
