@@ -35,8 +35,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the selected context engine, quarantines and host-capability checks; exits 1 when
-    /// the engine cannot run on the configured backend.
+    /// Show the selected context engine, quarantines (this run's and earlier runs') and
+    /// host-capability checks; exits 1 when the engine cannot run on the configured backend or
+    /// the state store is unusable.
     Doctor(DoctorArgs),
     /// Run one turn of a session (state persists between invocations).
     Turn(TurnArgs),

@@ -461,6 +461,45 @@ impl QuarantineEngine {
         &self.book
     }
 
+    /// Releases the wrapped engine at shutdown, quarantined or not: a quarantined
+    /// out-of-process engine still has a child process to reap. A healthy engine gets its
+    /// guarded `dispose`; a quarantined one gets the inner `dispose` bounded by the call
+    /// timeout, with failures only logged (it is quarantined already).
+    pub async fn release(&self) {
+        if self.is_legacy() {
+            return;
+        }
+        let inner_methods =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inner.methods()));
+        let Ok(inner_methods) = inner_methods else {
+            tracing::warn!(engine = %self.engine_id, "methods() panicked at shutdown; not disposing");
+            return;
+        };
+        if !inner_methods.contains(EngineMethod::Dispose) {
+            return;
+        }
+        if !self.is_quarantined() {
+            if let Err(e) = self.dispose().await {
+                tracing::warn!(engine = %self.engine_id, error = %e, "dispose failed at shutdown");
+            }
+            return;
+        }
+        let timeout = self.timeouts.for_method(EngineMethod::Dispose);
+        let call = std::panic::AssertUnwindSafe(self.inner.dispose()).catch_unwind();
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(engine = %self.engine_id, error = %e, "quarantined engine: dispose failed at shutdown")
+            }
+            Ok(Err(_)) => {
+                tracing::warn!(engine = %self.engine_id, "quarantined engine: dispose panicked at shutdown")
+            }
+            Err(_) => {
+                tracing::warn!(engine = %self.engine_id, "quarantined engine: dispose timed out at shutdown")
+            }
+        }
+    }
+
     fn trip(&self, operation: FailedOperation, reason: String) {
         self.tripped.store(true, Ordering::SeqCst);
         self.book.quarantine(&self.engine_id, operation, reason);

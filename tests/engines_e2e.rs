@@ -347,7 +347,6 @@ fn node_hosted_plugin_three_turns_across_processes() {
 /// delegates to the runtime, i.e. the backend's native compaction) reaches the session's
 /// backend thread, and the engine is not quarantined.
 #[test]
-#[ignore = "harness bug: compact in a fresh process calls backend.compact_thread on a thread this process never resumed (Harness::attached), so the mock (like Codex) answers `thread not found`; delegateCompaction is refused and the engine is quarantined during compact"]
 fn non_owning_engine_compaction_in_a_new_process() {
     if !have("node", "non_owning_engine_compaction_in_a_new_process") {
         return;
@@ -590,7 +589,6 @@ fn engine_child_is_gone_after_ctxbridge_exits() {
 /// After a quarantine that leaves the engine process alive (it answered with a JSON-RPC error
 /// or the wrong shape), ctxbridge still reaps it before exiting.
 #[test]
-#[ignore = "harness bug: after a quarantine QuarantineEngine::methods() reports legacy's methods, so Harness::shutdown never disposes the wrapped ProcessEngine (and QuarantineEngine::dispose routes to legacy); the child is only SIGKILLed by kill_on_drop as the runtime shuts down and is left unreaped (a zombie for PID 1 to collect)"]
 fn quarantined_engine_child_is_reaped_before_exit() {
     if !have("python3", "quarantined_engine_child_is_reaped_before_exit") {
         return;

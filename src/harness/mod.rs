@@ -1276,7 +1276,15 @@ impl Harness {
         }
     }
 
+    /// Writes this process's quarantines to the store (doctor shows them later); an engine that
+    /// just served a turn without failing has its record from an earlier run cleared.
     fn persist_quarantines(&self) {
+        let id = self.engine.engine_id();
+        if id != crate::engines::LEGACY_ENGINE_ID && !self.engine.is_quarantined() {
+            if let Err(e) = self.store.clear_quarantine(id) {
+                tracing::warn!(error = %e, "could not clear an old quarantine record");
+            }
+        }
         for record in self.engine.quarantine_book().records() {
             let row = crate::store::QuarantineRecord {
                 engine_id: record.engine_id.clone(),
@@ -1327,7 +1335,24 @@ impl Harness {
             self.backend.label(),
             &self.backend.capabilities(),
         )?;
-        let thread = stored.map(|b| b.thread_id.clone());
+        let mut thread = stored.map(|b| b.thread_id.clone());
+        // Native compaction runs on the bound thread, which this process may not have attached
+        // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would.
+        if let Some(t) = thread.clone().filter(|t| !self.is_attached(t)) {
+            match self.backend.resume_thread(&t).await {
+                Ok(()) => self.mark_attached(&t),
+                Err(BackendError::ThreadNotFound { .. }) => {
+                    tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");
+                    thread = None;
+                }
+                Err(source) => {
+                    return Err(HarnessError::Backend {
+                        session: session_key.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
         let (cb, delegated) = self.callbacks(session_id, thread.as_ref(), true);
         let params = project_host_params(
             CompactParams {
@@ -1351,15 +1376,14 @@ impl Harness {
             &info,
         );
         // Fails closed: the error goes to the caller.
-        let result = self
-            .engine
-            .compact(params)
-            .await
-            .map_err(|source| HarnessError::Engine {
+        let result = self.engine.compact(params).await.map_err(|source| {
+            self.persist_quarantines();
+            HarnessError::Engine {
                 operation: "compact",
                 session: session_key.to_string(),
                 source,
-            })?;
+            }
+        })?;
         let mut native = delegated.load(Ordering::SeqCst);
         if !info.owns_compaction() && !native {
             if !result.compacted {
@@ -1405,6 +1429,7 @@ impl Harness {
             thread.as_ref(),
         )
         .await;
+        self.persist_quarantines();
         Ok(CompactReport {
             session_key: session_key.to_string(),
             engine_id: self.engine.active_engine_id().to_string(),
@@ -1511,11 +1536,8 @@ impl Harness {
         {
             tracing::warn!("background maintenance still running at shutdown; giving up waiting");
         }
-        if self.engine.methods().contains(EngineMethod::Dispose) {
-            if let Err(e) = self.engine.dispose().await {
-                tracing::warn!(error = %e, "dispose failed");
-            }
-        }
+        // Quarantined engines are released too: an out-of-process one has a child to reap.
+        self.engine.release().await;
         self.backend.shutdown().await;
     }
 }

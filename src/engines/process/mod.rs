@@ -325,8 +325,12 @@ impl ContextEngine for ProcessEngine {
         self.info.clone()
     }
 
+    /// The declared members, plus `dispose`: its host side (closing the pipes and reaping the
+    /// child) is always there, and the `dispose` request is sent only if the engine declared it.
     fn methods(&self) -> MethodSet {
-        self.methods.clone()
+        let mut methods = self.methods.clone();
+        methods.insert(EngineMethod::Dispose);
+        methods
     }
 
     async fn ingest(&self, params: IngestParams) -> Result<IngestResult, EngineError> {
@@ -416,12 +420,12 @@ impl ContextEngine for ProcessEngine {
     /// `shutdown_grace`). The process is ended even when the request fails.
     async fn dispose(&self) -> Result<(), EngineError> {
         let method = EngineMethod::Dispose;
-        if !self.methods.contains(method) {
-            return Err(EngineError::NotImplemented { method });
-        }
-        let request = self
-            .call_unit(method, &protocol::empty_params(), CallRoute::default())
-            .await;
+        let request = if self.methods.contains(method) {
+            self.call_unit(method, &protocol::empty_params(), CallRoute::default())
+                .await
+        } else {
+            Ok(())
+        };
         let status = self.shutdown().await;
         tracing::debug!(engine = %self.engine_id, ?status, "engine process disposed");
         request
