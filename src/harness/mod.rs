@@ -1024,6 +1024,31 @@ impl Harness {
                 ],
             )
             .map_err(store_err("append transcript"))?;
+        // Write the binding now: the thread has received what it records. Writing it before
+        // the engine's commit/afterTurn/maintain keeps it when ctxbridge dies in one of those
+        // (the restarted turn then reuses the thread instead of re-projecting elsewhere).
+        let decision = &plan.decision;
+        let active_id = if engine_active {
+            info.id.as_str()
+        } else {
+            crate::engines::LEGACY_ENGINE_ID
+        };
+        let policy = self.policy_fingerprint(info);
+        let binding = ThreadBinding {
+            schema_version: BINDING_SCHEMA_VERSION,
+            binding_key: self.binding_key_for(&spec.session_key),
+            backend: self.backend.kind(),
+            thread_id: outcome.thread_id.clone(),
+            engine: decision.engine_binding(active_id, &policy),
+            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
+            developer_instructions_sha256: developer_instructions_sha256(
+                plan.effective_instructions.as_deref(),
+            ),
+            generation: guard.generation(),
+            updated_at: now_ms(),
+        };
+        self.save_binding(binding, guard).await?;
+
         let pre_prompt = messages.len();
         messages.push(user.clone());
         messages.push(assistant.clone());
@@ -1146,28 +1171,6 @@ impl Harness {
             .await;
         }
 
-        // Write the binding: the thread has received what it records.
-        let decision = &plan.decision;
-        let active_id = if engine_active {
-            info.id.as_str()
-        } else {
-            crate::engines::LEGACY_ENGINE_ID
-        };
-        let policy = self.policy_fingerprint(info);
-        let binding = ThreadBinding {
-            schema_version: BINDING_SCHEMA_VERSION,
-            binding_key: self.binding_key_for(&spec.session_key),
-            backend: self.backend.kind(),
-            thread_id: outcome.thread_id.clone(),
-            engine: decision.engine_binding(active_id, &policy),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
-            developer_instructions_sha256: developer_instructions_sha256(
-                plan.effective_instructions.as_deref(),
-            ),
-            generation: guard.generation(),
-            updated_at: now_ms(),
-        };
-        self.save_binding(binding, guard).await?;
         self.persist_quarantines();
 
         let delivery = match (&plan.delivery, action) {
