@@ -4,7 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -721,18 +721,6 @@ pub fn injections(backend: &MockBackend) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Distinct threads that received turns.
-pub fn turn_threads(backend: &MockBackend) -> BTreeSet<String> {
-    backend
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            MockCall::Turn { thread_id, .. } => Some(thread_id),
-            _ => None,
-        })
-        .collect()
-}
-
 /// One captured tracing event.
 #[derive(Debug, Clone)]
 pub struct Captured {
@@ -756,10 +744,6 @@ impl Capture {
             .filter(|e| e.level == level)
             .map(|e| e.text)
             .collect()
-    }
-
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
     }
 }
 
