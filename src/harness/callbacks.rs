@@ -103,12 +103,17 @@ impl RuntimeCallbacks for HostCallbacks {
             bytes_before += message_bytes(&old.message);
             bytes_after += message_bytes(&r.message);
         }
+        // The replacement keeps the entry's id: engines address entries by the message id
+        // they were shown, so a replacement without it would be unreachable afterwards.
         let entries: Vec<TranscriptEntry> = request
             .replacements
             .into_iter()
             .map(|r| TranscriptEntry {
+                message: AgentMessage {
+                    id: Some(r.entry_id.clone()),
+                    ..r.message
+                },
                 entry_id: r.entry_id,
-                message: r.message,
             })
             .collect();
         self.store

@@ -8,7 +8,7 @@
 mod callbacks;
 mod session;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -243,6 +243,9 @@ pub struct Harness {
     attached: Mutex<HashSet<ThreadId>>,
     background: TaskTracker,
     warned: Mutex<HashSet<String>>,
+    /// The lease generation this harness last held, per session (cache coherence across
+    /// processes, see [`Harness::lock_session`]).
+    lease_generations: Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -291,6 +294,7 @@ impl Harness {
             attached: Mutex::new(HashSet::new()),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
+            lease_generations: Mutex::new(HashMap::new()),
         }
     }
 
@@ -313,6 +317,33 @@ impl Harness {
     /// The binding key of a session.
     pub fn binding_key_for(&self, session_key: &str) -> String {
         binding_key(&self.cfg.agent_id, Some(session_key), session_key)
+    }
+
+    /// Takes the session: the in-process lock, then the store lease. The cached binding is
+    /// dropped when another holder (another process sharing the store) may have written since
+    /// this harness last held the session: every acquisition raises the lease generation by
+    /// one, so a gap since the generation this harness last saw means someone else held it.
+    async fn lock_session(&self, key: &str) -> Result<SessionGuard, HarnessError> {
+        let guard = self
+            .locks
+            .acquire(
+                &self.store,
+                key,
+                &self.holder,
+                self.cfg.lease_ttl,
+                self.cfg.lease_wait,
+            )
+            .await?;
+        let generation = guard.generation();
+        let previous = self
+            .lease_generations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), generation);
+        if previous.map_or(true, |seen| seen.saturating_add(1) != generation) {
+            self.bindings.invalidate(key).await;
+        }
+        Ok(guard)
     }
 
     /// The stored binding of a session (cache, then store).
@@ -509,16 +540,7 @@ impl Harness {
     ) -> Result<TurnReport, HarnessError> {
         // 1. Lock the session; load binding and transcript.
         let key = self.binding_key_for(&spec.session_key);
-        let guard = self
-            .locks
-            .acquire(
-                &self.store,
-                &key,
-                &self.holder,
-                self.cfg.lease_ttl,
-                self.cfg.lease_wait,
-            )
-            .await?;
+        let guard = self.lock_session(&key).await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
@@ -566,7 +588,9 @@ impl Harness {
                 .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
-        let engine_active = !std::ptr::eq(serving, &*self.legacy) && !serving.is_quarantined();
+        // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
+        // is not enough: a harness configured with legacy has its own legacy wrapper.
+        let engine_active = serving.active_engine_id() != crate::engines::LEGACY_ENGINE_ID;
         let serving_info = serving.info();
 
         // 5–8. Plan, run, and on an overflow on a resumed thread or a lost thread, retry once on
@@ -582,7 +606,7 @@ impl Harness {
                 stored_view.as_deref(),
             );
             match self
-                .execute(&spec, &plan, stored_view.as_deref(), events.clone())
+                .execute(&spec, &plan, stored.is_some(), events.clone())
                 .await
             {
                 Ok((outcome, action, backend_chars)) => {
@@ -882,12 +906,13 @@ impl Harness {
     }
 
     /// Starts / resumes the thread, delivers drifted instructions and runs the turn. The error
-    /// side says whether the thread was fresh.
+    /// side says whether the thread was fresh. `had_thread`: the session had a bound thread
+    /// before this turn (a new thread is then a rotation, also on a retry).
     async fn execute(
         &self,
         spec: &TurnSpec,
         plan: &Plan,
-        stored: Option<&ThreadBinding>,
+        had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<(TurnOutcome, ThreadAction, usize), (BackendError, bool)> {
         let mut backend_chars = 0usize;
@@ -907,7 +932,7 @@ impl Harness {
                     .effective_instructions
                     .as_deref()
                     .map_or(0, |s| s.chars().count());
-                let action = if stored.is_some() {
+                let action = if had_thread {
                     ThreadAction::Rotated
                 } else {
                     ThreadAction::Started
@@ -999,6 +1024,31 @@ impl Harness {
                 ],
             )
             .map_err(store_err("append transcript"))?;
+        // Write the binding now: the thread has received what it records. Writing it before
+        // the engine's commit/afterTurn/maintain keeps it when ctxbridge dies in one of those
+        // (the restarted turn then reuses the thread instead of re-projecting elsewhere).
+        let decision = &plan.decision;
+        let active_id = if engine_active {
+            info.id.as_str()
+        } else {
+            crate::engines::LEGACY_ENGINE_ID
+        };
+        let policy = self.policy_fingerprint(info);
+        let binding = ThreadBinding {
+            schema_version: BINDING_SCHEMA_VERSION,
+            binding_key: self.binding_key_for(&spec.session_key),
+            backend: self.backend.kind(),
+            thread_id: outcome.thread_id.clone(),
+            engine: decision.engine_binding(active_id, &policy),
+            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
+            developer_instructions_sha256: developer_instructions_sha256(
+                plan.effective_instructions.as_deref(),
+            ),
+            generation: guard.generation(),
+            updated_at: now_ms(),
+        };
+        self.save_binding(binding, guard).await?;
+
         let pre_prompt = messages.len();
         messages.push(user.clone());
         messages.push(assistant.clone());
@@ -1121,28 +1171,6 @@ impl Harness {
             .await;
         }
 
-        // Write the binding: the thread has received what it records.
-        let decision = &plan.decision;
-        let active_id = if engine_active {
-            info.id.as_str()
-        } else {
-            crate::engines::LEGACY_ENGINE_ID
-        };
-        let policy = self.policy_fingerprint(info);
-        let binding = ThreadBinding {
-            schema_version: BINDING_SCHEMA_VERSION,
-            binding_key: self.binding_key_for(&spec.session_key),
-            backend: self.backend.kind(),
-            thread_id: outcome.thread_id.clone(),
-            engine: decision.engine_binding(active_id, &policy),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
-            developer_instructions_sha256: developer_instructions_sha256(
-                plan.effective_instructions.as_deref(),
-            ),
-            generation: guard.generation(),
-            updated_at: now_ms(),
-        };
-        self.save_binding(binding, guard).await?;
         self.persist_quarantines();
 
         let delivery = match (&plan.delivery, action) {
@@ -1301,16 +1329,7 @@ impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
     pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
         let key = self.binding_key_for(session_key);
-        let guard = self
-            .locks
-            .acquire(
-                &self.store,
-                &key,
-                &self.holder,
-                self.cfg.lease_ttl,
-                self.cfg.lease_wait,
-            )
-            .await?;
+        let guard = self.lock_session(&key).await?;
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(&key).await?;
         let report = self
