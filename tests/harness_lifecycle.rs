@@ -685,3 +685,72 @@ async fn failing_prepare_quarantines_and_fails_the_spawn() {
     let r = turn(&h, "after").await;
     assert_eq!(r.engine_id, "legacy");
 }
+
+/// A session's first encounter is marked only after `bootstrap` ran: a crash in the middle of
+/// it (the turn dropped, the process gone) bootstraps again on the next turn.
+#[tokio::test]
+async fn bootstrap_interrupted_by_a_crash_runs_again() {
+    let rig = Rig::new();
+    let engine = ScriptEngine::bootstrap("e1");
+    engine.script().bootstrap_hang_once = true;
+    {
+        let h = rig.harness(Some(&engine), cfg());
+        let crashed = tokio::time::timeout(
+            Duration::from_millis(300),
+            h.turn(TurnSpec::new("s", "one")),
+        )
+        .await;
+        assert!(crashed.is_err(), "the first bootstrap never returns");
+    }
+    assert_eq!(engine.count("bootstrap"), 1);
+    let h = rig.harness(Some(&engine), cfg());
+    let r = h.turn(TurnSpec::new("s", "one")).await.unwrap();
+    assert!(!r.reply.is_empty());
+    assert_eq!(engine.count("bootstrap"), 2, "{:?}", engine.call_names());
+    h.turn(TurnSpec::new("s", "two")).await.unwrap();
+    assert_eq!(
+        engine.count("bootstrap"),
+        2,
+        "bootstrap runs once per session"
+    );
+}
+
+/// Background maintenance belongs to its session: the session's next turn waits until it has
+/// finished, so the two never overlap (the reply itself never waits for it).
+#[tokio::test]
+async fn background_maintenance_never_overlaps_the_next_turn() {
+    let rig = Rig::new();
+    let engine = ScriptEngine::bootstrap("e1");
+    engine.script().info.turn_maintenance_mode = Some(TurnMaintenanceMode::Background);
+    engine.script().block_maintain_turn = true;
+    let h = rig.harness(Some(&engine), cfg());
+    h.turn(TurnSpec::new("s", "one")).await.unwrap();
+    let release = async {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            engine.count("assemble"),
+            1,
+            "the next turn started while maintenance ran"
+        );
+        engine.release_maintain();
+    };
+    let (second, ()) = tokio::join!(h.turn(TurnSpec::new("s", "two")), release);
+    second.unwrap();
+    let names = engine.call_names();
+    let done = names
+        .iter()
+        .position(|n| n == "maintainDone(turn)")
+        .unwrap();
+    let second_assemble = names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| *n == "assemble")
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap();
+    assert!(done < second_assemble, "{names:?}");
+    engine.release_maintain();
+    h.shutdown().await;
+}

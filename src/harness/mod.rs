@@ -237,7 +237,7 @@ pub struct Harness {
     engine: Arc<QuarantineEngine>,
     legacy: Arc<QuarantineEngine>,
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
-    locks: SessionLocks,
+    locks: Arc<SessionLocks>,
     holder: String,
     /// Threads attached to the backend by this process.
     attached: Mutex<HashSet<ThreadId>>,
@@ -285,7 +285,7 @@ impl Harness {
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
-            locks: SessionLocks::default(),
+            locks: Arc::new(SessionLocks::default()),
             holder: format!(
                 "ctxbridge-{}-{}",
                 std::process::id(),
@@ -683,11 +683,11 @@ impl Harness {
         session_id: &str,
     ) -> Result<(), HarnessError> {
         let engine_id = serving.active_engine_id().to_string();
-        let first = self
+        let done = self
             .store
-            .mark_bootstrapped(session_id, &engine_id)
-            .map_err(store_err("mark bootstrapped"))?;
-        if !first {
+            .is_bootstrapped(session_id, &engine_id)
+            .map_err(store_err("read bootstrap mark"))?;
+        if done {
             return Ok(());
         }
         let info = serving.info();
@@ -720,6 +720,10 @@ impl Harness {
             None,
         )
         .await;
+        // Marked only once bootstrap has run: a crash before this point bootstraps again.
+        self.store
+            .mark_bootstrapped(session_id, &engine_id)
+            .map_err(store_err("mark bootstrapped"))?;
         Ok(())
     }
 
@@ -1294,7 +1298,15 @@ impl Harness {
             } else {
                 self.engine.clone()
             };
+            // Deferred work still belongs to the session: it holds the session's maintenance
+            // mark, which the session's next turn in this process waits for, so the two never
+            // overlap (the reply itself does not wait).
+            let held = self
+                .locks
+                .hold_for_maintenance(&self.binding_key_for(session_key))
+                .await;
             self.background.spawn(async move {
+                let _maintenance = held;
                 if let Err(e) = engine.maintain(params).await {
                     tracing::warn!(error = %e, "background maintenance failed");
                 }

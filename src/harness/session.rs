@@ -33,6 +33,9 @@ pub enum SessionLockError {
 #[derive(Default)]
 pub struct SessionLocks {
     locks: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    /// Held by a session's deferred (background) maintenance while it runs; a new turn of the
+    /// session waits for it, so the two never overlap.
+    maintenance: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
 }
 
 /// A held session: the in-process guard plus the store lease (released on `release`).
@@ -67,12 +70,26 @@ impl Drop for SessionGuard {
 }
 
 impl SessionLocks {
-    fn local(&self, session: &str) -> Arc<AsyncMutex<()>> {
+    fn entry(
+        map: &Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+        session: &str,
+    ) -> Arc<AsyncMutex<()>> {
         // The map only holds Arcs; a panic while it was locked cannot corrupt it.
-        let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(session.to_string())
             .or_insert_with(|| Arc::new(AsyncMutex::new(())))
             .clone()
+    }
+
+    fn local(&self, session: &str) -> Arc<AsyncMutex<()>> {
+        Self::entry(&self.locks, session)
+    }
+
+    /// Marks deferred maintenance of `session` as running until the returned guard drops.
+    /// Called by the turn that defers it (which holds the session), so the mark is in place
+    /// before the session can be taken again.
+    pub(crate) async fn hold_for_maintenance(&self, session: &str) -> OwnedMutexGuard<()> {
+        Self::entry(&self.maintenance, session).lock_owned().await
     }
 
     /// Takes the session: first in this process, then in the store (waiting up to `wait` for
@@ -86,6 +103,8 @@ impl SessionLocks {
         wait: Duration,
     ) -> Result<SessionGuard, SessionLockError> {
         let local = self.local(session).lock_owned().await;
+        // Deferred maintenance of the previous turn finishes before this turn starts.
+        drop(Self::entry(&self.maintenance, session).lock().await);
         let started = now_ms();
         let mut pause = Duration::from_millis(10);
         loop {

@@ -176,6 +176,8 @@ pub trait StateStore: Send + Sync {
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError>;
 
     // --- engine bootstrap marks (first encounter of a session by an engine)
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
+    /// Records the mark; true when it was new.
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
 
     // --- session leases (serialise turns of one session across processes)

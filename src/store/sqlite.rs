@@ -496,6 +496,17 @@ impl StateStore for SqliteStore {
         })
     }
 
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.with_conn("read bootstrap mark", |conn| {
+            conn.query_row(
+                "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
+                params![session_id, engine_id],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+        })
+    }
+
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
         self.with_conn("mark bootstrapped", |conn| {
             conn.execute(

@@ -154,6 +154,8 @@ pub struct Script {
     /// `assemble` tries a transcript rewrite through its runtime context.
     pub rewrite_in_assemble: bool,
     pub fail_prepare: bool,
+    /// The first `bootstrap` records itself and then never returns (a crash mid-bootstrap).
+    pub bootstrap_hang_once: bool,
     pub rollback_id: Option<String>,
     last_after_turn_messages: Vec<AgentMessage>,
     pub calls: Vec<Call>,
@@ -210,6 +212,7 @@ impl ScriptEngine {
                 rewrite_in_maintain: None,
                 rewrite_in_assemble: false,
                 fail_prepare: false,
+                bootstrap_hang_once: false,
                 rollback_id: None,
                 last_after_turn_messages: Vec::new(),
                 calls: Vec::new(),
@@ -334,6 +337,10 @@ impl ContextEngine for ScriptEngine {
 
     async fn bootstrap(&self, _params: BootstrapParams) -> Result<BootstrapResult, EngineError> {
         self.record(Call::Bootstrap);
+        let hang = std::mem::take(&mut self.script().bootstrap_hang_once);
+        if hang {
+            std::future::pending::<()>().await;
+        }
         Ok(BootstrapResult {
             bootstrapped: true,
             imported_messages: Some(0),
