@@ -4,6 +4,7 @@
 //! - [`engine`]: the bench engine — about 20 KB of assembled context growing by one exchange a
 //!   turn, an epoch change every 10 turns, per_turn or thread_bootstrap by configuration.
 //! - [`timed`]: [`TimedBackend`], a timing decorator for any [`ThreadedBackend`].
+//! - [`timed_store`]: [`timed_store::TimedStore`], a timing decorator for any state store.
 //! - [`projection_cost`]: one scripted session run as legacy, per_turn and thread_bootstrap
 //!   against the in-process mock or the real Codex app-server; per-turn and cumulative sizes,
 //!   the ratio to the minimum a model must receive; table and CSV.
@@ -19,6 +20,7 @@ pub mod overhead;
 pub mod projection_cost;
 pub mod scale;
 pub mod timed;
+pub mod timed_store;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -265,10 +267,10 @@ async fn run(args: BenchArgs) -> Result<(), BenchError> {
     println!("wrote {} and {}", csv.display(), svg.display());
 
     if args.overhead_sessions > 0 {
-        let summaries = overhead::run(args.overhead_sessions, turns).await?;
+        let report = overhead::run(args.overhead_sessions, turns).await?;
         print!(
             "{}",
-            overhead::format_table(&summaries, args.overhead_sessions, turns)
+            overhead::format_table(&report, args.overhead_sessions, turns)
         );
     }
 

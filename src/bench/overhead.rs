@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::timed_store::{OpTotals, TimedStore};
 use super::*;
 use crate::backend::MockBackend;
 use crate::harness::TurnSpec;
@@ -54,6 +55,7 @@ pub struct OverheadSample {
     pub total: Duration,
     pub backend: Duration,
     pub engine: Duration,
+    pub store: Duration,
 }
 
 impl OverheadSample {
@@ -71,7 +73,17 @@ pub struct OverheadSummary {
     pub overhead_p99: Duration,
     pub backend_p50: Duration,
     pub engine_p50: Duration,
+    pub store_p50: Duration,
     pub total_p50: Duration,
+}
+
+/// The overhead run: summaries per kind of turn and the store's time per operation.
+#[derive(Debug, Clone)]
+pub struct OverheadReport {
+    pub summaries: Vec<OverheadSummary>,
+    /// Store calls and time per operation over every timed turn of every mode.
+    pub store_ops: Vec<OpTotals>,
+    pub timed_turns: usize,
 }
 
 /// Summarises samples per kind (kinds without samples are left out).
@@ -94,6 +106,7 @@ pub fn summarise(samples: &[OverheadSample]) -> Vec<OverheadSummary> {
                 overhead_p99: percentile(&overhead, 99)?,
                 backend_p50: percentile(&sorted(&|s| s.backend), 50)?,
                 engine_p50: percentile(&sorted(&|s| s.engine), 50)?,
+                store_p50: percentile(&sorted(&|s| s.store), 50)?,
                 total_p50: percentile(&sorted(&|s| s.total), 50)?,
             })
         })
@@ -101,23 +114,30 @@ pub fn summarise(samples: &[OverheadSample]) -> Vec<OverheadSummary> {
 }
 
 /// Times `sessions` sessions of `turns` turns per mode (after one warm-up session per mode).
-pub async fn run(sessions: usize, turns: usize) -> Result<Vec<OverheadSummary>, BenchError> {
+pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchError> {
     let mut samples = Vec::new();
+    let mut store_ops: Vec<OpTotals> = Vec::new();
     for mode in BenchMode::ALL {
         let backend = Arc::new(TimedBackend::new(MockBackend::new()));
-        let store: Arc<dyn StateStore> =
-            Arc::new(
-                SqliteStore::in_memory().map_err(|source| BenchError::Store {
-                    operation: "open an in-memory store",
-                    source,
-                })?,
-            );
-        let (harness, engine) =
-            bench_harness(mode, BenchEngineConfig::default(), backend.clone(), store);
+        let store = Arc::new(TimedStore::new(SqliteStore::in_memory().map_err(
+            |source| BenchError::Store {
+                operation: "open an in-memory store",
+                source,
+            },
+        )?));
+        let (harness, engine) = bench_harness(
+            mode,
+            BenchEngineConfig::default(),
+            backend.clone(),
+            store.clone(),
+        );
+        // Store totals of the warm-up session are left out.
+        let mut warm_up_ops: Vec<OpTotals> = Vec::new();
         for session in 0..=sessions {
             let key = format!("overhead-{session}");
             for turn in 1..=turns {
                 let backend_before = backend.elapsed();
+                let store_before = store.elapsed();
                 let engine_before = engine.as_ref().map_or(0, |e| e.assemble_nanos());
                 let started = Instant::now();
                 let report = harness
@@ -126,7 +146,10 @@ pub async fn run(sessions: usize, turns: usize) -> Result<Vec<OverheadSummary>, 
                     .map_err(harness_err("overhead turn"))?;
                 let total = started.elapsed();
                 if session == 0 {
-                    continue; // warm-up
+                    if turn == turns {
+                        warm_up_ops = store.totals();
+                    }
+                    continue;
                 }
                 let kind = match (mode, report.projected) {
                     (BenchMode::Legacy, _) => TurnKind::Legacy,
@@ -143,12 +166,36 @@ pub async fn run(sessions: usize, turns: usize) -> Result<Vec<OverheadSummary>, 
                     total,
                     backend: backend.elapsed().saturating_sub(backend_before),
                     engine: Duration::from_nanos(engine_nanos),
+                    store: store.elapsed().saturating_sub(store_before),
                 });
             }
         }
         harness.shutdown().await;
+        for t in store.totals() {
+            let warm = warm_up_ops.iter().find(|w| w.op == t.op);
+            let calls = t.calls - warm.map_or(0, |w| w.calls);
+            let time = t
+                .time
+                .saturating_sub(warm.map_or(Duration::ZERO, |w| w.time));
+            match store_ops.iter_mut().find(|o| o.op == t.op) {
+                Some(o) => {
+                    o.calls += calls;
+                    o.time += time;
+                }
+                None => store_ops.push(OpTotals {
+                    op: t.op,
+                    calls,
+                    time,
+                }),
+            }
+        }
     }
-    Ok(summarise(&samples))
+    store_ops.sort_by_key(|o| std::cmp::Reverse(o.time));
+    Ok(OverheadReport {
+        summaries: summarise(&samples),
+        store_ops,
+        timed_turns: samples.len(),
+    })
 }
 
 fn us(d: Duration) -> String {
@@ -156,7 +203,8 @@ fn us(d: Duration) -> String {
 }
 
 /// The overhead table and the target line.
-pub fn format_table(summaries: &[OverheadSummary], sessions: usize, turns: usize) -> String {
+pub fn format_table(report: &OverheadReport, sessions: usize, turns: usize) -> String {
+    let summaries = &report.summaries;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -164,11 +212,12 @@ pub fn format_table(summaries: &[OverheadSummary], sessions: usize, turns: usize
     );
     let _ = writeln!(
         out,
-        "{:<42} {:>8} {:>13} {:>13} {:>12} {:>12} {:>11}",
+        "{:<42} {:>8} {:>13} {:>13} {:>11} {:>11} {:>12} {:>10}",
         "turn kind",
         "samples",
         "overhead p50",
         "overhead p99",
+        "store p50",
         "engine p50",
         "backend p50",
         "total p50"
@@ -176,16 +225,35 @@ pub fn format_table(summaries: &[OverheadSummary], sessions: usize, turns: usize
     for s in summaries {
         let _ = writeln!(
             out,
-            "{:<42} {:>8} {:>13} {:>13} {:>12} {:>12} {:>11}",
+            "{:<42} {:>8} {:>13} {:>13} {:>11} {:>11} {:>12} {:>10}",
             s.kind.label(),
             s.samples,
             us(s.overhead_p50),
             us(s.overhead_p99),
+            us(s.store_p50),
             us(s.engine_p50),
             us(s.backend_p50),
             us(s.total_p50)
         );
     }
+    let store_total: Duration = report.store_ops.iter().map(|o| o.time).sum();
+    let _ = writeln!(
+        out,
+        "store time by operation (in-memory SqliteStore, all {} timed turns): {}",
+        report.timed_turns,
+        report
+            .store_ops
+            .iter()
+            .map(|o| format!(
+                "{} {:.2}/turn × {:.1} µs ({:.0}%)",
+                o.op.as_str(),
+                o.calls as f64 / report.timed_turns.max(1) as f64,
+                o.time.as_secs_f64() * 1e6 / o.calls.max(1) as f64,
+                100.0 * o.time.as_secs_f64() / store_total.as_secs_f64().max(1e-12)
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     if let Some(reused) = summaries.iter().find(|s| s.kind == TurnKind::Reused) {
         let met = reused.overhead_p50 < Duration::from_micros(200);
         let _ = writeln!(
@@ -206,7 +274,8 @@ mod tests {
     /// A short run yields every kind of turn, and the overhead never counts backend time.
     #[tokio::test]
     async fn run_classifies_every_kind_of_turn() {
-        let summaries = run(1, 12).await.unwrap();
+        let report = run(1, 12).await.unwrap();
+        let summaries = &report.summaries;
         let kinds: Vec<TurnKind> = summaries.iter().map(|s| s.kind).collect();
         assert_eq!(kinds, TurnKind::ALL.to_vec());
         let reused = &summaries[0];
@@ -216,5 +285,12 @@ mod tests {
         assert!(summaries
             .iter()
             .all(|s| s.overhead_p50 <= s.total_p50 && s.overhead_p50 <= s.overhead_p99));
+        // Every timed turn takes the session lease in the store exactly once.
+        let lease = report
+            .store_ops
+            .iter()
+            .find(|o| o.op == crate::bench::timed_store::StoreOp::TryAcquireLease)
+            .unwrap();
+        assert_eq!(lease.calls as usize, report.timed_turns);
     }
 }

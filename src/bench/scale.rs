@@ -45,6 +45,12 @@ pub fn peak_rss_bytes() -> Option<u64> {
     proc_status_kb("VmHWM").map(|kb| kb * 1024)
 }
 
+/// Resets the peak-RSS mark (`VmHWM`) to the current RSS (Linux `clear_refs` value 5), so a
+/// later [`peak_rss_bytes`] is the peak since now; false where that is not supported.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// The result of one scale run.
 #[derive(Debug, Clone)]
 pub struct ScaleResult {
@@ -55,6 +61,9 @@ pub struct ScaleResult {
     pub rss_before: Option<u64>,
     pub rss_after: Option<u64>,
     pub peak_rss: Option<u64>,
+    /// Whether `peak_rss` is the peak of this run (the mark was reset at its start) rather than
+    /// of the whole process.
+    pub peak_is_this_run: bool,
 }
 
 impl ScaleResult {
@@ -167,6 +176,7 @@ fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchErr
         })?;
     runtime.block_on(async move {
         let harness = Arc::new(scale_harness()?);
+        let peak_is_this_run = reset_peak_rss();
         let rss_before = rss_bytes();
         let started = Instant::now();
         let turns = run_sessions(harness.clone(), sessions).await?;
@@ -181,6 +191,7 @@ fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchErr
             rss_before,
             rss_after,
             peak_rss: peak_rss_bytes(),
+            peak_is_this_run,
         })
     })
 }
@@ -290,15 +301,22 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             two.turns_per_second() / one.turns_per_second().max(1e-9)
         );
     }
-    for r in results {
-        if let (Some(b), Some(a)) = (r.rss_before, r.rss_after) {
-            let _ = writeln!(
-                out,
-                "{} worker(s): RSS growth per session (store, mock threads, transcripts, caches): {:.0} bytes",
-                r.workers,
-                a.saturating_sub(b) as f64 / r.sessions.max(1) as f64
-            );
-        }
+    if results.iter().any(|r| !r.peak_is_this_run) {
+        let _ = writeln!(
+            out,
+            "(peak RSS is the whole process's: the peak mark could not be reset per run)"
+        );
+    }
+    // Only the first run's growth is clean: later runs reuse memory the earlier ones freed.
+    if let Some((b, a, r)) = results
+        .first()
+        .and_then(|r| r.rss_before.zip(r.rss_after).map(|(b, a)| (b, a, r)))
+    {
+        let _ = writeln!(
+            out,
+            "RSS growth per session in the first run (store rows, mock threads and call log, transcripts, caches, session locks): {:.0} bytes",
+            a.saturating_sub(b) as f64 / r.sessions.max(1) as f64
+        );
     }
     let per = memory.per_binding();
     let _ = writeln!(
