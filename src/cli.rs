@@ -49,6 +49,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the Responses-compatible mock model server on 127.0.0.1.
     MockModel(MockModelArgs),
+    /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -109,6 +111,7 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Compact(args) => run_compact(&context, args).await,
         Command::Demo(args) => run_demo(&context, args).await,
         Command::MockModel(args) => run_mock_model(&context, args).await,
+        Command::Bench(args) => crate::bench::run_bench(&context, args).await,
     }
 }
 

@@ -27,9 +27,11 @@
 //! - [`doctor`]: the `doctor` report (SPEC §2, §3).
 //! - [`app`]: wiring a configuration into a running harness.
 //! - [`cli`]: the `ctxbridge` command line (SPEC §14).
+//! - [`bench`]: `ctxbridge bench` — projection cost, per-turn overhead and scale figures.
 
 pub mod app;
 pub mod backend;
+pub mod bench;
 pub mod capabilities;
 pub mod cli;
 pub mod cli_commands;

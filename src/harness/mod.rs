@@ -962,16 +962,17 @@ impl Harness {
             }
         };
         let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
-        let forward = tokio::spawn(async move {
+        // Forwarded in this task rather than a spawned one: a spawn per turn costs a
+        // cross-thread wake-up on the multi-thread runtime (see README, Benchmarks).
+        let forward = async move {
             while let Some(ev) = rx.recv().await {
                 if let Some(out) = &events {
                     let _ = out.send(ev).await;
                 }
             }
-        });
-        let outcome = self
-            .backend
-            .run_turn(
+        };
+        let (outcome, ()) = tokio::join!(
+            self.backend.run_turn(
                 TurnRequest {
                     thread_id: thread,
                     input: plan.input.clone(),
@@ -979,9 +980,9 @@ impl Harness {
                     base_instructions: self.cfg.base_instructions.clone(),
                 },
                 tx,
-            )
-            .await;
-        let _ = forward.await;
+            ),
+            forward
+        );
         backend_chars += plan.input.chars().count();
         let _ = &spec;
         outcome

@@ -1,0 +1,111 @@
+//! The SVG chart of a projection-cost run: cumulative model-request bytes per turn for the three
+//! modes, with the cumulative minimum as a reference line.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::projection_cost::ProjectionRun;
+use super::{BenchError, BenchMode};
+
+fn series_color(mode: BenchMode) -> RGBColor {
+    match mode {
+        BenchMode::Legacy => RGBColor(0x55, 0x55, 0x55),
+        BenchMode::PerTurn => RGBColor(0xd6, 0x27, 0x28),
+        BenchMode::ThreadBootstrap => RGBColor(0x1f, 0x77, 0xb4),
+    }
+}
+
+/// The unit that keeps the y axis readable, and its divisor.
+fn unit_for(max_bytes: usize) -> (&'static str, f64) {
+    if max_bytes >= 2_000_000 {
+        ("MB", 1_000_000.0)
+    } else {
+        ("KB", 1_000.0)
+    }
+}
+
+/// Draws the chart of `run` into `path` (SVG).
+pub fn write_svg(run: &ProjectionRun, path: &Path) -> Result<(), BenchError> {
+    draw(run, path).map_err(|e| BenchError::Chart {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+fn draw(run: &ProjectionRun, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let max_bytes = BenchMode::ALL
+        .iter()
+        .map(|m| run.total_model_bytes(*m))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let (unit, divisor) = unit_for(max_bytes);
+    let y_max = max_bytes as f64 / divisor * 1.05;
+    let turns = run.turns.max(2);
+    let decimals = if y_max >= 20.0 { 0 } else { 1 };
+
+    let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Cumulative model-request size per turn — {} backend ({} turns, epoch every {})",
+                run.backend.as_str(),
+                run.turns,
+                run.engine.epoch_turns
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(1usize..turns, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("turn")
+        .y_desc(format!("cumulative model-request {unit}"))
+        .axis_desc_style(("sans-serif", 16))
+        .label_style(("sans-serif", 14))
+        .y_label_formatter(&|v| format!("{v:.decimals$}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+
+    for mode in BenchMode::ALL {
+        let color = series_color(mode);
+        let points: Vec<(usize, f64)> = run
+            .rows_of(mode)
+            .map(|r| (r.turn, r.cumulative_model_request_bytes as f64 / divisor))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(3)))?
+            .label(mode.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+    }
+    // The minimum a model must receive, summed over the turns (of the thread_bootstrap run).
+    let mut cumulative = 0usize;
+    let minimum: Vec<(usize, f64)> = run
+        .rows_of(BenchMode::ThreadBootstrap)
+        .map(|r| {
+            cumulative += r.min_model_request_bytes;
+            (r.turn, cumulative as f64 / divisor)
+        })
+        .collect();
+    let green = RGBColor(0x2c, 0xa0, 0x2c);
+    chart
+        .draw_series(DashedLineSeries::new(minimum, 8, 6, green.stroke_width(2)))?
+        .label("minimum (fresh thread per turn), dashed")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], green.stroke_width(2)));
+
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

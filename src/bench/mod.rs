@@ -1,0 +1,302 @@
+//! `ctxbridge bench`: what projection costs, what the harness adds per turn, and how it scales.
+//!
+//! Layout:
+//! - [`engine`]: the bench engine — about 20 KB of assembled context growing by one exchange a
+//!   turn, an epoch change every 10 turns, per_turn or thread_bootstrap by configuration.
+//! - [`timed`]: [`TimedBackend`], a timing decorator for any [`ThreadedBackend`].
+//! - [`timed_store`]: [`timed_store::TimedStore`], a timing decorator for any state store.
+//! - [`projection_cost`]: one scripted session run as legacy, per_turn and thread_bootstrap
+//!   against the in-process mock or the real Codex app-server; per-turn and cumulative sizes,
+//!   the ratio to the minimum a model must receive; table and CSV.
+//! - [`chart`]: the SVG chart of cumulative model-request bytes.
+//! - [`overhead`]: the time ctxbridge adds per turn over the backend's own time.
+//! - [`scale`]: many sessions on a multi-thread runtime; turns/s, RSS, memory per cached binding.
+//!
+//! Figures are printed, never asserted: the tests check behaviour only.
+
+pub mod chart;
+pub mod engine;
+pub mod overhead;
+pub mod projection_cost;
+pub mod scale;
+pub mod timed;
+pub mod timed_store;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::backend::{BackendError, ThreadedBackend};
+use crate::cli::{CliError, CommandContext, EXIT_OK};
+use crate::contract::{ContextEngine, ProjectionMode};
+use crate::harness::{Harness, HarnessConfig, HarnessError};
+use crate::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
+use crate::store::{StateStore, StoreError};
+
+pub use engine::{bench_prompt, BenchEngine, BenchEngineConfig, BenchView, BENCH_ENGINE_ID};
+pub use timed::TimedBackend;
+
+/// The agent id of every bench harness.
+pub const BENCH_AGENT_ID: &str = "bench";
+/// The token budget of every bench harness (large enough that nothing is truncated).
+pub const BENCH_TOKEN_BUDGET: u64 = 400_000;
+/// Base instructions of every bench thread (short, so Codex does not send its ~17 KB default).
+pub const BENCH_BASE_INSTRUCTIONS: &str =
+    "You are the ctxbridge benchmark assistant. Answer briefly.";
+/// Configured developer instructions of every bench harness.
+pub const BENCH_DEVELOPER_INSTRUCTIONS: &str =
+    "Follow the project's conventions and say which part of the context you relied on.";
+
+/// `ctxbridge bench` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Turns of the scripted session (projection cost) and per overhead session.
+    #[arg(long, default_value_t = 30)]
+    pub turns: usize,
+    /// The backend of the projection-cost run (overhead and scale always use the in-process mock).
+    #[arg(long, value_enum, default_value_t = BenchBackend::Mock)]
+    pub backend: BenchBackend,
+    /// Where the CSV and SVG go.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Sessions of the scale run (5 turns each).
+    #[arg(long, default_value_t = 10_000)]
+    pub sessions: usize,
+    /// Skip the scale run.
+    #[arg(long)]
+    pub skip_scale: bool,
+    /// Sessions per mode of the overhead run (0 skips it).
+    #[arg(long, default_value_t = 100)]
+    pub overhead_sessions: usize,
+}
+
+/// The backend of the projection-cost run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// The in-process mock backend (Codex-like model requests, counted in characters).
+    Mock,
+    /// The real Codex app-server, offline against the loopback mock model server.
+    Codex,
+}
+
+impl BenchBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchBackend::Mock => "mock",
+            BenchBackend::Codex => "codex",
+        }
+    }
+}
+
+/// How a bench session is projected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BenchMode {
+    /// The legacy engine: no projection, bare prompts, the backend thread owns continuity.
+    Legacy,
+    /// The bench engine asking for per_turn projection.
+    PerTurn,
+    /// The bench engine asking for thread_bootstrap projection.
+    ThreadBootstrap,
+}
+
+impl BenchMode {
+    pub const ALL: [BenchMode; 3] = [
+        BenchMode::Legacy,
+        BenchMode::PerTurn,
+        BenchMode::ThreadBootstrap,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Legacy => "legacy",
+            BenchMode::PerTurn => "per_turn",
+            BenchMode::ThreadBootstrap => "thread_bootstrap",
+        }
+    }
+
+    fn projection(self) -> Option<ProjectionMode> {
+        match self {
+            BenchMode::Legacy => None,
+            BenchMode::PerTurn => Some(ProjectionMode::PerTurn),
+            BenchMode::ThreadBootstrap => Some(ProjectionMode::ThreadBootstrap),
+        }
+    }
+}
+
+/// Why a benchmark could not run. Each variant names the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{operation}: {source}")]
+    Harness {
+        operation: &'static str,
+        #[source]
+        source: Box<HarnessError>,
+    },
+    #[error("{operation}: {source}")]
+    Store {
+        operation: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    #[error("{operation}: {source}")]
+    Backend {
+        operation: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    #[error("{operation} {path}: {source}")]
+    Io {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("drawing the chart {path}: {message}")]
+    Chart { path: PathBuf, message: String },
+    #[error("{operation}: {source}")]
+    MockModel {
+        operation: &'static str,
+        #[source]
+        source: ctxbridge_mock_model::MockModelError,
+    },
+    #[error("no Codex binary found: run `npm ci` at the repository root or set CODEX_BIN")]
+    NoCodexBinary,
+    #[error("{operation}: {message}")]
+    Runtime {
+        operation: &'static str,
+        message: String,
+    },
+}
+
+/// Maps a harness error of `operation`.
+pub fn harness_err(operation: &'static str) -> impl FnOnce(HarnessError) -> BenchError {
+    move |source| BenchError::Harness {
+        operation,
+        source: Box::new(source),
+    }
+}
+
+/// The harness settings every bench run uses.
+pub fn bench_harness_config() -> HarnessConfig {
+    HarnessConfig {
+        agent_id: BENCH_AGENT_ID.into(),
+        token_budget: Some(BENCH_TOKEN_BUDGET),
+        base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+        developer_instructions: Some(BENCH_DEVELOPER_INSTRUCTIONS.into()),
+        lease_wait: Duration::from_secs(5),
+        ..HarnessConfig::default()
+    }
+}
+
+/// A harness running `mode` on `backend` with `store`. The bench engine (absent for legacy) is
+/// returned too, for its assemble timing.
+pub fn bench_harness(
+    mode: BenchMode,
+    engine_config: BenchEngineConfig,
+    backend: Arc<dyn ThreadedBackend>,
+    store: Arc<dyn StateStore>,
+) -> (Harness, Option<Arc<BenchEngine>>) {
+    let book = Arc::new(QuarantineBook::new());
+    let (guarded, engine) = match mode.projection() {
+        None => (QuarantineEngine::legacy(book), None),
+        Some(projection) => {
+            let engine = Arc::new(BenchEngine::new(BenchEngineConfig {
+                projection,
+                ..engine_config
+            }));
+            let guarded = QuarantineEngine::new(
+                BENCH_ENGINE_ID,
+                engine.clone() as Arc<dyn ContextEngine>,
+                book,
+                CallTimeouts::default(),
+            );
+            (guarded, Some(engine))
+        }
+    };
+    let harness = Harness::new(bench_harness_config(), Arc::new(guarded), backend, store);
+    (harness, engine)
+}
+
+/// Nearest-rank percentile (`p` in 0..=100) of sorted values; `None` when empty.
+pub fn percentile(sorted: &[Duration], p: usize) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p.min(100) * sorted.len()).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+/// `ctxbridge bench`.
+pub async fn run_bench(_context: &CommandContext, args: BenchArgs) -> Result<u8, CliError> {
+    run(args).await.map_err(|e| CliError::Runtime {
+        operation: "bench",
+        message: e.to_string(),
+    })?;
+    Ok(EXIT_OK)
+}
+
+async fn run(args: BenchArgs) -> Result<(), BenchError> {
+    let turns = args.turns.max(1);
+    std::fs::create_dir_all(&args.out).map_err(|source| BenchError::Io {
+        operation: "create the output directory",
+        path: args.out.clone(),
+        source,
+    })?;
+    // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
+    let binding_memory = if args.skip_scale {
+        None
+    } else {
+        Some(scale::measure_binding_cache(args.sessions.max(1)).await?)
+    };
+
+    let run = match args.backend {
+        BenchBackend::Mock => projection_cost::run_mock(turns).await?,
+        BenchBackend::Codex => projection_cost::run_codex(turns).await?,
+    };
+    print!("{}", projection_cost::format_table(&run));
+    let csv = args
+        .out
+        .join(format!("projection-{}.csv", run.backend.as_str()));
+    projection_cost::write_csv(&run, &csv)?;
+    let svg = args
+        .out
+        .join(format!("projection-{}.svg", run.backend.as_str()));
+    chart::write_svg(&run, &svg)?;
+    println!("wrote {} and {}", csv.display(), svg.display());
+
+    if args.overhead_sessions > 0 {
+        let report = overhead::run(args.overhead_sessions, turns).await?;
+        print!(
+            "{}",
+            overhead::format_table(&report, args.overhead_sessions, turns)
+        );
+    }
+
+    if let Some(memory) = binding_memory {
+        let mut results = Vec::new();
+        for workers in [1, 2] {
+            results.push(scale::run_on_own_runtime(args.sessions.max(1), workers).await?);
+        }
+        print!("{}", scale::format_report(&results, &memory));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// Nearest-rank percentiles: p50 of 1..=100 is 50, p99 is 99, p100 the maximum.
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_micros).collect();
+        assert_eq!(percentile(&v, 50), Some(Duration::from_micros(50)));
+        assert_eq!(percentile(&v, 99), Some(Duration::from_micros(99)));
+        assert_eq!(percentile(&v, 100), Some(Duration::from_micros(100)));
+        assert_eq!(percentile(&v[..1], 99), Some(Duration::from_micros(1)));
+        assert_eq!(percentile(&[], 50), None);
+    }
+}

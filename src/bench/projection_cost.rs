@@ -1,0 +1,635 @@
+//! Projection cost: one scripted session, run as legacy, per_turn and thread_bootstrap, on the
+//! in-process mock or on the real Codex app-server (offline against the loopback mock model
+//! server, each mode with its own `CODEX_HOME` and its own server so every byte is attributable).
+//!
+//! Per turn it records what ctxbridge sent to the backend (`metrics.backend_chars`), what the
+//! model received (the mock's Codex-like request size; for Codex the request bodies the mock model
+//! server saw), and the **minimum** a model must receive for that turn: a fresh thread given only
+//! the turn's assembled context rendered in bootstrap mode, the prompt, and the instructions.
+//! - mock: computed — base instructions + effective developer instructions + the rendered
+//!   bootstrap input, in characters (the mock counts a request the same way);
+//! - codex: measured — one real fresh-thread turn per bench turn on a separate app-server and
+//!   mock model server, so Codex's own request framing (tools, item envelopes) is included.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use codex_app_server_client::{locate_codex_binary, offline_overrides};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::backend::codex::{CodexBackend, CodexBackendConfig};
+use crate::backend::{MockBackend, StartThread, TurnRequest};
+use crate::harness::TurnSpec;
+use crate::projection::{
+    effective_developer_instructions, render_turn_input, RenderMode, RenderOptions,
+};
+use crate::store::SqliteStore;
+
+/// The session key of the scripted session.
+pub const SESSION_KEY: &str = "bench-session";
+
+/// How the per-turn minimum was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MinimumMethod {
+    /// Computed from the rendered bootstrap input and the instructions (mock).
+    Computed,
+    /// Measured: one fresh Codex thread per turn given only that input (codex).
+    MeasuredFreshThread,
+}
+
+impl MinimumMethod {
+    pub fn describe(self) -> &'static str {
+        match self {
+            MinimumMethod::Computed => {
+                "computed: base + developer instructions + the turn's assembled context rendered in bootstrap mode with the prompt"
+            }
+            MinimumMethod::MeasuredFreshThread => {
+                "measured: a fresh Codex thread per turn given only the turn's assembled context rendered in bootstrap mode with the prompt"
+            }
+        }
+    }
+}
+
+/// One turn of one mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectionRow {
+    pub mode: BenchMode,
+    pub turn: usize,
+    /// The scripted session's epoch at this turn (the bench engine's view).
+    pub epoch: String,
+    pub projected: bool,
+    pub reason: String,
+    pub thread_action: String,
+    /// Characters ctxbridge sent to the backend this turn.
+    pub backend_chars: usize,
+    pub cumulative_backend_chars: usize,
+    /// Model requests this turn caused (Codex may add compaction requests).
+    pub model_requests: usize,
+    /// Bytes of those model requests (mock: characters; the bench text is ASCII).
+    pub model_request_bytes: usize,
+    pub cumulative_model_request_bytes: usize,
+    /// The minimum request for this turn (see [`MinimumMethod`]).
+    pub min_model_request_bytes: usize,
+}
+
+impl ProjectionRow {
+    /// Model-request bytes over the minimum.
+    pub fn ratio_to_min(&self) -> f64 {
+        if self.min_model_request_bytes == 0 {
+            0.0
+        } else {
+            self.model_request_bytes as f64 / self.min_model_request_bytes as f64
+        }
+    }
+}
+
+/// A whole projection-cost run.
+#[derive(Debug, Clone)]
+pub struct ProjectionRun {
+    pub backend: BenchBackend,
+    pub turns: usize,
+    pub minimum: MinimumMethod,
+    pub engine: BenchEngineConfig,
+    /// Rows of every mode, mode by mode, turn by turn.
+    pub rows: Vec<ProjectionRow>,
+}
+
+impl ProjectionRun {
+    pub fn rows_of(&self, mode: BenchMode) -> impl Iterator<Item = &ProjectionRow> {
+        self.rows.iter().filter(move |r| r.mode == mode)
+    }
+
+    /// Mean of the per-turn ratios to the minimum.
+    pub fn mean_ratio(&self, mode: BenchMode) -> f64 {
+        let ratios: Vec<f64> = self
+            .rows_of(mode)
+            .map(ProjectionRow::ratio_to_min)
+            .collect();
+        if ratios.is_empty() {
+            0.0
+        } else {
+            ratios.iter().sum::<f64>() / ratios.len() as f64
+        }
+    }
+
+    pub fn total_model_bytes(&self, mode: BenchMode) -> usize {
+        self.rows_of(mode)
+            .last()
+            .map_or(0, |r| r.cumulative_model_request_bytes)
+    }
+
+    pub fn total_backend_chars(&self, mode: BenchMode) -> usize {
+        self.rows_of(mode)
+            .last()
+            .map_or(0, |r| r.cumulative_backend_chars)
+    }
+
+    pub fn total_min_bytes(&self, mode: BenchMode) -> usize {
+        self.rows_of(mode).map(|r| r.min_model_request_bytes).sum()
+    }
+}
+
+/// Where a mode's model-request sizes come from.
+enum Meter<'a> {
+    Mock(&'a MockBackend),
+    Server(&'a MockModelServer),
+}
+
+impl Meter<'_> {
+    /// (requests, bytes) so far.
+    fn totals(&self) -> (usize, usize) {
+        match self {
+            Meter::Mock(mock) => {
+                let turns = mock
+                    .calls()
+                    .iter()
+                    .filter(|c| matches!(c, crate::backend::mock::MockCall::Turn { .. }))
+                    .count();
+                (turns, mock.model_request_chars())
+            }
+            Meter::Server(server) => {
+                let requests = server.requests();
+                (
+                    requests.len(),
+                    requests.iter().map(request_body_bytes).sum(),
+                )
+            }
+        }
+    }
+}
+
+/// A request body's size on the wire: its `content-length`, else its re-encoded size.
+pub fn request_body_bytes(request: &RecordedRequest) -> usize {
+    request
+        .header("content-length")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| match &request.raw_body {
+            Some(raw) => raw.len(),
+            None => serde_json::to_vec(&request.body).map_or(0, |b| b.len()),
+        })
+}
+
+/// A separate app-server and mock model server that measure fresh-thread requests.
+struct CodexProbe {
+    backend: CodexBackend,
+    server: MockModelServer,
+    _home: tempfile::TempDir,
+}
+
+impl CodexProbe {
+    async fn measure(
+        &self,
+        developer_instructions: Option<String>,
+        input: String,
+    ) -> Result<usize, BenchError> {
+        let before: usize = self.server.requests().iter().map(request_body_bytes).sum();
+        let thread = self
+            .backend
+            .start_thread(StartThread {
+                base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+                developer_instructions: developer_instructions.clone(),
+                model: None,
+            })
+            .await
+            .map_err(|source| BenchError::Backend {
+                operation: "minimum probe: thread/start",
+                source,
+            })?;
+        // Nobody listens to the probe's reply; a closed receiver is not an error for a turn.
+        let (tx, _) = mpsc::channel(1);
+        self.backend
+            .run_turn(
+                TurnRequest {
+                    thread_id: thread,
+                    input,
+                    developer_instructions,
+                    base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+                },
+                tx,
+            )
+            .await
+            .map_err(|source| BenchError::Backend {
+                operation: "minimum probe: turn/start",
+                source,
+            })?;
+        let after: usize = self.server.requests().iter().map(request_body_bytes).sum();
+        Ok(after.saturating_sub(before))
+    }
+}
+
+enum Minimum<'a> {
+    Computed,
+    Probe(&'a CodexProbe),
+}
+
+/// The turn input a fresh thread would need: the view rendered in bootstrap mode.
+fn minimum_input(view: &BenchView, prompt: &str, turn_input_limit: usize) -> String {
+    render_turn_input(
+        &view.messages,
+        prompt,
+        &RenderOptions {
+            mode: RenderMode::Bootstrap,
+            token_budget: Some(BENCH_TOKEN_BUDGET),
+            turn_input_limit,
+        },
+    )
+    .text
+}
+
+fn effective_instructions() -> Option<String> {
+    effective_developer_instructions(
+        Some(BENCH_DEVELOPER_INSTRUCTIONS),
+        Some(engine::BENCH_SYSTEM_PROMPT_ADDITION),
+    )
+}
+
+/// Runs the scripted session on one harness, recording a row per turn.
+async fn drive(
+    mode: BenchMode,
+    harness: &Harness,
+    meter: Meter<'_>,
+    minimum: Minimum<'_>,
+    engine_config: BenchEngineConfig,
+    turns: usize,
+) -> Result<Vec<ProjectionRow>, BenchError> {
+    // The same pure view the engine computes, for the epoch column and the minimum.
+    let model_view = BenchEngine::new(engine_config);
+    let dev = effective_instructions();
+    let turn_input_limit = harness.backend().turn_input_limit();
+    let mut rows = Vec::with_capacity(turns);
+    let (mut cum_backend, mut cum_model) = (0usize, 0usize);
+    for turn in 1..=turns {
+        let prompt = bench_prompt(turn);
+        let transcript = harness
+            .transcript(SESSION_KEY)
+            .map_err(harness_err("read the transcript"))?;
+        let view = model_view.view(transcript);
+        let input = minimum_input(&view, &prompt, turn_input_limit);
+        let min = match minimum {
+            Minimum::Computed => {
+                BENCH_BASE_INSTRUCTIONS.chars().count()
+                    + dev.as_deref().map_or(0, |d| d.chars().count())
+                    + input.chars().count()
+            }
+            Minimum::Probe(probe) => probe.measure(dev.clone(), input).await?,
+        };
+        let (requests_before, bytes_before) = meter.totals();
+        let report = harness
+            .turn(TurnSpec::new(SESSION_KEY, prompt))
+            .await
+            .map_err(harness_err("bench turn"))?;
+        let (requests_after, bytes_after) = meter.totals();
+        let model = bytes_after.saturating_sub(bytes_before);
+        cum_backend += report.metrics.backend_chars;
+        cum_model += model;
+        rows.push(ProjectionRow {
+            mode,
+            turn,
+            epoch: view.epoch,
+            projected: report.projected,
+            reason: report.reason,
+            thread_action: report.thread_action.as_str().to_string(),
+            backend_chars: report.metrics.backend_chars,
+            cumulative_backend_chars: cum_backend,
+            model_requests: requests_after.saturating_sub(requests_before),
+            model_request_bytes: model,
+            cumulative_model_request_bytes: cum_model,
+            min_model_request_bytes: min,
+        });
+    }
+    Ok(rows)
+}
+
+fn memory_store() -> Result<Arc<dyn StateStore>, BenchError> {
+    SqliteStore::in_memory()
+        .map(|s| Arc::new(s) as Arc<dyn StateStore>)
+        .map_err(|source| BenchError::Store {
+            operation: "open an in-memory store",
+            source,
+        })
+}
+
+/// The three modes on the in-process mock backend.
+pub async fn run_mock(turns: usize) -> Result<ProjectionRun, BenchError> {
+    let engine_config = BenchEngineConfig::default();
+    let mut rows = Vec::new();
+    for mode in BenchMode::ALL {
+        let mock = MockBackend::new();
+        let (harness, _) =
+            bench_harness(mode, engine_config, Arc::new(mock.clone()), memory_store()?);
+        let result = drive(
+            mode,
+            &harness,
+            Meter::Mock(&mock),
+            Minimum::Computed,
+            engine_config,
+            turns,
+        )
+        .await;
+        harness.shutdown().await;
+        rows.extend(result?);
+    }
+    Ok(ProjectionRun {
+        backend: BenchBackend::Mock,
+        turns,
+        minimum: MinimumMethod::Computed,
+        engine: engine_config,
+        rows,
+    })
+}
+
+async fn codex_backend(
+    binary: &Path,
+    server: &MockModelServer,
+) -> Result<(CodexBackend, tempfile::TempDir), BenchError> {
+    let home = tempfile::tempdir().map_err(|source| BenchError::Io {
+        operation: "create a CODEX_HOME",
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let backend = CodexBackend::new(CodexBackendConfig {
+        command: vec![binary.display().to_string(), "app-server".into()],
+        codex_home: home.path().join("codex-home"),
+        overrides: offline_overrides(&server.base_url()),
+        cwd: Some(home.path().to_path_buf()),
+        env: Vec::new(),
+    });
+    backend
+        .connect()
+        .await
+        .map_err(|source| BenchError::Backend {
+            operation: "start codex app-server",
+            source,
+        })?;
+    Ok((backend, home))
+}
+
+async fn mock_model_server() -> Result<MockModelServer, BenchError> {
+    MockModelServer::start(MockModelConfig::default())
+        .await
+        .map_err(|source| BenchError::MockModel {
+            operation: "start the mock model server",
+            source,
+        })
+}
+
+/// The three modes on the real Codex app-server, offline against mock model servers.
+pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
+    let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
+    let engine_config = BenchEngineConfig::default();
+    let probe_server = mock_model_server().await?;
+    let (probe_backend, probe_home) = codex_backend(&binary, &probe_server).await?;
+    let probe = CodexProbe {
+        backend: probe_backend,
+        server: probe_server,
+        _home: probe_home,
+    };
+    let mut rows = Vec::new();
+    let mut failure = None;
+    for mode in BenchMode::ALL {
+        let server = mock_model_server().await?;
+        let (backend, _home) = codex_backend(&binary, &server).await?;
+        let (harness, _) = bench_harness(mode, engine_config, Arc::new(backend), memory_store()?);
+        let result = drive(
+            mode,
+            &harness,
+            Meter::Server(&server),
+            Minimum::Probe(&probe),
+            engine_config,
+            turns,
+        )
+        .await;
+        harness.shutdown().await;
+        server.shutdown().await;
+        match result {
+            Ok(r) => rows.extend(r),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    probe.backend.shutdown().await;
+    probe.server.shutdown().await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(ProjectionRun {
+        backend: BenchBackend::Codex,
+        turns,
+        minimum: MinimumMethod::MeasuredFreshThread,
+        engine: engine_config,
+        rows,
+    })
+}
+
+fn kb(bytes: usize) -> String {
+    format!("{:.1}", bytes as f64 / 1000.0)
+}
+
+/// The per-turn table and the summary against the targets.
+pub fn format_table(run: &ProjectionRun) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n== Projection cost on the {} backend: {} turns, assembled context ~{} KB + one exchange per turn, epoch change every {} turns ==",
+        run.backend.as_str(),
+        run.turns,
+        run.engine.background_chars / 1000,
+        run.engine.epoch_turns
+    );
+    let _ = writeln!(
+        out,
+        "sent = chars ctxbridge sent to the backend; model = model-request bytes this turn; cum = cumulative model-request KB;\n×min = model / minimum, minimum {}",
+        run.minimum.describe()
+    );
+    let _ = writeln!(
+        out,
+        "{:>4} {:>13} {:>8} | {:>7} {:>8} {:>7} | {:>7} {:>8} {:>7} {:>6} | {:>7} {:>8} {:>7} {:>6} {:<8}",
+        "turn", "epoch", "min", "leg.sent", "model", "cum KB", "pt.sent", "model", "cum KB", "×min",
+        "tb.sent", "model", "cum KB", "×min", "tb.thread"
+    );
+    let by_mode: Vec<Vec<&ProjectionRow>> = BenchMode::ALL
+        .iter()
+        .map(|m| run.rows_of(*m).collect())
+        .collect();
+    for i in 0..run.turns {
+        let (Some(l), Some(p), Some(t)) = (by_mode[0].get(i), by_mode[1].get(i), by_mode[2].get(i))
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{:>4} {:>13} {:>8} | {:>8} {:>8} {:>7} | {:>7} {:>8} {:>7} {:>6.2} | {:>7} {:>8} {:>7} {:>6.2} {:<8}",
+            t.turn,
+            t.epoch,
+            t.min_model_request_bytes,
+            l.backend_chars,
+            l.model_request_bytes,
+            kb(l.cumulative_model_request_bytes),
+            p.backend_chars,
+            p.model_request_bytes,
+            kb(p.cumulative_model_request_bytes),
+            p.ratio_to_min(),
+            t.backend_chars,
+            t.model_request_bytes,
+            kb(t.cumulative_model_request_bytes),
+            t.ratio_to_min(),
+            t.thread_action
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<17} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
+        "mode",
+        "sent (chars)",
+        "model (bytes)",
+        "minimum sum",
+        "mean ×min",
+        "max ×min",
+        "projections"
+    );
+    for mode in BenchMode::ALL {
+        let max = run
+            .rows_of(mode)
+            .map(ProjectionRow::ratio_to_min)
+            .fold(0.0f64, f64::max);
+        let _ = writeln!(
+            out,
+            "{:<17} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
+            mode.as_str(),
+            run.total_backend_chars(mode),
+            run.total_model_bytes(mode),
+            run.total_min_bytes(mode),
+            run.mean_ratio(mode),
+            max,
+            run.rows_of(mode).filter(|r| r.projected).count()
+        );
+    }
+    let tb = run.mean_ratio(BenchMode::ThreadBootstrap);
+    let _ = writeln!(
+        out,
+        "target: thread_bootstrap averages ≤ 1.10× the minimum — measured {:.2}× ({}); per_turn averages {:.2}×; legacy {:.2}× (legacy never sends the engine's context, so it stays below the minimum).",
+        tb,
+        if tb <= 1.1 { "met" } else { "MISSED" },
+        run.mean_ratio(BenchMode::PerTurn),
+        run.mean_ratio(BenchMode::Legacy)
+    );
+    out
+}
+
+/// The CSV columns, in order.
+pub const CSV_COLUMNS: [&str; 14] = [
+    "backend",
+    "mode",
+    "turn",
+    "epoch",
+    "projected",
+    "reason",
+    "thread_action",
+    "backend_chars",
+    "cumulative_backend_chars",
+    "model_requests",
+    "model_request_bytes",
+    "cumulative_model_request_bytes",
+    "min_model_request_bytes",
+    "ratio_to_min",
+];
+
+fn csv_field(value: &str) -> String {
+    if value.contains([',', '"', '\n']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_string()
+    }
+}
+
+/// The run as CSV text: a header and one row per mode and turn.
+pub fn to_csv(run: &ProjectionRun) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in &run.rows {
+        let fields = [
+            run.backend.as_str().to_string(),
+            r.mode.as_str().to_string(),
+            r.turn.to_string(),
+            r.epoch.clone(),
+            r.projected.to_string(),
+            r.reason.clone(),
+            r.thread_action.clone(),
+            r.backend_chars.to_string(),
+            r.cumulative_backend_chars.to_string(),
+            r.model_requests.to_string(),
+            r.model_request_bytes.to_string(),
+            r.cumulative_model_request_bytes.to_string(),
+            r.min_model_request_bytes.to_string(),
+            format!("{:.4}", r.ratio_to_min()),
+        ];
+        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes [`to_csv`] to `path`.
+pub fn write_csv(run: &ProjectionRun, path: &Path) -> Result<(), BenchError> {
+    std::fs::write(path, to_csv(run)).map_err(|source| BenchError::Io {
+        operation: "write the CSV",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// On the mock, thread_bootstrap's first turn costs exactly the minimum, its reused turns
+    /// stay near it, and per_turn's cost grows with every turn; the CSV has a row per mode and
+    /// turn with every column.
+    #[tokio::test]
+    async fn mock_run_shows_the_difference_between_modes() {
+        let run = run_mock(12).await.unwrap();
+        assert_eq!(run.rows.len(), 36);
+        let tb: Vec<&ProjectionRow> = run.rows_of(BenchMode::ThreadBootstrap).collect();
+        assert_eq!(tb[0].model_request_bytes, tb[0].min_model_request_bytes);
+        assert!(tb[1..10].iter().all(|r| !r.projected));
+        assert!(tb[10].projected, "epoch change at turn 11");
+        assert_eq!(tb[10].thread_action, "rotated");
+        let pt: Vec<&ProjectionRow> = run.rows_of(BenchMode::PerTurn).collect();
+        assert!(pt.iter().all(|r| r.projected));
+        assert!(pt[11].ratio_to_min() > 5.0 * tb[11].ratio_to_min());
+        assert!(
+            run.total_model_bytes(BenchMode::ThreadBootstrap)
+                < run.total_model_bytes(BenchMode::PerTurn)
+        );
+        let csv = to_csv(&run);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines.len(), 37);
+        assert!(lines[1..]
+            .iter()
+            .all(|l| l.split(',').count() == CSV_COLUMNS.len()));
+    }
+
+    /// A request's size is its content-length when the client sent one.
+    #[test]
+    fn request_size_prefers_content_length() {
+        let mut r: RecordedRequest = serde_json::from_value(serde_json::json!({
+            "seq": 1, "received_at_ms": 0, "method": "POST", "path": "/v1/responses",
+            "headers": [["content-length", "1234"]], "body": {"a": 1}, "raw_body": null,
+            "kind": "responses", "instructions": null, "input": [], "previous_response_id": null,
+            "store": false, "conversation": [], "status": 200, "response_id": null,
+            "reply_text": null
+        }))
+        .unwrap();
+        assert_eq!(request_body_bytes(&r), 1234);
+        r.headers.clear();
+        assert_eq!(request_body_bytes(&r), br#"{"a":1}"#.len());
+    }
+}

@@ -1,0 +1,380 @@
+//! Scale: many sessions of a few turns each over the in-process mock on a multi-thread runtime
+//! with 1 and then 2 worker threads; turns per second and resident memory; and the memory one
+//! idle binding takes in the harness's binding cache.
+//!
+//! Setup: one in-memory `SqliteStore` (no file, so no disk I/O), the mock backend keeping its
+//! threads in memory, the bench engine in thread_bootstrap mode with a 2 KB background (so the
+//! mock's copies of every bootstrap input do not dominate memory), 5 turns per session (one
+//! projection, then four reused turns), 64 sessions in flight.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use super::*;
+use crate::backend::{MockBackend, ThreadId};
+use crate::harness::TurnSpec;
+use crate::projection::{binding_key, ThreadBinding};
+use crate::store::SqliteStore;
+
+/// Turns per session of the scale run.
+pub const TURNS_PER_SESSION: usize = 5;
+/// Sessions running at once.
+pub const SESSIONS_IN_FLIGHT: usize = 64;
+/// Background of the bench engine in the scale run.
+pub const SCALE_BACKGROUND_CHARS: usize = 2_000;
+
+/// A field of `/proc/self/status` in kB (`VmRSS`, `VmHWM`); `None` off Linux.
+pub fn proc_status_kb(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Current resident set size in bytes.
+pub fn rss_bytes() -> Option<u64> {
+    proc_status_kb("VmRSS").map(|kb| kb * 1024)
+}
+
+/// Peak resident set size in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_kb("VmHWM").map(|kb| kb * 1024)
+}
+
+/// Resets the peak-RSS mark (`VmHWM`) to the current RSS (Linux `clear_refs` value 5), so a
+/// later [`peak_rss_bytes`] is the peak since now; false where that is not supported.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// The result of one scale run.
+#[derive(Debug, Clone)]
+pub struct ScaleResult {
+    pub workers: usize,
+    pub sessions: usize,
+    pub turns: usize,
+    pub elapsed: Duration,
+    pub rss_before: Option<u64>,
+    pub rss_after: Option<u64>,
+    pub peak_rss: Option<u64>,
+    /// Whether `peak_rss` is the peak of this run (the mark was reset at its start) rather than
+    /// of the whole process.
+    pub peak_is_this_run: bool,
+}
+
+impl ScaleResult {
+    pub fn turns_per_second(&self) -> f64 {
+        self.turns as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Memory of idle bindings in a cache built like the harness's.
+#[derive(Debug, Clone)]
+pub struct BindingMemory {
+    pub bindings: usize,
+    pub rss_delta: Option<u64>,
+    /// The binding's own heap and inline size (strings' capacities + the struct), computed.
+    pub binding_heap_bytes: usize,
+}
+
+impl BindingMemory {
+    pub fn per_binding(&self) -> Option<f64> {
+        self.rss_delta
+            .map(|d| d as f64 / self.bindings.max(1) as f64)
+    }
+}
+
+fn scale_engine() -> BenchEngineConfig {
+    BenchEngineConfig {
+        background_chars: SCALE_BACKGROUND_CHARS,
+        ..BenchEngineConfig::default()
+    }
+}
+
+fn memory_store() -> Result<Arc<dyn StateStore>, BenchError> {
+    SqliteStore::in_memory()
+        .map(|s| Arc::new(s) as Arc<dyn StateStore>)
+        .map_err(|source| BenchError::Store {
+            operation: "open an in-memory store",
+            source,
+        })
+}
+
+fn scale_harness() -> Result<Harness, BenchError> {
+    let (harness, _) = bench_harness(
+        BenchMode::ThreadBootstrap,
+        scale_engine(),
+        Arc::new(MockBackend::new()),
+        memory_store()?,
+    );
+    Ok(harness)
+}
+
+/// Runs `sessions` × [`TURNS_PER_SESSION`] turns on the current runtime.
+pub async fn run_sessions(harness: Arc<Harness>, sessions: usize) -> Result<usize, BenchError> {
+    let mut turns = 0usize;
+    let mut runs = futures::stream::iter(0..sessions)
+        .map(|i| {
+            let harness = harness.clone();
+            tokio::spawn(async move {
+                let key = format!("scale-session-{i}");
+                for turn in 1..=TURNS_PER_SESSION {
+                    harness
+                        .turn(TurnSpec::new(key.clone(), bench_prompt(turn)))
+                        .await?;
+                }
+                Ok::<usize, HarnessError>(TURNS_PER_SESSION)
+            })
+        })
+        .buffer_unordered(SESSIONS_IN_FLIGHT);
+    while let Some(joined) = runs.next().await {
+        let done = joined
+            .map_err(|e| BenchError::Runtime {
+                operation: "scale session task",
+                message: e.to_string(),
+            })?
+            .map_err(harness_err("scale turn"))?;
+        turns += done;
+    }
+    Ok(turns)
+}
+
+/// Builds a multi-thread runtime with `workers` worker threads on a thread of its own, runs the
+/// scale sessions there and reports. Awaiting it does not block the caller's runtime.
+pub async fn run_on_own_runtime(
+    sessions: usize,
+    workers: usize,
+) -> Result<ScaleResult, BenchError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("ctxbridge-bench-scale-{workers}"))
+        .spawn(move || {
+            let _ = tx.send(run_blocking(sessions, workers));
+        })
+        .map_err(|e| BenchError::Runtime {
+            operation: "start the scale thread",
+            message: e.to_string(),
+        })?;
+    rx.await.map_err(|e| BenchError::Runtime {
+        operation: "scale thread",
+        message: e.to_string(),
+    })?
+}
+
+fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Runtime {
+            operation: "build the scale runtime",
+            message: e.to_string(),
+        })?;
+    runtime.block_on(async move {
+        let harness = Arc::new(scale_harness()?);
+        let peak_is_this_run = reset_peak_rss();
+        let rss_before = rss_bytes();
+        let started = Instant::now();
+        let turns = run_sessions(harness.clone(), sessions).await?;
+        let elapsed = started.elapsed();
+        let rss_after = rss_bytes();
+        harness.shutdown().await;
+        Ok(ScaleResult {
+            workers,
+            sessions,
+            turns,
+            elapsed,
+            rss_before,
+            rss_after,
+            peak_rss: peak_rss_bytes(),
+            peak_is_this_run,
+        })
+    })
+}
+
+fn binding_heap_bytes(b: &ThreadBinding) -> usize {
+    let projection = b.engine.projection.as_ref().map_or(0, |p| {
+        p.epoch.capacity() + p.fingerprint.as_ref().map_or(0, String::capacity)
+    });
+    std::mem::size_of::<ThreadBinding>()
+        + b.binding_key.capacity()
+        + b.thread_id.0.capacity()
+        + b.engine.engine_id.capacity()
+        + b.engine.policy_fingerprint.capacity()
+        + projection
+        + b.tools_fingerprint.capacity()
+        + b.developer_instructions_sha256.capacity()
+}
+
+/// Measures the resident memory of `n` idle bindings in a moka cache configured exactly like
+/// the harness's (`String` → `Option<Arc<ThreadBinding>>`, capacity 100 000, 1 h idle expiry).
+/// The bindings are copies of a real one written by a harness turn, each with its own key and
+/// thread id. Run it before anything else allocates, so the growth is not hidden by freed memory
+/// the allocator reuses.
+pub async fn measure_binding_cache(n: usize) -> Result<BindingMemory, BenchError> {
+    let template = {
+        let harness = scale_harness()?;
+        harness
+            .turn(TurnSpec::new("scale-session-0", bench_prompt(1)))
+            .await
+            .map_err(harness_err("binding template turn"))?;
+        let binding = harness
+            .binding("scale-session-0")
+            .await
+            .map_err(harness_err("read the template binding"))?;
+        harness.shutdown().await;
+        binding.ok_or(BenchError::Runtime {
+            operation: "binding template turn",
+            message: "the turn wrote no binding".into(),
+        })?
+    };
+    let cache: moka::future::Cache<String, Option<Arc<ThreadBinding>>> =
+        moka::future::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_idle(Duration::from_secs(3600))
+            .build();
+    let before = rss_bytes();
+    for i in 0..n {
+        let key = binding_key(BENCH_AGENT_ID, Some(&format!("scale-session-{i}")), "");
+        let binding = ThreadBinding {
+            binding_key: key.clone(),
+            thread_id: ThreadId(format!("mock-thread-{:032x}", i as u128 + 1)),
+            ..template.clone()
+        };
+        cache.insert(key, Some(Arc::new(binding))).await;
+    }
+    cache.run_pending_tasks().await;
+    let after = rss_bytes();
+    let held = cache.entry_count();
+    drop(cache);
+    Ok(BindingMemory {
+        bindings: usize::try_from(held).unwrap_or(n),
+        rss_delta: before.zip(after).map(|(b, a)| a.saturating_sub(b)),
+        binding_heap_bytes: binding_heap_bytes(&template),
+    })
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or_else(
+        || "n/a".to_string(),
+        |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    )
+}
+
+/// The scale report and the target lines.
+pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n== Scale: sessions × {TURNS_PER_SESSION} turns, in-process mock, in-memory SqliteStore, bench engine (thread_bootstrap, {SCALE_BACKGROUND_CHARS}-char background), {SESSIONS_IN_FLIGHT} sessions in flight =="
+    );
+    let _ = writeln!(
+        out,
+        "{:>7} {:>9} {:>7} {:>10} {:>10} {:>12} {:>12} {:>10}",
+        "workers", "sessions", "turns", "seconds", "turns/s", "RSS before", "RSS after", "peak RSS"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "{:>7} {:>9} {:>7} {:>10.2} {:>10.0} {:>12} {:>12} {:>10}",
+            r.workers,
+            r.sessions,
+            r.turns,
+            r.elapsed.as_secs_f64(),
+            r.turns_per_second(),
+            mib(r.rss_before),
+            mib(r.rss_after),
+            mib(r.peak_rss)
+        );
+    }
+    if let (Some(one), Some(two)) = (
+        results.iter().find(|r| r.workers == 1),
+        results.iter().find(|r| r.workers == 2),
+    ) {
+        let _ = writeln!(
+            out,
+            "scaling 1 → 2 workers: {:.2}×",
+            two.turns_per_second() / one.turns_per_second().max(1e-9)
+        );
+    }
+    if results.iter().any(|r| !r.peak_is_this_run) {
+        let _ = writeln!(
+            out,
+            "(peak RSS is the whole process's: the peak mark could not be reset per run)"
+        );
+    }
+    // Only the first run's growth is clean: later runs reuse memory the earlier ones freed.
+    if let Some((b, a, r)) = results
+        .first()
+        .and_then(|r| r.rss_before.zip(r.rss_after).map(|(b, a)| (b, a, r)))
+    {
+        let _ = writeln!(
+            out,
+            "RSS growth per session in the first run (store rows, mock threads and call log, transcripts, caches, session locks): {:.0} bytes",
+            a.saturating_sub(b) as f64 / r.sessions.max(1) as f64
+        );
+    }
+    let per = memory.per_binding();
+    let _ = writeln!(
+        out,
+        "idle binding in the cache: {} bytes measured (RSS delta of {} cached bindings: {}); the binding itself is {} bytes (struct + strings), the rest is key, Arc and moka entry overhead",
+        per.map_or_else(|| "n/a".into(), |p| format!("{p:.0}")),
+        memory.bindings,
+        mib(memory.rss_delta),
+        memory.binding_heap_bytes
+    );
+    let best = results
+        .iter()
+        .map(ScaleResult::turns_per_second)
+        .fold(0.0f64, f64::max);
+    let _ = writeln!(
+        out,
+        "target: ≥ 20 000 turns/s — best measured {:.0} ({}); < 2 KB per idle binding — measured {} ({})",
+        best,
+        if best >= 20_000.0 { "met" } else { "MISSED" },
+        per.map_or_else(|| "n/a".into(), |p| format!("{p:.0} bytes")),
+        match per {
+            Some(p) if p < 2048.0 => "met",
+            Some(_) => "MISSED",
+            None => "not measured",
+        }
+    );
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// On Linux the RSS fields are read from /proc and the peak is at least the current RSS.
+    #[test]
+    fn reads_rss_from_proc() {
+        if !std::path::Path::new("/proc/self/status").exists() {
+            return;
+        }
+        let rss = rss_bytes().unwrap();
+        let peak = peak_rss_bytes().unwrap();
+        assert!(rss > 0 && peak >= rss);
+    }
+
+    /// A small scale run on its own runtime completes every turn of every session.
+    #[tokio::test]
+    async fn small_scale_run_completes_every_turn() {
+        let r = run_on_own_runtime(20, 2).await.unwrap();
+        assert_eq!(r.turns, 20 * TURNS_PER_SESSION);
+        assert_eq!(r.workers, 2);
+    }
+
+    /// The binding-cache measurement holds every binding it inserted.
+    #[tokio::test]
+    async fn binding_cache_holds_every_binding() {
+        let m = measure_binding_cache(500).await.unwrap();
+        assert_eq!(m.bindings, 500);
+        assert!(m.binding_heap_bytes > std::mem::size_of::<ThreadBinding>());
+    }
+}
