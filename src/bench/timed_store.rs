@@ -25,6 +25,7 @@ pub enum StoreOp {
     RecordQuarantine,
     ClearQuarantine,
     Quarantines,
+    IsBootstrapped,
     MarkBootstrapped,
     TryAcquireLease,
     ReleaseLease,
@@ -33,7 +34,7 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 18] = [
+    pub const ALL: [StoreOp; 19] = [
         StoreOp::LoadBinding,
         StoreOp::SaveBinding,
         StoreOp::DeleteBinding,
@@ -47,6 +48,7 @@ impl StoreOp {
         StoreOp::RecordQuarantine,
         StoreOp::ClearQuarantine,
         StoreOp::Quarantines,
+        StoreOp::IsBootstrapped,
         StoreOp::MarkBootstrapped,
         StoreOp::TryAcquireLease,
         StoreOp::ReleaseLease,
@@ -69,6 +71,7 @@ impl StoreOp {
             StoreOp::RecordQuarantine => "record_quarantine",
             StoreOp::ClearQuarantine => "clear_quarantine",
             StoreOp::Quarantines => "quarantines",
+            StoreOp::IsBootstrapped => "is_bootstrapped",
             StoreOp::MarkBootstrapped => "mark_bootstrapped",
             StoreOp::TryAcquireLease => "try_acquire_lease",
             StoreOp::ReleaseLease => "release_lease",
@@ -94,8 +97,8 @@ pub struct OpTotals {
 #[derive(Debug)]
 pub struct TimedStore<S> {
     inner: S,
-    nanos: [AtomicU64; 18],
-    calls: [AtomicU64; 18],
+    nanos: [AtomicU64; StoreOp::ALL.len()],
+    calls: [AtomicU64; StoreOp::ALL.len()],
 }
 
 impl<S> TimedStore<S> {
@@ -218,6 +221,12 @@ impl<S: StateStore> StateStore for TimedStore<S> {
 
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
         self.timed(StoreOp::Quarantines, |s| s.quarantines())
+    }
+
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.timed(StoreOp::IsBootstrapped, |s| {
+            s.is_bootstrapped(session_id, engine_id)
+        })
     }
 
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {

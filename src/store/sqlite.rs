@@ -232,18 +232,15 @@ impl StateStore for SqliteStore {
 
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
         self.with_conn("load binding", |conn| {
-            conn.query_row(
-                "SELECT json, generation FROM bindings WHERE binding_key = ?1",
-                params![binding_key],
-                |r| {
+            conn.prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
+                .query_row(params![binding_key], |r| {
                     Ok(StoredBinding {
                         binding_key: binding_key.to_string(),
                         json: r.get(0)?,
                         generation: r.get::<_, i64>(1)? as u64,
                     })
-                },
-            )
-            .optional()
+                })
+                .optional()
         })
     }
 
@@ -256,9 +253,8 @@ impl StateStore for SqliteStore {
         let current = self.with_conn("save binding", |conn| {
             let tx = conn.transaction()?;
             let current: Option<i64> = tx
-                .query_row(
-                    "SELECT generation FROM leases WHERE session = ?1",
-                    params![binding_key],
+                .prepare_cached("SELECT generation FROM leases WHERE session = ?1")?
+                .query_row(params![binding_key],
                     |r| r.get(0),
                 )
                 .optional()?;
@@ -267,10 +263,9 @@ impl StateStore for SqliteStore {
                     return Ok(Some(current as u64));
                 }
             }
-            tx.execute(
-                "INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation",
-                params![binding_key, json, lease_generation as i64],
+            tx.prepare_cached("INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation")?
+                .execute(params![binding_key, json, lease_generation as i64],
             )?;
             tx.commit()?;
             Ok(None)
@@ -288,11 +283,9 @@ impl StateStore for SqliteStore {
 
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
         self.with_conn("delete binding", |conn| {
-            conn.execute(
-                "DELETE FROM bindings WHERE binding_key = ?1",
-                params![binding_key],
-            )
-            .map(|_| ())
+            conn.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
+                .execute(params![binding_key])
+                .map(|_| ())
         })
     }
 
@@ -335,9 +328,8 @@ impl StateStore for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         self.with_conn("append transcript", |conn| {
             let tx = conn.transaction()?;
-            let next: i64 = tx.query_row(
-                "SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1",
-                params![session_id],
+            let next: i64 = tx.prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1")?
+                .query_row(params![session_id],
                 |r| r.get(0),
             )?;
             {
@@ -370,9 +362,8 @@ impl StateStore for SqliteStore {
         let missing = self.with_conn("rewrite transcript", |conn| {
             let tx = conn.transaction()?;
             for (entry_id, json) in &encoded {
-                let n = tx.execute(
-                    "UPDATE transcript SET message = ?3 WHERE session_id = ?1 AND entry_id = ?2",
-                    params![session_id, entry_id, json],
+                let n = tx.prepare_cached("UPDATE transcript SET message = ?3 WHERE session_id = ?1 AND entry_id = ?2")?
+                .execute(params![session_id, entry_id, json],
                 )?;
                 if n == 0 {
                     // Dropping the transaction rolls back every earlier replacement.
@@ -394,11 +385,10 @@ impl StateStore for SqliteStore {
 
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
         self.with_conn("enqueue outbox row", |conn| {
-            conn.execute(
-                "INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
+            conn.prepare_cached("INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
-                 ON CONFLICT(session_id, advancement_key) DO NOTHING",
-                params![
+                 ON CONFLICT(session_id, advancement_key) DO NOTHING")?
+                .execute(params![
                     row.session_id,
                     row.advancement_key,
                     row.engine_id,
@@ -433,10 +423,10 @@ impl StateStore for SqliteStore {
 
     fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
         self.with_conn("complete outbox row", |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "DELETE FROM outbox WHERE session_id = ?1 AND advancement_key = ?2",
-                params![session_id, advancement_key],
-            )
+            )?
+            .execute(params![session_id, advancement_key])
             .map(|_| ())
         })
     }
@@ -448,22 +438,21 @@ impl StateStore for SqliteStore {
         error: &str,
     ) -> Result<(), StoreError> {
         self.with_conn("record outbox failure", |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?3
                  WHERE session_id = ?1 AND advancement_key = ?2",
-                params![session_id, advancement_key, error],
-            )
+            )?
+            .execute(params![session_id, advancement_key, error])
             .map(|_| ())
         })
     }
 
     fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
         self.with_conn("record quarantine", |conn| {
-            conn.execute(
-                "INSERT INTO quarantine (engine_id, operation, reason, at_ms) VALUES (?1, ?2, ?3, ?4)
+            conn.prepare_cached("INSERT INTO quarantine (engine_id, operation, reason, at_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(engine_id) DO UPDATE SET operation = excluded.operation,
-                   reason = excluded.reason, at_ms = excluded.at_ms",
-                params![record.engine_id, record.operation, record.reason, record.at_ms as i64],
+                   reason = excluded.reason, at_ms = excluded.at_ms")?
+                .execute(params![record.engine_id, record.operation, record.reason, record.at_ms as i64],
             )
             .map(|_| ())
         })
@@ -471,11 +460,9 @@ impl StateStore for SqliteStore {
 
     fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError> {
         self.with_conn("clear quarantine", |conn| {
-            conn.execute(
-                "DELETE FROM quarantine WHERE engine_id = ?1",
-                params![engine_id],
-            )
-            .map(|_| ())
+            conn.prepare_cached("DELETE FROM quarantine WHERE engine_id = ?1")?
+                .execute(params![engine_id])
+                .map(|_| ())
         })
     }
 
@@ -498,21 +485,20 @@ impl StateStore for SqliteStore {
 
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
         self.with_conn("read bootstrap mark", |conn| {
-            conn.query_row(
+            conn.prepare_cached(
                 "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
-                params![session_id, engine_id],
-                |r| r.get::<_, i64>(0),
-            )
+            )?
+            .query_row(params![session_id, engine_id], |r| r.get::<_, i64>(0))
             .map(|n| n > 0)
         })
     }
 
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
         self.with_conn("mark bootstrapped", |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT OR IGNORE INTO bootstrapped (session_id, engine_id) VALUES (?1, ?2)",
-                params![session_id, engine_id],
-            )
+            )?
+            .execute(params![session_id, engine_id])
             .map(|n| n == 1)
         })
     }
@@ -527,9 +513,8 @@ impl StateStore for SqliteStore {
         self.with_conn("acquire session lease", |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let existing: Option<(String, i64, i64)> = tx
-                .query_row(
-                    "SELECT holder, generation, expires_at_ms FROM leases WHERE session = ?1",
-                    params![session],
+                .prepare_cached("SELECT holder, generation, expires_at_ms FROM leases WHERE session = ?1")?
+                .query_row(params![session],
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()?;
@@ -544,11 +529,10 @@ impl StateStore for SqliteStore {
                 None => 1,
             };
             let expires_at_ms = now_ms.saturating_add(ttl_ms);
-            tx.execute(
-                "INSERT INTO leases (session, holder, generation, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+            tx.prepare_cached("INSERT INTO leases (session, holder, generation, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(session) DO UPDATE SET holder = excluded.holder,
-                   generation = excluded.generation, expires_at_ms = excluded.expires_at_ms",
-                params![session, holder, generation as i64, expires_at_ms as i64],
+                   generation = excluded.generation, expires_at_ms = excluded.expires_at_ms")?
+                .execute(params![session, holder, generation as i64, expires_at_ms as i64],
             )?;
             tx.commit()?;
             Ok(LeaseAttempt::Acquired(Lease {
@@ -564,9 +548,8 @@ impl StateStore for SqliteStore {
         // Only the holder of this generation may release; expiry keeps the generation so a
         // stale holder stays fenced.
         self.with_conn("release session lease", |conn| {
-            conn.execute(
-                "UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
-                params![lease.session, lease.holder, lease.generation as i64],
+            conn.prepare_cached("UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3")?
+                .execute(params![lease.session, lease.holder, lease.generation as i64],
             )
             .map(|_| ())
         })
@@ -574,22 +557,19 @@ impl StateStore for SqliteStore {
 
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
         self.with_conn("load document", |conn| {
-            conn.query_row(
-                "SELECT json FROM documents WHERE namespace = ?1 AND key = ?2",
-                params![namespace, key],
-                |r| r.get(0),
-            )
-            .optional()
+            conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
+                .query_row(params![namespace, key], |r| r.get(0))
+                .optional()
         })
     }
 
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
         self.with_conn("save document", |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO documents (namespace, key, json) VALUES (?1, ?2, ?3)
                  ON CONFLICT(namespace, key) DO UPDATE SET json = excluded.json",
-                params![namespace, key, json],
-            )
+            )?
+            .execute(params![namespace, key, json])
             .map(|_| ())
         })
     }
