@@ -246,6 +246,8 @@ pub struct Harness {
     /// The lease generation this harness last held, per session (cache coherence across
     /// processes, see [`Harness::lock_session`]).
     lease_generations: Mutex<HashMap<String, u64>>,
+    /// The selected engine's quarantine record from an earlier run was cleared.
+    cleared_old_quarantine: AtomicBool,
 }
 
 impl std::fmt::Debug for Harness {
@@ -295,6 +297,7 @@ impl Harness {
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
             lease_generations: Mutex::new(HashMap::new()),
+            cleared_old_quarantine: AtomicBool::new(false),
         }
     }
 
@@ -1321,8 +1324,13 @@ impl Harness {
     /// just served a turn without failing has its record from an earlier run cleared.
     fn persist_quarantines(&self) {
         let id = self.engine.engine_id();
-        if id != crate::engines::LEGACY_ENGINE_ID && !self.engine.is_quarantined() {
+        // Once per process is enough: the record is history from an earlier run.
+        if id != crate::engines::LEGACY_ENGINE_ID
+            && !self.engine.is_quarantined()
+            && !self.cleared_old_quarantine.swap(true, Ordering::SeqCst)
+        {
             if let Err(e) = self.store.clear_quarantine(id) {
+                self.cleared_old_quarantine.store(false, Ordering::SeqCst);
                 tracing::warn!(error = %e, "could not clear an old quarantine record");
             }
         }
