@@ -1,0 +1,137 @@
+//! Manual compaction (SPEC §10): the engine's `compact({force: true})` first; legacy and
+//! non-owning engines end on the backend's native compactor.
+
+use super::*;
+
+impl Harness {
+    /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
+    pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
+        let key = self.binding_key_for(session_key);
+        let guard = self.lock_session(&key).await?;
+        let session_id = self.session_id(session_key)?;
+        let stored = self.load_binding(&key).await?;
+        let report = self
+            .compact_locked(session_key, &session_id, stored.as_deref())
+            .await;
+        if let Err(e) = guard.release() {
+            tracing::warn!(error = %e, "could not release the session lease; it will expire");
+        }
+        report
+    }
+
+    pub(super) async fn compact_locked(
+        &self,
+        session_key: &str,
+        session_id: &str,
+        stored: Option<&ThreadBinding>,
+    ) -> Result<CompactReport, HarnessError> {
+        let info = self.engine.info();
+        check_host_requirements(
+            &info,
+            HostOperation::ManualCompact,
+            self.backend.label(),
+            &self.backend.capabilities(),
+        )?;
+        let mut thread = stored.map(|b| b.thread_id.clone());
+        // Native compaction runs on the bound thread, which this process may not have attached
+        // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would.
+        if let Some(t) = thread.clone().filter(|t| !self.is_attached(t)) {
+            match self.backend.resume_thread(&t).await {
+                Ok(()) => self.mark_attached(&t),
+                Err(BackendError::ThreadNotFound { .. }) => {
+                    tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");
+                    thread = None;
+                }
+                Err(source) => {
+                    return Err(HarnessError::Backend {
+                        session: session_key.to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+        let (cb, delegated) = self.callbacks(session_id, thread.as_ref(), true);
+        let params = project_host_params(
+            CompactParams {
+                session_id: session_id.to_string(),
+                session_key: Some(session_key.to_string()),
+                session_target: self
+                    .facts(session_key, session_id, thread.as_ref())
+                    .session_target,
+                token_budget: self.cfg.token_budget,
+                force: Some(true),
+                current_token_count: None,
+                compaction_target: Some(CompactionTarget::Budget),
+                custom_instructions: None,
+                runtime_settings: Some(self.runtime_settings(&self.engine, None)),
+                runtime_context: Some(RuntimeContext {
+                    facts: self.facts(session_key, session_id, thread.as_ref()),
+                    callbacks: Some(cb.clone()),
+                }),
+                abort: Some(tokio_util::sync::CancellationToken::new()),
+            },
+            &info,
+        );
+        // Fails closed: the error goes to the caller.
+        let result = self.engine.compact(params).await.map_err(|source| {
+            self.persist_quarantines();
+            HarnessError::Engine {
+                operation: "compact",
+                session: session_key.to_string(),
+                source,
+            }
+        })?;
+        let mut native = delegated.load(Ordering::SeqCst);
+        if !info.owns_compaction() && !native {
+            if !result.compacted {
+                let note = format!(
+                    "context engine \"{}\" does not own compaction but its compact was a no-op; ctxbridge ran the backend's native compaction instead",
+                    info.id
+                );
+                tracing::warn!("{note}");
+                if let Err(e) = self.store.save_document(
+                    DOCTOR_NAMESPACE,
+                    &format!("noop-compact:{}", info.id),
+                    &serde_json::to_string(&note).unwrap_or_default(),
+                ) {
+                    tracing::warn!(error = %e, "could not record a doctor note");
+                }
+            }
+            let fallback = cb.delegate_compaction(CompactParams {
+                session_id: session_id.to_string(),
+                force: Some(true),
+                ..Default::default()
+            });
+            match fallback.await {
+                Ok(r) => native = r.compacted,
+                Err(e) => tracing::warn!(error = %e, "native compaction failed"),
+            }
+        }
+        // A successor session named by the engine becomes the session's id.
+        let successor = result.result.as_ref().and_then(|r| {
+            r.session_id
+                .clone()
+                .or_else(|| r.session_target.as_ref().and_then(|t| t.session_id.clone()))
+        });
+        if let Some(next) = successor.filter(|s| s != session_id) {
+            self.store
+                .save_document(SESSION_NAMESPACE, session_key, &next)
+                .map_err(store_err("record successor session"))?;
+        }
+        self.maintain(
+            &self.engine,
+            session_key,
+            session_id,
+            MaintainReason::Compaction,
+            thread.as_ref(),
+        )
+        .await;
+        self.persist_quarantines();
+        Ok(CompactReport {
+            session_key: session_key.to_string(),
+            engine_id: self.engine.active_engine_id().to_string(),
+            result,
+            native_compaction: native,
+        })
+    }
+}
