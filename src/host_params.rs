@@ -104,196 +104,67 @@ fn keep<T>(field: &mut Option<T>, accepted: &AcceptedHostParams, key: HostParamK
     }
 }
 
-impl HostParams for IngestParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[HostParamKey::SessionKey];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-    }
+/// Implements [`HostParams`] for a params type from its host-key fields. Cancellation
+/// (`abortSignal`) is listed for `compact` but never stripped: `compact` always keeps it.
+macro_rules! host_params {
+    ($(#[$doc:meta])* $ty:ty { $($field:ident => $key:ident),* $(,)? } $(keeps $kept:ident)?) => {
+        $(#[$doc])*
+        impl HostParams for $ty {
+            const HOST_KEYS: &'static [HostParamKey] =
+                &[$(HostParamKey::$key,)* $(HostParamKey::$kept)?];
+            #[allow(unused_variables)]
+            fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
+                $(keep(&mut self.$field, accepted, HostParamKey::$key);)*
+            }
+        }
+    };
 }
 
-impl HostParams for IngestBatchParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[HostParamKey::SessionKey];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-    }
-}
-
-impl HostParams for BootstrapParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::SessionTarget,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-    ];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(
-            &mut self.session_target,
-            accepted,
-            HostParamKey::SessionTarget,
-        );
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-impl HostParams for AssembleParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::Prompt,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-    ];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(&mut self.prompt, accepted, HostParamKey::Prompt);
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-impl HostParams for CompactParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::SessionTarget,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-        HostParamKey::AbortSignal,
-    ];
-    /// `compact` always keeps its cancellation (`abort`), whatever the declaration says.
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(
-            &mut self.session_target,
-            accepted,
-            HostParamKey::SessionTarget,
-        );
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-impl HostParams for AfterTurnParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::SessionTarget,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-    ];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(
-            &mut self.session_target,
-            accepted,
-            HostParamKey::SessionTarget,
-        );
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-impl HostParams for MaintainParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::SessionTarget,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-    ];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(
-            &mut self.session_target,
-            accepted,
-            HostParamKey::SessionTarget,
-        );
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-impl HostParams for CommitTurnParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[
-        HostParamKey::SessionKey,
-        HostParamKey::SessionTarget,
-        HostParamKey::RuntimeSettings,
-        HostParamKey::RuntimeContext,
-    ];
-    fn retain_host_params(&mut self, accepted: &AcceptedHostParams) {
-        keep(&mut self.session_key, accepted, HostParamKey::SessionKey);
-        keep(
-            &mut self.session_target,
-            accepted,
-            HostParamKey::SessionTarget,
-        );
-        keep(
-            &mut self.runtime_settings,
-            accepted,
-            HostParamKey::RuntimeSettings,
-        );
-        keep(
-            &mut self.runtime_context,
-            accepted,
-            HostParamKey::RuntimeContext,
-        );
-    }
-}
-
-/// Subagent hooks carry only their own keys (`parentSessionKey`, `childSessionKey`, …), none
-/// of which is a host key.
-impl HostParams for PrepareSubagentSpawnParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[];
-    fn retain_host_params(&mut self, _accepted: &AcceptedHostParams) {}
-}
-
-impl HostParams for RollbackSubagentSpawnParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[];
-    fn retain_host_params(&mut self, _accepted: &AcceptedHostParams) {}
-}
-
-impl HostParams for OnSubagentEndedParams {
-    const HOST_KEYS: &'static [HostParamKey] = &[];
-    fn retain_host_params(&mut self, _accepted: &AcceptedHostParams) {}
-}
+host_params!(IngestParams { session_key => SessionKey });
+host_params!(IngestBatchParams { session_key => SessionKey });
+host_params!(BootstrapParams {
+    session_key => SessionKey,
+    session_target => SessionTarget,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+});
+host_params!(AssembleParams {
+    session_key => SessionKey,
+    prompt => Prompt,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+});
+host_params!(CompactParams {
+    session_key => SessionKey,
+    session_target => SessionTarget,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+} keeps AbortSignal);
+host_params!(AfterTurnParams {
+    session_key => SessionKey,
+    session_target => SessionTarget,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+});
+host_params!(MaintainParams {
+    session_key => SessionKey,
+    session_target => SessionTarget,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+});
+host_params!(CommitTurnParams {
+    session_key => SessionKey,
+    session_target => SessionTarget,
+    runtime_settings => RuntimeSettings,
+    runtime_context => RuntimeContext,
+});
+host_params!(
+    /// Subagent hooks carry only their own keys (`parentSessionKey`, `childSessionKey`, …),
+    /// none of which is a host key.
+    PrepareSubagentSpawnParams {}
+);
+host_params!(RollbackSubagentSpawnParams {});
+host_params!(OnSubagentEndedParams {});
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
