@@ -176,8 +176,11 @@ proptest! {
             prop_assert!(!context.contains("[@"));
             let bytes = context.as_bytes();
             prop_assert!(!bytes.windows(2).any(|w| w[0] == b'$' && (w[1].is_ascii_alphabetic() || w[1] == b'_')));
-        } else {
+        } else if out.prompt_truncated_chars == 0 {
             prop_assert_eq!(out.text.matches(FRAME_CLOSE_TAG).count(), in_prompt_close);
+        } else {
+            // A prompt cut to fit the turn-input limit may lose its own tags, never gain one.
+            prop_assert!(out.text.matches(FRAME_CLOSE_TAG).count() <= in_prompt_close);
         }
     }
 

@@ -408,8 +408,9 @@ impl Renderer<'_> {
     fn other_part(&mut self, value: &Value) {
         match value.get("type").and_then(Value::as_str) {
             Some(kind) => {
-                self.out.push('[');
-                push_defused(self.out, kind);
+                // Defused together with the opening bracket: a type such as "@x" must not
+                // form a `[@` sigil with it.
+                push_defused(self.out, &format!("[{kind}"));
                 self.out.push_str(" part omitted]");
             }
             None => self.out.push_str("[unknown part omitted]"),
@@ -942,6 +943,16 @@ mod tests {
         );
         let out = render(&[tool], "p", RenderMode::Bootstrap);
         assert_eq!(out.text.matches(FRAME_CLOSE_TAG).count(), 1);
+    }
+
+    /// An unknown part whose type starts with `@` cannot form a `[@` plugin sigil with the
+    /// bracket the renderer writes around it (found by the property tests).
+    #[test]
+    fn unknown_part_type_cannot_form_a_sigil() {
+        let part = ContentPart::Other(json!({"type": "@x"}));
+        let out = render(&[parts(Role::User, vec![part])], "p", RenderMode::PerTurn);
+        assert!(!out.text.contains("[@"), "{}", out.text);
+        assert!(out.text.contains("[\u{2060}@x part omitted]"));
     }
 
     /// The context cap follows SPEC §9.2's formula, saturating.
