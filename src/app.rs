@@ -198,6 +198,15 @@ pub async fn open(config: &Config) -> Result<App, AppError> {
 /// As [`open`] with a given store (tests, the demo's in-memory store).
 pub async fn open_with_store(config: &Config, store: Arc<dyn StateStore>) -> Result<App, AppError> {
     let backend = backend(config, store.clone())?;
+    Ok(open_with_backend(config, store, backend).await)
+}
+
+/// As [`open_with_store`] with a given backend (the demo keeps a handle on its mock).
+pub async fn open_with_backend(
+    config: &Config,
+    store: Arc<dyn StateStore>,
+    backend: Arc<dyn ThreadedBackend>,
+) -> App {
     let registry = registry(config);
     let resolved = registry
         .resolve_selected(config, &engine_dirs(config))
@@ -208,5 +217,5 @@ pub async fn open_with_store(config: &Config, store: Arc<dyn StateStore>) -> Res
         backend,
         store,
     );
-    Ok(App { harness, resolved })
+    App { harness, resolved }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use tokio::sync::mpsc;
 
 use crate::app;
-use crate::backend::TurnEvent;
+use crate::backend::{MockBackend, TurnEvent};
 use crate::cli::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
 use crate::config::{Config, PluginEntry};
 use crate::contract::ProjectionMode;
@@ -229,6 +229,9 @@ pub struct DemoRow {
     pub turn: usize,
     pub report: TurnReport,
     pub cumulative_backend_chars: usize,
+    /// What the model behind the (Codex-like) mock received so far: every request carries the
+    /// thread's whole history.
+    pub cumulative_model_chars: usize,
 }
 
 /// Runs the scripted session on the embedded mock with the sample engine in `mode`.
@@ -250,11 +253,14 @@ pub async fn demo_session(mode: ProjectionMode, turns: usize) -> Result<Vec<Demo
         },
     );
     config.agent.developer_instructions = Some("You are a concise travel assistant.".into());
+    // The demo leaves nothing behind: state is in memory, and the engine's agent directory is a
+    // temporary one (removed when the session ends).
+    let scratch = tempfile::tempdir().map_err(|e| runtime_err("demo")(e.to_string()))?;
+    config.store.path = scratch.path().join("state.db");
     let store: Arc<dyn StateStore> =
         Arc::new(SqliteStore::in_memory().map_err(|e| runtime_err("demo")(e.to_string()))?);
-    let app = app::open_with_store(&config, store)
-        .await
-        .map_err(|e| runtime_err("demo")(e.to_string()))?;
+    let mock = MockBackend::with_store(store.clone());
+    let app = app::open_with_backend(&config, store, Arc::new(mock.clone())).await;
     let harness: &Harness = &app.harness;
     let mut rows = Vec::with_capacity(turns);
     let mut cumulative = 0usize;
@@ -269,6 +275,7 @@ pub async fn demo_session(mode: ProjectionMode, turns: usize) -> Result<Vec<Demo
             turn,
             report,
             cumulative_backend_chars: cumulative,
+            cumulative_model_chars: mock.model_request_chars(),
         });
     }
     harness.shutdown().await;
@@ -290,19 +297,27 @@ fn short_thread(id: &str) -> String {
 fn print_table(title: &str, rows: &[DemoRow]) {
     println!("\n{title}");
     println!(
-        "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>12}",
-        "turn", "thread", "action", "projected", "reason", "rendered", "backend total"
+        "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>13}  {:>11}",
+        "turn",
+        "thread",
+        "action",
+        "projected",
+        "reason",
+        "rendered",
+        "backend total",
+        "model total"
     );
     for r in rows {
         println!(
-            "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>12}",
+            "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>13}  {:>11}",
             r.turn,
             short_thread(&r.report.thread_id),
             r.report.thread_action.as_str(),
             if r.report.projected { "yes" } else { "no" },
             r.report.reason,
             r.report.metrics.rendered_context_chars,
-            r.cumulative_backend_chars
+            r.cumulative_backend_chars,
+            r.cumulative_model_chars
         );
     }
 }
@@ -321,14 +336,18 @@ pub async fn run_demo(_context: &CommandContext, args: DemoArgs) -> Result<u8, C
     let per_turn = demo_session(ProjectionMode::PerTurn, turns).await?;
     print_table("per_turn (projection every turn, same thread):", &per_turn);
     let total = |rows: &[DemoRow]| rows.last().map_or(0, |r| r.cumulative_backend_chars);
+    let model = |rows: &[DemoRow]| rows.last().map_or(0, |r| r.cumulative_model_chars);
     let projections = |rows: &[DemoRow]| rows.iter().filter(|r| r.report.projected).count();
     println!(
-        "\nthread_bootstrap: {} projections, {} chars sent to the backend; per_turn: {} projections, {} chars.",
+        "\nthread_bootstrap: {} projections, {} chars sent to the backend, {} chars of model requests;\nper_turn:         {} projections, {} chars sent to the backend, {} chars of model requests.",
         projections(&epoch),
         total(&epoch),
+        model(&epoch),
         projections(&per_turn),
-        total(&per_turn)
+        total(&per_turn),
+        model(&per_turn)
     );
+    println!("(rendered: assembled context projected this turn; backend total: what ctxbridge sent; model total: what the model behind the Codex-like mock received, each request carrying the thread's history.)");
     Ok(EXIT_OK)
 }
 
