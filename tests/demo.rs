@@ -54,8 +54,7 @@ fn demo_command_prints_both_tables() {
     let rows = stdout
         .lines()
         .filter(|l| {
-            l.trim_start()
-                .split_whitespace()
+            l.split_whitespace()
                 .next()
                 .is_some_and(|w| w.parse::<u32>().is_ok())
         })
