@@ -125,6 +125,14 @@ pub enum HarnessError {
     },
     #[error("stored thread binding {key:?} is unreadable: {message}")]
     Binding { key: String, message: String },
+    /// The failure of an operation whose result several waiters shared (single-flight).
+    #[error("{operation}: {message}")]
+    Shared {
+        operation: &'static str,
+        message: String,
+    },
+    #[error("cannot encode {what}: {message}")]
+    Encode { what: &'static str, message: String },
     #[error("subagent launch failed: {0}")]
     SubagentLaunch(String),
 }
@@ -414,15 +422,13 @@ impl Harness {
                 }
             })
             .await
-            .map_err(|e: Arc<HarnessError>| match &*e {
-                HarnessError::Binding { key, message } => HarnessError::Binding {
-                    key: key.clone(),
-                    message: message.clone(),
-                },
-                other => HarnessError::Binding {
-                    key: key.to_string(),
-                    message: other.to_string(),
-                },
+            // The error is shared with every caller that waited on the same load; the last
+            // holder gets it whole, the others its text.
+            .map_err(|e: Arc<HarnessError>| {
+                Arc::try_unwrap(e).unwrap_or_else(|shared| HarnessError::Shared {
+                    operation: "load binding",
+                    message: shared.to_string(),
+                })
             })
     }
 
@@ -431,8 +437,8 @@ impl Harness {
         binding: ThreadBinding,
         guard: &SessionGuard,
     ) -> Result<(), HarnessError> {
-        let json = serde_json::to_string(&binding).map_err(|e| HarnessError::Binding {
-            key: binding.binding_key.clone(),
+        let json = serde_json::to_string(&binding).map_err(|e| HarnessError::Encode {
+            what: "the thread binding",
             message: e.to_string(),
         })?;
         self.store

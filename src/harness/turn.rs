@@ -575,9 +575,9 @@ impl Harness {
                 session_id: session_id.to_string(),
                 advancement_key: turn_id.clone(),
                 engine_id: info.id.clone(),
-                params_json: serde_json::to_string(&params).map_err(|e| HarnessError::Binding {
-                    key: turn_id.clone(),
-                    message: format!("cannot encode commitTurn params: {e}"),
+                params_json: serde_json::to_string(&params).map_err(|e| HarnessError::Encode {
+                    what: "commitTurn params",
+                    message: e.to_string(),
                 })?,
                 attempts: 0,
                 last_error: None,
