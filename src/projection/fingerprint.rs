@@ -27,19 +27,28 @@ pub fn canonical_json(value: &Value) -> String {
 
 /// Appends the canonical JSON text of `value` to `out`.
 pub fn write_canonical_json(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
+    write_canonical_with(value, out, &|scalar, out| match scalar {
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => push_display(out, n),
         Value::String(s) => write_json_string(s, out),
+        _ => out.push_str("null"),
+    });
+}
+
+/// Appends `value` as canonical JSON (keys sorted by bytes, no whitespace), writing every
+/// scalar other than `null` with `scalar` — the one traversal behind both the fingerprints'
+/// canonical JSON and the tool-input shapes of a bootstrap rendering.
+pub fn write_canonical_with(value: &Value, out: &mut String, scalar: &dyn Fn(&Value, &mut String)) {
+    match value {
+        Value::Null => out.push_str("null"),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical_json(item, out);
+                write_canonical_with(item, out, scalar);
             }
             out.push(']');
         }
@@ -55,10 +64,11 @@ pub fn write_canonical_json(value: &Value, out: &mut String) {
                 }
                 write_json_string(key, out);
                 out.push(':');
-                write_canonical_json(item, out);
+                write_canonical_with(item, out, scalar);
             }
             out.push('}');
         }
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => scalar(value, out),
     }
 }
 

@@ -67,7 +67,7 @@
 
 use serde_json::Value;
 
-use super::fingerprint::{decimal_digits, push_u64, write_canonical_json, write_json_string};
+use super::fingerprint::{decimal_digits, push_u64, write_canonical_json, write_canonical_with};
 use super::redact::{push_defused, push_redacted};
 use crate::contract::{AgentMessage, ContentPart, MessageContent, Role};
 
@@ -526,36 +526,13 @@ fn write_arguments_shape(arguments: &Value, out: &mut String) {
 
 /// JSON with every scalar replaced by its kind; `null`, keys (sorted) and structure kept.
 pub fn write_shape(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(_) => out.push_str("\"[boolean]\""),
-        Value::Number(_) => out.push_str("\"[number]\""),
-        Value::String(_) => out.push_str("\"[string]\""),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_shape(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_json_string(key, out);
-                out.push(':');
-                write_shape(item, out);
-            }
-            out.push('}');
-        }
-    }
+    write_canonical_with(value, out, &|scalar, out| {
+        out.push_str(match scalar {
+            Value::Bool(_) => "\"[boolean]\"",
+            Value::Number(_) => "\"[number]\"",
+            _ => "\"[string]\"",
+        })
+    });
 }
 
 /// The byte offset of char number `n` (0-based) of `s`; `s.len()` when `s` has `n` chars or
