@@ -67,6 +67,10 @@ pub struct BenchArgs {
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
+    /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
+    /// what the CLI uses.
+    #[arg(long, value_enum, default_value_t = scale::ScaleStore::Memory)]
+    pub scale_store: scale::ScaleStore,
     /// Sessions per mode of the overhead run (0 skips it).
     #[arg(long, default_value_t = 100)]
     pub overhead_sessions: usize,
@@ -277,7 +281,9 @@ async fn run(args: BenchArgs) -> Result<(), BenchError> {
     if let Some(memory) = binding_memory {
         let mut results = Vec::new();
         for workers in [1, 2] {
-            results.push(scale::run_on_own_runtime(args.sessions.max(1), workers).await?);
+            results.push(
+                scale::run_on_own_runtime(args.sessions.max(1), workers, args.scale_store).await?,
+            );
         }
         print!("{}", scale::format_report(&results, &memory));
     }

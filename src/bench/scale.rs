@@ -54,6 +54,7 @@ pub fn reset_peak_rss() -> bool {
 /// The result of one scale run.
 #[derive(Debug, Clone)]
 pub struct ScaleResult {
+    pub store: ScaleStore,
     pub workers: usize,
     pub sessions: usize,
     pub turns: usize,
@@ -95,23 +96,55 @@ fn scale_engine() -> BenchEngineConfig {
     }
 }
 
-fn memory_store() -> Result<Arc<dyn StateStore>, BenchError> {
-    SqliteStore::in_memory()
-        .map(|s| Arc::new(s) as Arc<dyn StateStore>)
-        .map_err(|source| BenchError::Store {
-            operation: "open an in-memory store",
-            source,
-        })
+/// Where the scale run keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScaleStore {
+    /// An in-memory SQLite database: ctxbridge's own cost, no disk I/O.
+    Memory,
+    /// A SQLite file in a temporary directory (WAL), as the CLI uses: adds the file writes and
+    /// POSIX locks of four small write transactions per turn.
+    File,
 }
 
-fn scale_harness() -> Result<Harness, BenchError> {
+impl ScaleStore {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ScaleStore::Memory => "in-memory SqliteStore",
+            ScaleStore::File => "file-backed SqliteStore (WAL, temporary directory)",
+        }
+    }
+}
+
+fn open_store(
+    kind: ScaleStore,
+) -> Result<(Arc<dyn StateStore>, Option<tempfile::TempDir>), BenchError> {
+    let (store, dir) = match kind {
+        ScaleStore::Memory => (SqliteStore::in_memory(), None),
+        ScaleStore::File => {
+            let dir = tempfile::tempdir().map_err(|e| BenchError::Runtime {
+                operation: "create the scale store directory",
+                message: e.to_string(),
+            })?;
+            (SqliteStore::open(dir.path().join("state.db")), Some(dir))
+        }
+    };
+    let store = store.map_err(|source| BenchError::Store {
+        operation: "open the scale store",
+        source,
+    })?;
+    Ok((Arc::new(store) as Arc<dyn StateStore>, dir))
+}
+
+/// The scale harness and, for a file store, the directory that must outlive it.
+fn scale_harness(store: ScaleStore) -> Result<(Harness, Option<tempfile::TempDir>), BenchError> {
+    let (store, dir) = open_store(store)?;
     let (harness, _) = bench_harness(
         BenchMode::ThreadBootstrap,
         scale_engine(),
         Arc::new(MockBackend::new()),
-        memory_store()?,
+        store,
     );
-    Ok(harness)
+    Ok((harness, dir))
 }
 
 /// Runs `sessions` × [`TURNS_PER_SESSION`] turns on the current runtime.
@@ -148,12 +181,13 @@ pub async fn run_sessions(harness: Arc<Harness>, sessions: usize) -> Result<usiz
 pub async fn run_on_own_runtime(
     sessions: usize,
     workers: usize,
+    store: ScaleStore,
 ) -> Result<ScaleResult, BenchError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name(format!("ctxbridge-bench-scale-{workers}"))
         .spawn(move || {
-            let _ = tx.send(run_blocking(sessions, workers));
+            let _ = tx.send(run_blocking(sessions, workers, store));
         })
         .map_err(|e| BenchError::Runtime {
             operation: "start the scale thread",
@@ -165,7 +199,11 @@ pub async fn run_on_own_runtime(
     })?
 }
 
-fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchError> {
+fn run_blocking(
+    sessions: usize,
+    workers: usize,
+    store: ScaleStore,
+) -> Result<ScaleResult, BenchError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers.max(1))
         .enable_all()
@@ -175,7 +213,8 @@ fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchErr
             message: e.to_string(),
         })?;
     runtime.block_on(async move {
-        let harness = Arc::new(scale_harness()?);
+        let (harness, _store_dir) = scale_harness(store)?;
+        let harness = Arc::new(harness);
         let peak_is_this_run = reset_peak_rss();
         let rss_before = rss_bytes();
         let started = Instant::now();
@@ -184,6 +223,7 @@ fn run_blocking(sessions: usize, workers: usize) -> Result<ScaleResult, BenchErr
         let rss_after = rss_bytes();
         harness.shutdown().await;
         Ok(ScaleResult {
+            store,
             workers,
             sessions,
             turns,
@@ -217,7 +257,7 @@ fn binding_heap_bytes(b: &ThreadBinding) -> usize {
 /// the allocator reuses.
 pub async fn measure_binding_cache(n: usize) -> Result<BindingMemory, BenchError> {
     let template = {
-        let harness = scale_harness()?;
+        let (harness, _dir) = scale_harness(ScaleStore::Memory)?;
         harness
             .turn(TurnSpec::new("scale-session-0", bench_prompt(1)))
             .await
@@ -270,7 +310,8 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n== Scale: sessions × {TURNS_PER_SESSION} turns, in-process mock, in-memory SqliteStore, bench engine (thread_bootstrap, {SCALE_BACKGROUND_CHARS}-char background), {SESSIONS_IN_FLIGHT} sessions in flight =="
+        "\n== Scale: sessions × {TURNS_PER_SESSION} turns, in-process mock, {}, bench engine (thread_bootstrap, {SCALE_BACKGROUND_CHARS}-char background), {SESSIONS_IN_FLIGHT} sessions in flight ==",
+        results.first().map_or(ScaleStore::Memory, |r| r.store).describe()
     );
     let _ = writeln!(
         out,
@@ -365,7 +406,7 @@ mod tests {
     /// A small scale run on its own runtime completes every turn of every session.
     #[tokio::test]
     async fn small_scale_run_completes_every_turn() {
-        let r = run_on_own_runtime(20, 2).await.unwrap();
+        let r = run_on_own_runtime(20, 2, ScaleStore::File).await.unwrap();
         assert_eq!(r.turns, 20 * TURNS_PER_SESSION);
         assert_eq!(r.workers, 2);
     }
