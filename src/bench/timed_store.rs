@@ -15,6 +15,7 @@ pub enum StoreOp {
     LoadBinding,
     SaveBinding,
     DeleteBinding,
+    RecordTurn,
     LoadTranscript,
     AppendTranscript,
     ReplaceTranscriptEntries,
@@ -34,10 +35,11 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 19] = [
+    pub const ALL: [StoreOp; 20] = [
         StoreOp::LoadBinding,
         StoreOp::SaveBinding,
         StoreOp::DeleteBinding,
+        StoreOp::RecordTurn,
         StoreOp::LoadTranscript,
         StoreOp::AppendTranscript,
         StoreOp::ReplaceTranscriptEntries,
@@ -61,6 +63,7 @@ impl StoreOp {
             StoreOp::LoadBinding => "load_binding",
             StoreOp::SaveBinding => "save_binding",
             StoreOp::DeleteBinding => "delete_binding",
+            StoreOp::RecordTurn => "record_turn",
             StoreOp::LoadTranscript => "load_transcript",
             StoreOp::AppendTranscript => "append_transcript",
             StoreOp::ReplaceTranscriptEntries => "replace_transcript_entries",
@@ -160,6 +163,25 @@ impl<S: StateStore> StateStore for TimedStore<S> {
 
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
         self.timed(StoreOp::DeleteBinding, |s| s.delete_binding(binding_key))
+    }
+
+    fn record_turn(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError> {
+        self.timed(StoreOp::RecordTurn, |s| {
+            s.record_turn(
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                lease_generation,
+            )
+        })
     }
 
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {

@@ -432,8 +432,12 @@ impl Harness {
             })
     }
 
-    async fn save_binding(
+    /// Appends the turn to the transcript and writes the binding, atomically (see
+    /// [`StateStore::record_turn`]), then caches the binding.
+    async fn record_turn_state(
         &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
         binding: ThreadBinding,
         guard: &SessionGuard,
     ) -> Result<(), HarnessError> {
@@ -442,8 +446,14 @@ impl Harness {
             message: e.to_string(),
         })?;
         self.store
-            .save_binding(&binding.binding_key, &json, guard.generation())
-            .map_err(store_err("save binding"))?;
+            .record_turn(
+                session_id,
+                entries,
+                &binding.binding_key,
+                &json,
+                guard.generation(),
+            )
+            .map_err(store_err("record turn"))?;
         self.bindings
             .insert(binding.binding_key.clone(), Some(Arc::new(binding)))
             .await;

@@ -501,24 +501,11 @@ impl Harness {
         let mut assistant =
             AgentMessage::assistant(outcome.reply.clone()).with_id(format!("{turn_id}-assistant"));
         assistant.timestamp = Some(serde_json::json!(now));
-        self.store
-            .append_transcript(
-                session_id,
-                &[
-                    TranscriptEntry {
-                        entry_id: format!("{turn_id}-user"),
-                        message: user.clone(),
-                    },
-                    TranscriptEntry {
-                        entry_id: format!("{turn_id}-assistant"),
-                        message: assistant.clone(),
-                    },
-                ],
-            )
-            .map_err(store_err("append transcript"))?;
-        // Write the binding now: the thread has received what it records. Writing it before
-        // the engine's commit/afterTurn/maintain keeps it when ctxbridge dies in one of those
-        // (the restarted turn then reuses the thread instead of re-projecting elsewhere).
+        // The transcript and the binding advance together, in one store transaction, right
+        // after the backend accepted the turn: the thread has received what the binding
+        // records. Writing it before the engine's commit/afterTurn/maintain keeps it when
+        // ctxbridge dies in one of those (the restarted turn reuses the thread instead of
+        // re-projecting elsewhere).
         let decision = &plan.decision;
         let active_id = if engine_active {
             info.id.as_str()
@@ -539,7 +526,18 @@ impl Harness {
             generation: guard.generation(),
             updated_at: now_ms(),
         };
-        self.save_binding(binding, guard).await?;
+        let entries = [
+            TranscriptEntry {
+                entry_id: format!("{turn_id}-user"),
+                message: user.clone(),
+            },
+            TranscriptEntry {
+                entry_id: format!("{turn_id}-assistant"),
+                message: assistant.clone(),
+            },
+        ];
+        self.record_turn_state(session_id, &entries, binding, guard)
+            .await?;
 
         let pre_prompt = messages.len();
         messages.push(user.clone());

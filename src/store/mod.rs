@@ -145,6 +145,18 @@ pub trait StateStore: Send + Sync {
     ) -> Result<(), StoreError>;
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError>;
 
+    /// Appends a finished turn's transcript entries and writes the session's binding in one
+    /// atomic step (fenced like [`StateStore::save_binding`]): the thread binding and the
+    /// transcript advance together or not at all.
+    fn record_turn(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError>;
+
     // --- transcript
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
     fn append_transcript(

@@ -190,6 +190,21 @@ impl SqliteStore {
         f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
     }
 
+    fn encode_entries<'e>(
+        &self,
+        operation: &'static str,
+        entries: &'e [TranscriptEntry],
+    ) -> Result<Vec<(&'e str, String)>, StoreError> {
+        entries
+            .iter()
+            .map(|e| {
+                serde_json::to_string(&e.message)
+                    .map(|json| (e.entry_id.as_str(), json))
+                    .map_err(|err| self.record_error(operation, &e.entry_id, err.to_string()))
+            })
+            .collect()
+    }
+
     fn record_error(&self, operation: &'static str, key: &str, message: String) -> StoreError {
         StoreError::Record {
             path: self.path.clone(),
@@ -225,6 +240,65 @@ fn classify(
     }
 }
 
+/// Appends encoded transcript entries after the session's last one (inside the caller's
+/// transaction).
+fn insert_entries(
+    conn: &Connection,
+    session_id: &str,
+    encoded: &[(&str, String)],
+) -> rusqlite::Result<()> {
+    let next: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1")?
+        .query_row(params![session_id], |r| r.get(0))?;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO transcript (session_id, seq, entry_id, message) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (i, (entry_id, json)) in encoded.iter().enumerate() {
+        stmt.execute(params![session_id, next + i as i64, entry_id, json])?;
+    }
+    Ok(())
+}
+
+/// Writes a binding unless a newer lease generation fences the writer; returns that newer
+/// generation when fenced (inside the caller's transaction, which must then not commit).
+fn upsert_binding(
+    conn: &Connection,
+    binding_key: &str,
+    json: &str,
+    lease_generation: u64,
+) -> rusqlite::Result<Option<u64>> {
+    let current: Option<i64> = conn
+        .prepare_cached("SELECT generation FROM leases WHERE session = ?1")?
+        .query_row(params![binding_key], |r| r.get(0))
+        .optional()?;
+    if let Some(current) = current.filter(|c| (*c as u64) > lease_generation) {
+        return Ok(Some(current as u64));
+    }
+    conn.prepare_cached(
+        "INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
+         ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation",
+    )?
+    .execute(params![binding_key, json, lease_generation as i64])?;
+    Ok(None)
+}
+
+fn stale_check(
+    operation: &'static str,
+    binding_key: &str,
+    held: u64,
+    fenced: Option<u64>,
+) -> Result<(), StoreError> {
+    match fenced {
+        Some(current) => Err(StoreError::StaleGeneration {
+            operation,
+            key: binding_key.to_string(),
+            held,
+            current,
+        }),
+        None => Ok(()),
+    }
+}
+
 impl StateStore for SqliteStore {
     fn location(&self) -> String {
         self.path.display().to_string()
@@ -250,35 +324,15 @@ impl StateStore for SqliteStore {
         json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let current = self.with_conn("save binding", |conn| {
+        let fenced = self.with_conn("save binding", |conn| {
             let tx = conn.transaction()?;
-            let current: Option<i64> = tx
-                .prepare_cached("SELECT generation FROM leases WHERE session = ?1")?
-                .query_row(params![binding_key],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(current) = current {
-                if (current as u64) > lease_generation {
-                    return Ok(Some(current as u64));
-                }
+            let fenced = upsert_binding(&tx, binding_key, json, lease_generation)?;
+            if fenced.is_none() {
+                tx.commit()?;
             }
-            tx.prepare_cached("INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation")?
-                .execute(params![binding_key, json, lease_generation as i64],
-            )?;
-            tx.commit()?;
-            Ok(None)
+            Ok(fenced)
         })?;
-        match current {
-            Some(current) => Err(StoreError::StaleGeneration {
-                operation: "save binding",
-                key: binding_key.to_string(),
-                held: lease_generation,
-                current,
-            }),
-            None => Ok(()),
-        }
+        stale_check("save binding", binding_key, lease_generation, fenced)
     }
 
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
@@ -316,32 +370,33 @@ impl StateStore for SqliteStore {
         session_id: &str,
         entries: &[TranscriptEntry],
     ) -> Result<(), StoreError> {
-        let encoded = entries
-            .iter()
-            .map(|e| {
-                serde_json::to_string(&e.message)
-                    .map(|json| (e.entry_id.as_str(), json))
-                    .map_err(|err| {
-                        self.record_error("append transcript", &e.entry_id, err.to_string())
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let encoded = self.encode_entries("append transcript", entries)?;
         self.with_conn("append transcript", |conn| {
             let tx = conn.transaction()?;
-            let next: i64 = tx.prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1")?
-                .query_row(params![session_id],
-                |r| r.get(0),
-            )?;
-            {
-                let mut stmt = tx.prepare_cached(
-                    "INSERT INTO transcript (session_id, seq, entry_id, message) VALUES (?1, ?2, ?3, ?4)",
-                )?;
-                for (i, (entry_id, json)) in encoded.iter().enumerate() {
-                    stmt.execute(params![session_id, next + i as i64, entry_id, json])?;
-                }
-            }
+            insert_entries(&tx, session_id, &encoded)?;
             tx.commit()
         })
+    }
+
+    fn record_turn(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        let fenced = self.with_conn("record turn", |conn| {
+            let tx = conn.transaction()?;
+            let fenced = upsert_binding(&tx, binding_key, binding_json, lease_generation)?;
+            if fenced.is_none() {
+                insert_entries(&tx, session_id, &encoded)?;
+                tx.commit()?;
+            }
+            Ok(fenced)
+        })?;
+        stale_check("record turn", binding_key, lease_generation, fenced)
     }
 
     fn replace_transcript_entries(
@@ -653,6 +708,40 @@ mod tests {
             s.try_acquire_lease("k", "p1", 1_700, 500).unwrap(),
             LeaseAttempt::Acquired(_)
         ));
+    }
+
+    /// A turn's transcript entries and binding are written together, or — for a holder whose
+    /// lease generation is stale — not at all.
+    #[test]
+    fn record_turn_is_atomic_and_fenced() {
+        let s = SqliteStore::in_memory().unwrap();
+        let LeaseAttempt::Acquired(old) = s.try_acquire_lease("k", "p1", 0, 10).unwrap() else {
+            panic!("lease refused");
+        };
+        s.record_turn(
+            "sess",
+            &[entry("a", "1"), entry("b", "2")],
+            "k",
+            "{\"t\":1}",
+            old.generation,
+        )
+        .unwrap();
+        assert_eq!(s.load_transcript("sess").unwrap().len(), 2);
+        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"t\":1}");
+        let LeaseAttempt::Acquired(new) = s.try_acquire_lease("k", "p2", 100, 10).unwrap() else {
+            panic!("expired lease not taken over");
+        };
+        assert!(new.generation > old.generation);
+        let err = s
+            .record_turn("sess", &[entry("c", "3")], "k", "{\"t\":2}", old.generation)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::StaleGeneration { .. }), "{err:?}");
+        assert_eq!(
+            s.load_transcript("sess").unwrap().len(),
+            2,
+            "no entry from a fenced holder"
+        );
+        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"t\":1}");
     }
 
     /// Outbox rows stay queued until completed; a duplicate enqueue keeps one row.
