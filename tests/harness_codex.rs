@@ -221,3 +221,171 @@ async fn per_turn_repeats_the_projection_on_codex() {
         "turns 2–6 each added a projection to the thread"
     );
 }
+
+/// A test engine whose systemPromptAddition the test changes mid-session (one epoch).
+struct AdditionEngine {
+    addition: std::sync::Mutex<String>,
+}
+
+#[async_trait::async_trait]
+impl ctxbridge::contract::ContextEngine for AdditionEngine {
+    fn info(&self) -> ctxbridge::contract::EngineInfo {
+        ctxbridge::contract::EngineInfo::new("addition-engine", "Addition Engine")
+    }
+    async fn ingest(
+        &self,
+        _: ctxbridge::contract::IngestParams,
+    ) -> Result<ctxbridge::contract::IngestResult, ctxbridge::contract::EngineError> {
+        Ok(ctxbridge::contract::IngestResult { ingested: false })
+    }
+    async fn assemble(
+        &self,
+        params: ctxbridge::contract::AssembleParams,
+    ) -> Result<ctxbridge::contract::AssembleResult, ctxbridge::contract::EngineError> {
+        Ok(ctxbridge::contract::AssembleResult {
+            messages: params.messages,
+            estimated_tokens: 0.0,
+            system_prompt_addition: Some(self.addition.lock().unwrap().clone()),
+            prompt_authority: None,
+            context_projection: Some(ctxbridge::contract::ContextProjection::thread_bootstrap(
+                "fixed",
+            )),
+        })
+    }
+    async fn compact(
+        &self,
+        _: ctxbridge::contract::CompactParams,
+    ) -> Result<ctxbridge::contract::CompactResult, ctxbridge::contract::EngineError> {
+        Ok(ctxbridge::contract::CompactResult {
+            ok: true,
+            compacted: false,
+            reason: None,
+            result: None,
+        })
+    }
+}
+
+async fn codex_harness(
+    engine: Arc<dyn ctxbridge::contract::ContextEngine>,
+    engine_id: &str,
+    drift: ctxbridge::projection::DriftPolicy,
+) -> Option<(Harness, MockModelServer, tempfile::TempDir)> {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED harness_codex: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return None;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(CodexBackend::new(CodexBackendConfig {
+        command: vec![binary.display().to_string(), "app-server".into()],
+        codex_home: dir.path().join("codex-home"),
+        overrides: offline_overrides(&mock.base_url()),
+        cwd: Some(dir.path().to_path_buf()),
+        env: Vec::new(),
+    }));
+    let harness = Harness::new(
+        HarnessConfig {
+            base_instructions: Some("You are a test model.".into()),
+            developer_instructions: Some("Base developer instructions.".into()),
+            drift_policy: drift,
+            ..HarnessConfig::default()
+        },
+        Arc::new(QuarantineEngine::new(
+            engine_id,
+            engine,
+            Arc::new(QuarantineBook::new()),
+            CallTimeouts::default(),
+        )),
+        backend,
+        Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap()),
+    );
+    Some((harness, mock, dir))
+}
+
+/// Codex fixes developer instructions at thread start; a changed systemPromptAddition on a
+/// reused thread reaches the model as an injected developer message (policy `inject`), and
+/// with policy `rotate` as the instructions of a new thread.
+#[tokio::test]
+async fn developer_instruction_drift_reaches_codex() {
+    for drift in [
+        ctxbridge::projection::DriftPolicy::Inject,
+        ctxbridge::projection::DriftPolicy::Rotate,
+    ] {
+        let engine = Arc::new(AdditionEngine {
+            addition: std::sync::Mutex::new("Remember: version one.".into()),
+        });
+        let Some((h, mock, _dir)) = codex_harness(engine.clone(), "addition-engine", drift).await
+        else {
+            return;
+        };
+        let t1 = h.turn(TurnSpec::new("d", "first")).await.unwrap();
+        let t2 = h.turn(TurnSpec::new("d", "second")).await.unwrap();
+        assert_eq!(t2.developer_instructions_delivery, "unchanged");
+        *engine.addition.lock().unwrap() = "Remember: version two.".into();
+        let t3 = h.turn(TurnSpec::new("d", "third")).await.unwrap();
+        let requests = mock.response_requests();
+        assert_eq!(requests.len(), 3);
+        let developer = requests[2].input_texts("developer").join("\n---\n");
+        assert!(
+            developer.contains("Remember: version two."),
+            "{drift:?}: {developer}"
+        );
+        match drift {
+            ctxbridge::projection::DriftPolicy::Inject => {
+                assert_eq!(t3.developer_instructions_delivery, "inject");
+                assert_eq!(t3.thread_id, t1.thread_id);
+                assert_eq!(t3.thread_action.as_str(), "resumed");
+                // The old instructions stay in the thread; the new text follows them.
+                assert!(developer.contains("Remember: version one."));
+            }
+            ctxbridge::projection::DriftPolicy::Rotate => {
+                assert_eq!(t3.developer_instructions_delivery, "thread-start");
+                assert_ne!(t3.thread_id, t1.thread_id);
+                assert_eq!(t3.thread_action.as_str(), "rotated");
+                assert!(!developer.contains("Remember: version one."), "{developer}");
+            }
+        }
+        h.shutdown().await;
+    }
+}
+
+/// A context-window overflow reported by the model on a resumed Codex thread: ctxbridge starts
+/// a fresh thread, re-projects the engine's context and retries the turn once.
+#[tokio::test]
+async fn overflow_on_codex_retries_on_a_fresh_thread() {
+    let engine = Arc::new(SampleSummaryEngine::new(
+        SampleEngineConfig::default(),
+        None,
+    ));
+    let Some((h, mock, _dir)) = codex_harness(
+        engine,
+        SAMPLE_ENGINE_ID,
+        ctxbridge::projection::DriftPolicy::Inject,
+    )
+    .await
+    else {
+        return;
+    };
+    let t1 = h
+        .turn(TurnSpec::new("o", "remember the pelican"))
+        .await
+        .unwrap();
+    h.turn(TurnSpec::new("o", "and the heron")).await.unwrap();
+    mock.push_reply(ctxbridge_mock_model::ScriptedReply::failed(
+        "context_length_exceeded",
+        "Your input exceeds the context window of this model. Please adjust your input and try again.",
+    ));
+    let t3 = h.turn(TurnSpec::new("o", "what birds?")).await.unwrap();
+    assert!(t3.metrics.retried, "{t3:?}");
+    assert_eq!(t3.thread_action.as_str(), "rotated");
+    assert_ne!(t3.thread_id, t1.thread_id);
+    assert!(t3.projected);
+    let last = mock.response_requests().last().cloned().unwrap();
+    let input = last.last_user_text().unwrap();
+    assert!(input.contains("<conversation_context>"), "{input}");
+    assert!(input.contains("remember the pelican") && input.contains("and the heron"));
+    assert!(input.ends_with("what birds?"));
+    h.shutdown().await;
+}
