@@ -215,7 +215,7 @@ fn set_override(overrides: &mut Vec<(String, ConfigValue)>, key: String, value: 
 /// and a lean request (no environment, permissions, apps, collaboration or skills text, no web
 /// search). Pair it with `baseInstructions` on `thread/start` to avoid the built-in base prompt.
 pub fn offline_overrides(base_url: &str) -> Vec<(String, ConfigValue)> {
-    let pairs: [(&str, ConfigValue); 20] = [
+    let pairs: [(&str, ConfigValue); 21] = [
         ("model_provider", "mock".into()),
         ("model", "mock-model".into()),
         ("model_providers.mock.name", "mock".into()),
@@ -236,6 +236,9 @@ pub fn offline_overrides(base_url: &str) -> Vec<(String, ConfigValue)> {
         ("web_search", "disabled".into()),
         ("analytics.enabled", false.into()),
         ("feedback.enabled", false.into()),
+        // Plugins make Codex sync its curated marketplace from GitHub at startup: a lookup of
+        // github.com that an offline run must not make.
+        ("features.plugins", false.into()),
     ];
     pairs
         .into_iter()
