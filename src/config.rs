@@ -767,7 +767,8 @@ impl Scanner<'_> {
         char::from_u32(first)
     }
 
-    /// An object key: quoted, or an identifier name (which may contain `\uXXXX` escapes).
+    /// An object key: quoted, or an identifier name (which may contain `\u` + four-hex-digit
+    /// escapes).
     fn key(&mut self) -> String {
         match self.peek() {
             Some('"' | '\'') => self.string(),
