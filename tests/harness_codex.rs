@@ -34,48 +34,21 @@ struct Run {
 }
 
 async fn run_session(mode: ProjectionMode) -> Option<Run> {
-    let Some(binary) = locate_codex_binary() else {
-        eprintln!("\n!!!!!!!! SKIPPED harness_codex: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
-        return None;
-    };
-    let mock = MockModelServer::start(MockModelConfig::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CodexBackend::new(CodexBackendConfig {
-        command: vec![binary.display().to_string(), "app-server".into()],
-        codex_home: dir.path().join("codex-home"),
-        overrides: offline_overrides(&mock.base_url()),
-        cwd: Some(dir.path().to_path_buf()),
-        env: Vec::new(),
-    }));
-    let store = Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap());
     // A 4-message window summarised in chunks of 4: the epoch changes once, at turn 5.
-    let engine = SampleSummaryEngine::new(
+    let engine = Arc::new(SampleSummaryEngine::new(
         SampleEngineConfig {
             window_messages: 4,
             chunk_messages: 4,
             projection: mode,
         },
         None,
-    );
-    let guarded = Arc::new(QuarantineEngine::new(
-        SAMPLE_ENGINE_ID,
-        Arc::new(engine),
-        Arc::new(QuarantineBook::new()),
-        CallTimeouts::default(),
     ));
-    let harness = Harness::new(
-        HarnessConfig {
-            base_instructions: Some("You are a test model.".into()),
-            developer_instructions: Some("Base developer instructions.".into()),
-            cwd: Some(dir.path().display().to_string()),
-            ..HarnessConfig::default()
-        },
-        guarded,
-        backend,
-        store,
-    );
+    let (harness, mock, _dir) = codex_harness(
+        engine,
+        SAMPLE_ENGINE_ID,
+        ctxbridge::projection::DriftPolicy::Inject,
+    )
+    .await?;
     let mut reports = Vec::new();
     for prompt in PROMPTS {
         reports.push(

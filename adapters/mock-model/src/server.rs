@@ -509,6 +509,19 @@ fn reply_text(reply: &ScriptedReply, conversation: &[Value]) -> String {
     default_reply_text(last_user.as_deref())
 }
 
+/// What a request got, as the recording keeps it: the response id and text, or only the
+/// scripted HTTP status when the reply is an error.
+fn record_outcome(record: &mut RecordedRequest, reply: &ScriptedReply, id: &str, text: &str) {
+    if let ReplyOutcome::HttpError { status, .. } = &reply.outcome {
+        record.status = *status;
+        record.response_id = None;
+        record.reply_text = None;
+    } else {
+        record.response_id = Some(id.to_owned());
+        record.reply_text = Some(text.to_owned());
+    }
+}
+
 async fn responses(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -541,13 +554,7 @@ async fn responses(
         .usage
         .unwrap_or_else(|| Usage::new(estimate_tokens(body_len), estimate_tokens(text.len())));
     let item = sse::assistant_message(&item_id, &text);
-    record.response_id = Some(response_id.clone());
-    record.reply_text = Some(text.clone());
-    if let ReplyOutcome::HttpError { status, .. } = &reply.outcome {
-        record.status = *status;
-        record.response_id = None;
-        record.reply_text = None;
-    }
+    record_outcome(&mut record, &reply, &response_id, &text);
     if shared.stateful && record.store && reply.outcome == ReplyOutcome::Complete {
         let mut conversation = record.conversation.clone();
         conversation.push(item.clone());
@@ -643,13 +650,7 @@ async fn compact(
         .clone()
         .unwrap_or_else(|| format!("mock summary of {} earlier user messages", users.len()));
     let id = new_id("cmp");
-    record.response_id = Some(id.clone());
-    record.reply_text = Some(summary.clone());
-    if let ReplyOutcome::HttpError { status, .. } = &reply.outcome {
-        record.status = *status;
-        record.response_id = None;
-        record.reply_text = None;
-    }
+    record_outcome(&mut record, &reply, &id, &summary);
     shared.remember(&record).await;
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
