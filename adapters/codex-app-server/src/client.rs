@@ -1,9 +1,10 @@
 //! The public client: spawn + handshake, typed calls, turns.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -11,10 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::AppServerConfig;
+use crate::config::{AppServerConfig, TurnLimits};
 use crate::connection::{self, Command, Health, RouteSpec};
 use crate::error::AppServerError;
-use crate::turn::TurnHandle;
+use crate::turn::{Interrupter, TurnHandle};
+use crate::version::CodexVersion;
 
 /// Parameters of `thread/start`; `None` fields are left out.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -40,6 +42,104 @@ pub struct ThreadStartParams {
     pub ephemeral: Option<bool>,
 }
 
+/// Parameters of `thread/resume` (always with `excludeTurns: true`); `None` fields are left
+/// out.
+///
+/// Codex does not persist a thread's developer instructions across an app-server restart: a
+/// thread resumed in a new process without `developer_instructions` loses them from model
+/// requests after its next compaction (openai/codex#19045). Re-send the thread's instructions on
+/// every resume.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadResumeParams {
+    pub thread_id: String,
+    /// Replaces the base prompt for the resumed thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_instructions: Option<String>,
+    /// The thread's developer instructions, re-sent (see the type's documentation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_provider: Option<String>,
+    /// Per-thread config overrides (same keys as `-c`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Map<String, Value>>,
+}
+
+impl ThreadResumeParams {
+    /// Resume `thread_id` with nothing re-sent.
+    pub fn new(thread_id: impl Into<String>) -> Self {
+        Self {
+            thread_id: thread_id.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// How Codex presents an [`AdditionalContext`] entry to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AdditionalContextKind {
+    /// A developer message `<KEY>value</KEY>` just before the turn's user message.
+    Application,
+    /// A synthetic tool output (namespace `agent`, named by `name`).
+    Untrusted,
+}
+
+/// One entry of `turn/start.additionalContext` (experimental API). Codex keeps the entry in the
+/// thread's history, re-sends nothing for an unchanged value, adds a new item for a changed
+/// one, and forgets its per-thread store on a turn without `additionalContext`; send the whole
+/// map on every turn. Whether the entry survives compaction depends on the version, see
+/// [`crate::keeps_additional_context_across_compaction`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdditionalContext {
+    pub kind: AdditionalContextKind,
+    pub value: String,
+    /// Label of an `Untrusted` entry's tool output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl AdditionalContext {
+    /// An `application` entry: developer text placed before the user message.
+    pub fn application(value: impl Into<String>) -> Self {
+        Self {
+            kind: AdditionalContextKind::Application,
+            value: value.into(),
+            name: None,
+        }
+    }
+}
+
+/// Parameters of [`AppServerClient::turn_start_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnStartParams {
+    /// The user's text (the only input item).
+    pub text: String,
+    /// `additionalContext` by source key; empty leaves the field out.
+    pub additional_context: BTreeMap<String, AdditionalContext>,
+}
+
+impl TurnStartParams {
+    /// A turn with this text and no additional context.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            additional_context: BTreeMap::new(),
+        }
+    }
+
+    /// Add (or replace) one additional-context entry.
+    pub fn with_context(mut self, key: impl Into<String>, context: AdditionalContext) -> Self {
+        self.additional_context.insert(key.into(), context);
+        self
+    }
+}
+
 /// What `initialize` answered.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -52,6 +152,15 @@ pub struct ServerInfo {
     pub platform_family: Option<String>,
     #[serde(default)]
     pub platform_os: Option<String>,
+}
+
+impl ServerInfo {
+    /// The Codex version in `user_agent`, when it has one.
+    pub fn codex_version(&self) -> Option<CodexVersion> {
+        self.user_agent
+            .as_deref()
+            .and_then(CodexVersion::from_user_agent)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,7 +213,9 @@ struct Inner {
     health: Arc<Health>,
     next_id: AtomicI64,
     request_timeout: Duration,
+    turn_limits: TurnLimits,
     server_info: ServerInfo,
+    codex_version: Option<CodexVersion>,
     pid: Option<u32>,
 }
 
@@ -171,7 +282,9 @@ impl AppServerClient {
             health,
             next_id: AtomicI64::new(1),
             request_timeout: config.request_timeout,
+            turn_limits: config.turn_limits,
             server_info: ServerInfo::default(),
+            codex_version: None,
             pid,
         };
         let params = json!({
@@ -180,6 +293,19 @@ impl AppServerClient {
         });
         let result = inner.request("initialize", params, None).await?;
         inner.server_info = decode("initialize", result)?;
+        inner.codex_version = inner.server_info.codex_version();
+        match &inner.codex_version {
+            Some(version) if crate::version::is_below_tested(version) => tracing::warn!(
+                %version,
+                oldest_tested = %crate::version::OLDEST_TESTED,
+                "codex app-server: this Codex is older than any version tested with this client"
+            ),
+            Some(version) => tracing::debug!(%version, "codex app-server: version"),
+            None => tracing::warn!(
+                user_agent = ?inner.server_info.user_agent,
+                "codex app-server: no version in the initialize user agent"
+            ),
+        }
         inner.notify("initialized", None).await?;
         Ok(Self {
             inner: Arc::new(inner),
@@ -189,6 +315,23 @@ impl AppServerClient {
     /// What the server said in the handshake.
     pub fn server_info(&self) -> &ServerInfo {
         &self.inner.server_info
+    }
+
+    /// The Codex version, parsed from the handshake's `userAgent` (`None` when it has none).
+    pub fn codex_version(&self) -> Option<&CodexVersion> {
+        self.inner.codex_version.as_ref()
+    }
+
+    /// Whether this Codex keeps `additionalContext` across compaction (false when the version
+    /// is unknown).
+    pub fn keeps_additional_context_across_compaction(&self) -> bool {
+        self.codex_version()
+            .is_some_and(crate::version::keeps_additional_context_across_compaction)
+    }
+
+    /// The limits every turn of this client runs under.
+    pub fn turn_limits(&self) -> TurnLimits {
+        self.inner.turn_limits
     }
 
     /// The child's process id (while it runs).
@@ -235,12 +378,30 @@ impl AppServerClient {
         })
     }
 
-    /// `thread/resume` with `excludeTurns: true`: load a persisted thread into this server
-    /// (needed after a restart before `turn/start`). Fails with
-    /// [`AppServerError::is_no_rollout_found`] when the thread was never persisted.
+    /// `thread/resume` with `excludeTurns: true` and nothing re-sent: load a persisted thread
+    /// into this server (needed after a restart before `turn/start`). Fails with
+    /// [`AppServerError::is_no_rollout_found`] when the thread was never persisted. Prefer
+    /// [`Self::thread_resume_with`] re-sending the developer instructions.
     pub async fn thread_resume(&self, thread_id: &str) -> Result<ThreadResumed, AppServerError> {
+        self.thread_resume_with(ThreadResumeParams::new(thread_id))
+            .await
+    }
+
+    /// `thread/resume` with `excludeTurns: true` and the given fields (developer instructions,
+    /// base instructions, …).
+    pub async fn thread_resume_with(
+        &self,
+        params: ThreadResumeParams,
+    ) -> Result<ThreadResumed, AppServerError> {
         const METHOD: &str = "thread/resume";
-        let params = json!({"threadId": thread_id, "excludeTurns": true});
+        let mut params =
+            serde_json::to_value(&params).map_err(|source| AppServerError::Deserialize {
+                method: METHOD.to_owned(),
+                source,
+            })?;
+        if let Some(object) = params.as_object_mut() {
+            object.insert("excludeTurns".to_owned(), Value::Bool(true));
+        }
         let raw = self.inner.request(METHOD, params, None).await?;
         let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
         Ok(ThreadResumed {
@@ -295,7 +456,14 @@ impl AppServerClient {
         };
         let params = json!({"threadId": thread_id});
         self.inner.request(METHOD, params, Some(route)).await?;
-        Ok(TurnHandle::new(thread_id.to_owned(), None, METHOD, rx))
+        Ok(TurnHandle::new(
+            thread_id.to_owned(),
+            None,
+            METHOD,
+            rx,
+            self.inner.turn_limits,
+            Some(self.interrupter()),
+        ))
     }
 
     /// `turn/start` with one text input. The handle streams the turn's events.
@@ -304,6 +472,17 @@ impl AppServerClient {
         thread_id: &str,
         text: &str,
     ) -> Result<TurnHandle, AppServerError> {
+        self.turn_start_with(thread_id, TurnStartParams::text(text))
+            .await
+    }
+
+    /// `turn/start` with one text input and optional `additionalContext`. The handle streams
+    /// the turn's events, under the client's [`TurnLimits`].
+    pub async fn turn_start_with(
+        &self,
+        thread_id: &str,
+        params: TurnStartParams,
+    ) -> Result<TurnHandle, AppServerError> {
         const METHOD: &str = "turn/start";
         let (tx, rx) = mpsc::unbounded_channel();
         let route = RouteSpec {
@@ -311,11 +490,22 @@ impl AppServerClient {
             tx,
             turn_from_result: true,
         };
-        let params = json!({
+        let mut request = json!({
             "threadId": thread_id,
-            "input": [{"type": "text", "text": text, "text_elements": []}],
+            "input": [{"type": "text", "text": params.text, "text_elements": []}],
         });
-        let result = self.inner.request(METHOD, params, Some(route)).await?;
+        if !params.additional_context.is_empty() {
+            let context = serde_json::to_value(&params.additional_context).map_err(|source| {
+                AppServerError::Deserialize {
+                    method: METHOD.to_owned(),
+                    source,
+                }
+            })?;
+            if let Some(object) = request.as_object_mut() {
+                object.insert("additionalContext".to_owned(), context);
+            }
+        }
+        let result = self.inner.request(METHOD, request, Some(route)).await?;
         let turn_id = result
             .pointer("/turn/id")
             .and_then(Value::as_str)
@@ -323,7 +513,37 @@ impl AppServerClient {
         if turn_id.is_none() {
             tracing::warn!(%thread_id, "codex app-server: turn/start result without turn.id");
         }
-        Ok(TurnHandle::new(thread_id.to_owned(), turn_id, METHOD, rx))
+        Ok(TurnHandle::new(
+            thread_id.to_owned(),
+            turn_id,
+            METHOD,
+            rx,
+            self.inner.turn_limits,
+            Some(self.interrupter()),
+        ))
+    }
+
+    /// Sends `turn/interrupt` in a background task, for a turn handle whose limit was hit. Holds
+    /// the client weakly: once every client clone is gone there is nothing to interrupt.
+    fn interrupter(&self) -> Interrupter {
+        let inner: Weak<Inner> = Arc::downgrade(&self.inner);
+        Arc::new(move |thread_id: &str, turn_id: &str| {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let params = json!({"threadId": thread_id, "turnId": turn_id});
+            let (thread_id, turn_id) = (thread_id.to_owned(), turn_id.to_owned());
+            tokio::spawn(async move {
+                match inner.request("turn/interrupt", params, None).await {
+                    Ok(_) => {
+                        tracing::info!(%thread_id, %turn_id, "codex app-server: interrupted a turn over its limit")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%thread_id, %turn_id, %error, "codex app-server: turn/interrupt failed")
+                    }
+                }
+            });
+        })
     }
 
     /// `turn/interrupt`; the turn's stream then ends with status `Interrupted`.

@@ -123,6 +123,39 @@ pub struct AppServerConfig {
     pub max_line_bytes: usize,
     /// How long a request waits for its response.
     pub request_timeout: Duration,
+    /// Limits that end a stalled or runaway turn (see [`TurnLimits`]).
+    pub turn_limits: TurnLimits,
+}
+
+/// Limits on one turn (a `turn/start` or the turn of a `thread/compact/start`). When one is hit
+/// the client sends `turn/interrupt` for the turn, waits briefly for Codex to confirm, and the
+/// turn's stream ends with [`crate::AppServerError::TurnLimit`] instead of `Completed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnLimits {
+    /// The longest wait between two events of the turn (any notification routed to it).
+    /// Default 300 s: a model that streams nothing for five minutes is taken as stalled.
+    pub idle_timeout: Duration,
+    /// The longest a whole turn may take, from the start request. Default 30 min.
+    pub turn_deadline: Duration,
+    /// The most agent-message text (UTF-8 bytes, streamed deltas and completed messages,
+    /// retried attempts included) a turn may produce. Default 16 MiB.
+    pub max_reply_bytes: usize,
+}
+
+impl TurnLimits {
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const DEFAULT_TURN_DEADLINE: Duration = Duration::from_secs(30 * 60);
+    pub const DEFAULT_MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            turn_deadline: Self::DEFAULT_TURN_DEADLINE,
+            max_reply_bytes: Self::DEFAULT_MAX_REPLY_BYTES,
+        }
+    }
 }
 
 impl AppServerConfig {
@@ -139,6 +172,7 @@ impl AppServerConfig {
             cwd: None,
             max_line_bytes: Self::DEFAULT_MAX_LINE_BYTES,
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            turn_limits: TurnLimits::default(),
         }
     }
 
@@ -188,6 +222,11 @@ impl AppServerConfig {
 
     pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
         self.request_timeout = request_timeout;
+        self
+    }
+
+    pub fn with_turn_limits(mut self, turn_limits: TurnLimits) -> Self {
+        self.turn_limits = turn_limits;
         self
     }
 
@@ -261,23 +300,10 @@ fn npm_platform() -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// Find the Codex binary: `$CODEX_BIN` if it names an existing file; else the native binary of
-/// the npm package (`node_modules/@openai/codex-linux-x64/vendor/<triple>/bin/codex`) in this
-/// crate's directory, the current directory, or one of their ancestors (so the workspace root's
-/// `npm ci` install is found from any member); else `node_modules/.bin/codex` (the Node wrapper)
-/// the same way. The native binary comes first because killing the Node wrapper would orphan it.
-pub fn locate_codex_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CODEX_BIN").filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Some(path);
-        }
-        tracing::warn!(path = %path.display(), "CODEX_BIN does not name a file; searching node_modules");
-    }
-    let mut roots = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))];
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.push(cwd);
-    }
+/// Paths, relative to an npm install directory, where the Codex binary can be: the native
+/// binary of the platform package first (killing the Node wrapper would orphan it), then the
+/// Node wrapper `node_modules/.bin/codex`.
+fn npm_binary_candidates() -> Vec<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some((package, triple)) = npm_platform() {
         candidates.push(
@@ -295,7 +321,27 @@ pub fn locate_codex_binary() -> Option<PathBuf> {
         );
     }
     candidates.push(["node_modules", ".bin", "codex"].iter().collect());
-    candidates.iter().find_map(|relative| {
+    candidates
+}
+
+/// Find the Codex binary: `$CODEX_BIN` if it names an existing file; else the native binary of
+/// the npm package (`node_modules/@openai/codex-linux-x64/vendor/<triple>/bin/codex`) in this
+/// crate's directory, the current directory, or one of their ancestors (so the workspace root's
+/// `npm ci` install is found from any member); else `node_modules/.bin/codex` (the Node wrapper)
+/// the same way. The native binary comes first because killing the Node wrapper would orphan it.
+pub fn locate_codex_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CODEX_BIN").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Some(path);
+        }
+        tracing::warn!(path = %path.display(), "CODEX_BIN does not name a file; searching node_modules");
+    }
+    let mut roots = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))];
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.push(cwd);
+    }
+    npm_binary_candidates().iter().find_map(|relative| {
         roots
             .iter()
             .flat_map(|root| root.ancestors())
@@ -304,8 +350,19 @@ pub fn locate_codex_binary() -> Option<PathBuf> {
     })
 }
 
+/// Find the Codex binary of the npm install in `install_dir` only (the directory holding its
+/// `package.json` and `node_modules`), native binary first; no environment, no ancestors. For
+/// a second Codex version installed beside the pinned one (`npm ci --prefix DIR`).
+pub fn locate_codex_binary_in(install_dir: &Path) -> Option<PathBuf> {
+    npm_binary_candidates()
+        .iter()
+        .map(|relative| install_dir.join(relative))
+        .find(|path| path.is_file())
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// Strings are quoted with TOML escapes; other scalars are bare; overrides replace by key.
@@ -338,6 +395,40 @@ mod tests {
                 "approval_policy=\"never\""
             ]
         );
+    }
+
+    /// Turn limits default to 300 s idle, 30 min per turn and 16 MiB of reply, and can be set.
+    #[test]
+    fn turn_limits_have_documented_defaults() {
+        let config = AppServerConfig::new("/tmp/h");
+        assert_eq!(config.turn_limits.idle_timeout, Duration::from_secs(300));
+        assert_eq!(config.turn_limits.turn_deadline, Duration::from_secs(1800));
+        assert_eq!(config.turn_limits.max_reply_bytes, 16 * 1024 * 1024);
+        let limits = TurnLimits {
+            idle_timeout: Duration::from_millis(5),
+            ..TurnLimits::default()
+        };
+        assert_eq!(config.with_turn_limits(limits).turn_limits, limits);
+    }
+
+    /// Only the given install directory is searched: the native binary comes before the Node
+    /// wrapper, and an empty directory finds nothing.
+    #[test]
+    fn a_side_install_is_found_in_its_directory_only() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(locate_codex_binary_in(dir.path()), None);
+        let wrapper = dir.path().join("node_modules/.bin/codex");
+        std::fs::create_dir_all(wrapper.parent().unwrap()).unwrap();
+        std::fs::write(&wrapper, "").unwrap();
+        assert_eq!(locate_codex_binary_in(dir.path()), Some(wrapper));
+        if let Some((package, triple)) = npm_platform() {
+            let native = dir.path().join(format!(
+                "node_modules/@openai/{package}/vendor/{triple}/bin/codex"
+            ));
+            std::fs::create_dir_all(native.parent().unwrap()).unwrap();
+            std::fs::write(&native, "").unwrap();
+            assert_eq!(locate_codex_binary_in(dir.path()), Some(native));
+        }
     }
 
     /// The offline overrides name the mock provider with the given base URL and disable retries.

@@ -45,6 +45,40 @@ pub enum AppServerError {
     /// it instead of starting a turn).
     #[error("codex app-server {method}: a turn is already streaming on thread {thread_id}")]
     TurnActive { method: String, thread_id: String },
+    /// A turn hit one of its [`crate::TurnLimits`]; the client sent `turn/interrupt` (when the
+    /// turn id was known) and the turn's stream ended. Nothing of the turn should be kept.
+    #[error("codex app-server {method}: turn {} on thread {thread_id} stopped: {limit}{}", turn_id.as_deref().unwrap_or("(unknown)"), interrupt_note(*interrupted))]
+    TurnLimit {
+        method: String,
+        thread_id: String,
+        turn_id: Option<String>,
+        limit: TurnLimitKind,
+        /// Whether `turn/interrupt` was sent for the turn.
+        interrupted: bool,
+    },
+}
+
+fn interrupt_note(interrupted: bool) -> &'static str {
+    if interrupted {
+        "; interrupted"
+    } else {
+        "; not interrupted (turn id unknown)"
+    }
+}
+
+/// Which turn limit was hit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnLimitKind {
+    /// No event of the turn for this long.
+    #[error("no event for {after:?} (idle timeout)")]
+    Idle { after: Duration },
+    /// The turn ran longer than this.
+    #[error("still running after {after:?} (turn deadline)")]
+    Deadline { after: Duration },
+    /// The agent's text grew past the cap.
+    #[error("reply of {received} bytes exceeds the cap of {limit} bytes")]
+    ReplyTooLarge { limit: usize, received: usize },
 }
 
 impl AppServerError {
@@ -55,7 +89,8 @@ impl AppServerError {
             | Self::Server { method, .. }
             | Self::Deserialize { method, .. }
             | Self::Timeout { method, .. }
-            | Self::TurnActive { method, .. } => Some(method),
+            | Self::TurnActive { method, .. }
+            | Self::TurnLimit { method, .. } => Some(method),
             Self::CodexHome { .. } | Self::Spawn { .. } => None,
         }
     }
@@ -70,6 +105,14 @@ impl AppServerError {
     /// resuming cannot work; the thread is gone.
     pub fn is_no_rollout_found(&self) -> bool {
         matches!(self, Self::Server { message, .. } if message.contains("no rollout found"))
+    }
+
+    /// The turn was stopped by one of its limits (stalled, too long, or too large a reply).
+    pub fn turn_limit(&self) -> Option<&TurnLimitKind> {
+        match self {
+            Self::TurnLimit { limit, .. } => Some(limit),
+            _ => None,
+        }
     }
 
     /// The process is gone or unreachable; a new client has to be spawned.

@@ -10,13 +10,17 @@
 //!   channel; responses are matched by id; notifications are routed to the turn streaming on
 //!   their thread; server-initiated requests are declined; a dead child fails every pending call
 //!   and turn at once with a [`AppServerError::Transport`] naming the method.
-//! - [`client`]: [`AppServerClient`], the typed calls (`thread/start`, `thread/resume`,
-//!   `thread/inject_items`, `thread/compact/start`, `turn/start`, `turn/interrupt`).
+//! - [`client`]: [`AppServerClient`], the typed calls (`thread/start`, `thread/resume` with
+//!   re-sent instructions, `thread/inject_items`, `thread/compact/start`, `turn/start` with
+//!   optional `additionalContext`, `turn/interrupt`).
 //! - [`turn`]: a turn as a stream of [`TurnEvent`]s ([`TurnHandle`]) and its summary
-//!   ([`TurnOutcome`]).
+//!   ([`TurnOutcome`]); a turn over one of its [`TurnLimits`] (idle timeout, deadline, reply
+//!   size) is interrupted and ends with [`AppServerError::TurnLimit`].
+//! - [`version`]: the server's [`CodexVersion`] (from the handshake's user agent), the tested
+//!   range, and the behaviours that depend on the version.
 //! - [`error`]: the error type, [`AppServerError`].
 //!
-//! Wire facts this relies on (observed on Codex 0.169.0) are in the project's
+//! Wire facts this relies on (observed on Codex 0.169.0 and 0.171.0) are in the project's
 //! `CODEX_APP_SERVER.md`.
 
 pub mod client;
@@ -24,8 +28,19 @@ pub mod config;
 mod connection;
 pub mod error;
 pub mod turn;
+pub mod version;
 
-pub use client::{AppServerClient, ServerInfo, ThreadResumed, ThreadStartParams, ThreadStarted};
-pub use config::{locate_codex_binary, offline_overrides, AppServerConfig, ConfigValue};
-pub use error::AppServerError;
+pub use client::{
+    AdditionalContext, AdditionalContextKind, AppServerClient, ServerInfo, ThreadResumeParams,
+    ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,
+};
+pub use config::{
+    locate_codex_binary, locate_codex_binary_in, offline_overrides, AppServerConfig, ConfigValue,
+    TurnLimits,
+};
+pub use error::{AppServerError, TurnLimitKind};
 pub use turn::{ItemKind, TurnEvent, TurnHandle, TurnOutcome, TurnStatus};
+pub use version::{
+    is_below_tested, keeps_additional_context_across_compaction, CodexVersion, NEWEST_TESTED,
+    OLDEST_TESTED,
+};

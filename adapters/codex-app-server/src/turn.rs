@@ -1,15 +1,34 @@
 //! A turn as a stream of typed events, and the summary of a finished turn.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
 
+use crate::config::TurnLimits;
 use crate::connection::Routed;
-use crate::error::AppServerError;
+use crate::error::{AppServerError, TurnLimitKind};
+
+/// After a limit is hit and `turn/interrupt` sent, how long the handle waits for Codex to end
+/// the turn before it reports the limit anyway.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+
+/// Sends `turn/interrupt {threadId, turnId}` in the background (arguments: thread id, turn id).
+pub(crate) type Interrupter = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// The limit being enforced after it was hit: the error to report once Codex confirmed the
+/// interrupt (or the grace period ran out).
+struct Stopping {
+    error: AppServerError,
+    grace: Pin<Box<Sleep>>,
+}
 
 /// How a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +175,15 @@ pub struct TurnHandle {
     /// Agent messages started but not completed: item id → text so far.
     partial: BTreeMap<String, String>,
     finished: bool,
+    limits: TurnLimits,
+    interrupter: Option<Interrupter>,
+    /// Fires when no event arrived for `limits.idle_timeout`; reset by every event.
+    idle: Pin<Box<Sleep>>,
+    /// Fires `limits.turn_deadline` after the handle was created.
+    deadline: Pin<Box<Sleep>>,
+    /// Agent-message bytes received so far (deltas, plus completed text beyond its deltas).
+    reply_bytes: usize,
+    stopping: Option<Stopping>,
 }
 
 impl std::fmt::Debug for TurnHandle {
@@ -175,7 +203,10 @@ impl TurnHandle {
         turn_id: Option<String>,
         method: &str,
         rx: mpsc::UnboundedReceiver<Routed>,
+        limits: TurnLimits,
+        interrupter: Option<Interrupter>,
     ) -> Self {
+        let now = Instant::now();
         Self {
             thread_id,
             turn_id,
@@ -183,7 +214,18 @@ impl TurnHandle {
             rx,
             partial: BTreeMap::new(),
             finished: false,
+            limits,
+            interrupter,
+            idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
+            deadline: Box::pin(tokio::time::sleep_until(now + limits.turn_deadline)),
+            reply_bytes: 0,
+            stopping: None,
         }
+    }
+
+    /// The limits this turn runs under.
+    pub fn limits(&self) -> TurnLimits {
+        self.limits
     }
 
     pub fn thread_id(&self) -> &str {
@@ -289,13 +331,17 @@ impl TurnHandle {
                     }
                     Some(TurnEvent::ItemStarted { item_id, kind })
                 } else {
-                    self.partial.remove(&item_id);
+                    let streamed = self.partial.remove(&item_id).map_or(0, |text| text.len());
+                    if let ItemKind::AgentMessage { text } = &kind {
+                        self.reply_bytes += text.len().saturating_sub(streamed);
+                    }
                     Some(TurnEvent::ItemCompleted { item_id, kind })
                 }
             }
             "item/agentMessage/delta" => {
                 let item_id = str_at("/itemId").unwrap_or_default();
                 let delta = str_at("/delta").unwrap_or_default();
+                self.reply_bytes += delta.len();
                 self.partial
                     .entry(item_id.clone())
                     .or_default()
@@ -348,6 +394,84 @@ impl TurnHandle {
     }
 }
 
+impl TurnHandle {
+    /// A limit was hit: interrupt the turn (when its id is known) and start waiting for Codex to
+    /// end it. Without a turn id there is nothing to wait for; the handle finishes at once.
+    fn begin_stop(&mut self, limit: TurnLimitKind) {
+        let interrupter = self.interrupter.as_ref().zip(self.turn_id.as_deref());
+        let interrupted = interrupter.is_some();
+        if let Some((interrupt, turn_id)) = interrupter {
+            interrupt(&self.thread_id, turn_id);
+        }
+        tracing::warn!(
+            thread_id = %self.thread_id,
+            turn_id = ?self.turn_id,
+            method = %self.method,
+            %limit,
+            interrupted,
+            "codex app-server: turn limit hit"
+        );
+        let error = AppServerError::TurnLimit {
+            method: self.method.clone(),
+            thread_id: self.thread_id.clone(),
+            turn_id: self.turn_id.clone(),
+            limit,
+            interrupted,
+        };
+        let grace = if interrupted {
+            INTERRUPT_GRACE
+        } else {
+            Duration::ZERO
+        };
+        self.stopping = Some(Stopping {
+            error,
+            grace: Box::pin(tokio::time::sleep(grace)),
+        });
+    }
+
+    /// End the stream with `error`; the receiver is closed so the thread is free for a new turn
+    /// (late events of this turn are dropped by the connection).
+    fn finish_with(
+        &mut self,
+        error: AppServerError,
+    ) -> Poll<Option<Result<TurnEvent, AppServerError>>> {
+        self.finished = true;
+        self.rx.close();
+        Poll::Ready(Some(Err(error)))
+    }
+
+    /// While stopping: swallow the turn's events until `turn/completed`, the connection's end,
+    /// or the grace period; then report the limit.
+    fn poll_stopping(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<TurnEvent, AppServerError>>> {
+        loop {
+            let Some(stopping) = self.stopping.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(Routed::Notification { method, .. })) => {
+                    if method == "turn/completed" {
+                        break;
+                    }
+                }
+                Poll::Ready(Some(Routed::Closed(_)) | None) => break,
+                Poll::Pending => {
+                    if stopping.grace.as_mut().poll(cx).is_ready() {
+                        break;
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        match self.stopping.take() {
+            Some(stopping) => self.finish_with(stopping.error),
+            None => Poll::Ready(None),
+        }
+    }
+}
+
 impl Stream for TurnHandle {
     type Item = Result<TurnEvent, AppServerError>;
 
@@ -357,11 +481,22 @@ impl Stream for TurnHandle {
             if this.finished {
                 return Poll::Ready(None);
             }
+            if this.stopping.is_some() {
+                return this.poll_stopping(cx);
+            }
             match this.rx.poll_recv(cx) {
                 Poll::Ready(Some(Routed::Notification { method, params })) => {
+                    let idle_until = Instant::now() + this.limits.idle_timeout;
+                    this.idle.as_mut().reset(idle_until);
                     if let Some(event) = this.translate(&method, &params) {
                         if matches!(event, TurnEvent::Completed { .. }) {
                             this.finished = true;
+                        } else if this.reply_bytes > this.limits.max_reply_bytes {
+                            this.begin_stop(TurnLimitKind::ReplyTooLarge {
+                                limit: this.limits.max_reply_bytes,
+                                received: this.reply_bytes,
+                            });
+                            continue;
                         }
                         return Poll::Ready(Some(Ok(event)));
                     }
@@ -378,7 +513,21 @@ impl Stream for TurnHandle {
                             .to_owned(),
                     })));
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if this.deadline.as_mut().poll(cx).is_ready() {
+                        this.begin_stop(TurnLimitKind::Deadline {
+                            after: this.limits.turn_deadline,
+                        });
+                        continue;
+                    }
+                    if this.idle.as_mut().poll(cx).is_ready() {
+                        this.begin_stop(TurnLimitKind::Idle {
+                            after: this.limits.idle_timeout,
+                        });
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }

@@ -1,14 +1,16 @@
-//! End-to-end behaviour against the real `codex app-server` (0.169.0 from npm, see the root
+//! End-to-end behaviour against the real `codex app-server` (0.171.0 from npm, see the root
 //! `package.json`), run offline against the loopback mock model server with `CODEX_HOME` in a
 //! temporary directory. Each test skips, loudly, only when `locate_codex_binary()` finds no
-//! binary (run `npm ci` at the workspace root, or set `CODEX_BIN`).
+//! binary (run `npm ci` at the workspace root, or set `CODEX_BIN`). One smoke test runs the
+//! oldest tested Codex (0.169.0) installed beside it (`npm ci --prefix tests/codex-0.169`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use codex_app_server_client::{
-    locate_codex_binary, offline_overrides, AppServerClient, AppServerConfig, ItemKind,
-    ThreadStartParams, TurnEvent, TurnStatus,
+    is_below_tested, locate_codex_binary, locate_codex_binary_in, offline_overrides,
+    AdditionalContext, AppServerClient, AppServerConfig, ItemKind, ThreadResumeParams,
+    ThreadStartParams, TurnEvent, TurnStartParams, TurnStatus, NEWEST_TESTED, OLDEST_TESTED,
 };
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, ScriptedReply};
 use futures::StreamExt;
@@ -32,15 +34,19 @@ impl Harness {
             );
             return None;
         };
+        Some(Self::with_binary(binary).await)
+    }
+
+    async fn with_binary(binary: PathBuf) -> Self {
         let mock = MockModelServer::start(MockModelConfig::default())
             .await
             .unwrap();
-        Some(Self {
+        Self {
             binary,
             mock,
             home: tempfile::tempdir().unwrap(),
             workdir: tempfile::tempdir().unwrap(),
-        })
+        }
     }
 
     fn config(&self) -> AppServerConfig {
@@ -87,7 +93,8 @@ async fn run_turn(
 }
 
 /// The handshake works with `--strict-config`, which proves every key of `offline_overrides`
-/// is one Codex 0.169 knows; the server reports its version and our `CODEX_HOME`.
+/// is one the pinned Codex knows; the server reports its version (the pinned one, parsed from
+/// the user agent) and our `CODEX_HOME`.
 #[tokio::test]
 async fn handshake_with_strict_offline_config() {
     let Some(h) = Harness::start("handshake_with_strict_offline_config").await else {
@@ -101,9 +108,11 @@ async fn handshake_with_strict_offline_config() {
     let client = AppServerClient::spawn(config).await.unwrap();
     let info = client.server_info();
     assert!(
-        info.user_agent.as_deref().unwrap().contains("0.169.0"),
+        info.user_agent.as_deref().unwrap().contains("0.171.0"),
         "{info:?}"
     );
+    assert_eq!(client.codex_version(), Some(&NEWEST_TESTED));
+    assert!(client.keeps_additional_context_across_compaction());
     assert_eq!(
         info.codex_home.as_deref(),
         Some(h.home.path().join("codex-home").as_path())
@@ -336,4 +345,223 @@ async fn a_dropped_stream_is_retried_and_its_partial_text_discarded() {
     assert_eq!(discarded, abandoned_items, "and discarded at the retry");
     assert_eq!(completed_texts, vec!["mock reply to: flaky".to_owned()]);
     assert_eq!(h.requests().len(), 2);
+}
+
+/// Index of the last message of `role` in `items` whose text satisfies `pred`.
+fn position_of(
+    items: &[serde_json::Value],
+    role: &str,
+    pred: impl Fn(&str) -> bool,
+) -> Option<usize> {
+    items.iter().rposition(|item| {
+        item.get("role").and_then(serde_json::Value::as_str) == Some(role)
+            && ctxbridge_mock_model::record::message_text(item).is_some_and(|t| pred(&t))
+    })
+}
+
+/// `additionalContext` of kind `application` reaches the model as a developer item just before
+/// the user message, which holds only the prompt; `thread/read` shows only the prompt. After a
+/// manual compaction the next request still holds the context exactly when the version says
+/// Codex keeps it (0.171.0 does; 0.169.0 dropped it).
+#[tokio::test]
+async fn additional_context_is_a_developer_item_before_the_prompt() {
+    let Some(h) = Harness::start("additional_context_is_a_developer_item_before_the_prompt").await
+    else {
+        return;
+    };
+    const MARKER: &str = "CTX-MARKER: context from the engine";
+    let client = h.client().await;
+    let thread = h.thread(&client, Some("dev")).await;
+    let turn = |text: &str| {
+        TurnStartParams::text(text)
+            .with_context("ctxbridge", AdditionalContext::application(MARKER))
+    };
+    let first = client
+        .turn_start_with(&thread, turn("first prompt"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(first.status, TurnStatus::Completed);
+    assert_eq!(first.final_text, "mock reply to: first prompt");
+
+    let requests = h.requests();
+    assert_eq!(requests.len(), 1);
+    let input = &requests[0].input;
+    let context_at = position_of(input, "developer", |t| t.contains(MARKER))
+        .unwrap_or_else(|| panic!("no developer item with the context: {input:#?}"));
+    let prompt_at = position_of(input, "user", |_| true).unwrap();
+    assert_eq!(
+        context_at + 1,
+        prompt_at,
+        "the context comes just before the prompt"
+    );
+    assert_eq!(
+        requests[0].input_texts("user").last().map(String::as_str),
+        Some("first prompt")
+    );
+    assert!(
+        !requests[0]
+            .input_texts("user")
+            .iter()
+            .any(|t| t.contains(MARKER)),
+        "the user message holds only the prompt"
+    );
+
+    let read = client
+        .request(
+            "thread/read",
+            serde_json::json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await
+        .unwrap();
+    let user_texts: Vec<&str> = read["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|turn| turn["items"].as_array().unwrap())
+        .filter(|item| item["type"] == "userMessage")
+        .flat_map(|item| item["content"].as_array().unwrap())
+        .filter_map(|part| part["text"].as_str())
+        .collect();
+    assert_eq!(user_texts, vec!["first prompt"]);
+    assert!(!read.to_string().contains(MARKER), "{read}");
+
+    let compaction = client.thread_compact_start(&thread).await.unwrap();
+    assert!(compaction.collect().await.unwrap().compaction_seen);
+    let after = client
+        .turn_start_with(&thread, turn("after compaction"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(after.final_text, "mock reply to: after compaction");
+    let last = h.requests().pop().unwrap();
+    assert!(
+        last.body_contains("mock summary of"),
+        "the request is after the compaction"
+    );
+    assert_eq!(
+        last.body_contains(MARKER),
+        client.keeps_additional_context_across_compaction(),
+        "context after compaction on {:?}",
+        client.codex_version()
+    );
+    assert!(
+        client.codex_version().unwrap() < &NEWEST_TESTED || last.body_contains(MARKER),
+        "the pinned Codex keeps the context across compaction"
+    );
+}
+
+/// Developer instructions across a cold resume: a thread started (with instructions) in one
+/// app-server process and resumed in a second one keeps them in model requests after a
+/// compaction when `thread/resume` re-sends them, and loses them when it does not.
+#[tokio::test]
+async fn a_cold_resume_must_resend_developer_instructions() {
+    let Some(h) = Harness::start("a_cold_resume_must_resend_developer_instructions").await else {
+        return;
+    };
+    const DEV_RESENT: &str = "DEV-RESENT: instructions re-sent on resume";
+    const DEV_DROPPED: &str = "DEV-DROPPED: instructions not re-sent on resume";
+    let first = h.client().await;
+    let resent = h.thread(&first, Some(DEV_RESENT)).await;
+    let dropped = h.thread(&first, Some(DEV_DROPPED)).await;
+    run_turn(&first, &resent, "resent one").await;
+    assert!(h.requests().pop().unwrap().body_contains(DEV_RESENT));
+    run_turn(&first, &dropped, "dropped one").await;
+    assert!(h.requests().pop().unwrap().body_contains(DEV_DROPPED));
+    first.shutdown().await;
+
+    let second = h.client().await;
+    second
+        .thread_resume_with(ThreadResumeParams {
+            developer_instructions: Some(DEV_RESENT.to_owned()),
+            ..ThreadResumeParams::new(resent.clone())
+        })
+        .await
+        .unwrap();
+    second.thread_resume(&dropped).await.unwrap();
+    for thread in [&resent, &dropped] {
+        let compaction = second.thread_compact_start(thread).await.unwrap();
+        assert!(compaction.collect().await.unwrap().compaction_seen);
+    }
+
+    let outcome = run_turn(&second, &resent, "resent two").await;
+    assert_eq!(outcome.final_text, "mock reply to: resent two");
+    let request = h.requests().pop().unwrap();
+    assert!(
+        request.body_contains("mock summary of"),
+        "after the compaction"
+    );
+    assert!(
+        request.body_contains(DEV_RESENT),
+        "re-sent instructions are kept"
+    );
+
+    let outcome = run_turn(&second, &dropped, "dropped two").await;
+    assert_eq!(outcome.final_text, "mock reply to: dropped two");
+    let request = h.requests().pop().unwrap();
+    assert!(
+        request.body_contains("mock summary of"),
+        "after the compaction"
+    );
+    assert!(
+        !request.body_contains(DEV_DROPPED),
+        "instructions not re-sent are lost after compaction (openai/codex#19045)"
+    );
+    second.shutdown().await;
+}
+
+/// Where the oldest tested Codex is installed beside the pinned one.
+fn oldest_install_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/codex-0.169")
+}
+
+/// Smoke run of the oldest tested Codex (0.169.0): the client parses its version, starts a
+/// thread with developer instructions, runs a turn, and after a restart resumes the thread
+/// (re-sending the instructions) and continues it with its history.
+#[tokio::test]
+async fn the_oldest_tested_codex_starts_turns_and_resumes() {
+    let Some(binary) = locate_codex_binary_in(&oldest_install_dir()) else {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED the_oldest_tested_codex_starts_turns_and_resumes: no codex in tests/codex-0.169 (run `npm ci --prefix tests/codex-0.169`) !!!!!!!!\n"
+        );
+        return;
+    };
+    let h = Harness::with_binary(binary).await;
+    let client = h.client().await;
+    assert_eq!(client.codex_version(), Some(&OLDEST_TESTED));
+    assert!(!is_below_tested(client.codex_version().unwrap()));
+    assert!(!client.keeps_additional_context_across_compaction());
+    let thread = h.thread(&client, Some("DEV-OLD: be brief")).await;
+    let outcome = run_turn(&client, &thread, "old one").await;
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    assert_eq!(outcome.final_text, "mock reply to: old one");
+    assert!(h
+        .requests()
+        .pop()
+        .unwrap()
+        .body_contains("DEV-OLD: be brief"));
+    client.shutdown().await;
+
+    let restarted = h.client().await;
+    let resumed = restarted
+        .thread_resume_with(ThreadResumeParams {
+            developer_instructions: Some("DEV-OLD: be brief".to_owned()),
+            ..ThreadResumeParams::new(thread.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(resumed.thread_id, thread);
+    let outcome = run_turn(&restarted, &thread, "old two").await;
+    assert_eq!(outcome.final_text, "mock reply to: old two");
+    let last = h.requests().pop().unwrap();
+    assert_eq!(
+        last.input_texts("user"),
+        vec!["old one".to_owned(), "old two".to_owned()]
+    );
+    assert!(last.body_contains("DEV-OLD: be brief"));
+    restarted.shutdown().await;
 }

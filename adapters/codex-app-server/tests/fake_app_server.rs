@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::{
-    AppServerClient, AppServerConfig, AppServerError, ItemKind, ThreadStartParams, TurnEvent,
-    TurnStatus,
+    is_below_tested, AdditionalContext, AppServerClient, AppServerConfig, AppServerError,
+    CodexVersion, ItemKind, ThreadResumeParams, ThreadStartParams, TurnEvent, TurnLimitKind,
+    TurnLimits, TurnStartParams, TurnStatus,
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -523,4 +524,250 @@ async fn concurrent_requests_share_one_child() {
     for (i, result) in results.iter().enumerate() {
         assert_eq!(result["echo"], i);
     }
+}
+
+/// Drive a turn until its stream ends; the events before the end and the error it ended with.
+async fn until_error(
+    mut turn: codex_app_server_client::TurnHandle,
+) -> (Vec<TurnEvent>, Option<AppServerError>) {
+    let mut events = Vec::new();
+    while let Some(event) = turn.next().await {
+        match event {
+            Ok(event) => events.push(event),
+            Err(error) => {
+                assert!(
+                    turn.next().await.is_none(),
+                    "the stream ends after the error"
+                );
+                return (events, Some(error));
+            }
+        }
+    }
+    (events, None)
+}
+
+/// The `turn/interrupt` params the fake received.
+async fn interrupts(client: &AppServerClient) -> Value {
+    client.request("fake/state", json!({})).await.unwrap()["interrupts"].clone()
+}
+
+/// A turn that stops producing events hits the idle timeout: the client sends `turn/interrupt`
+/// for it, the stream ends with a `TurnLimit` error naming the limit, and the thread is free
+/// for the next turn.
+#[tokio::test]
+async fn a_stalled_turn_hits_the_idle_timeout_and_is_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = TurnLimits {
+        idle_timeout: Duration::from_millis(200),
+        ..TurnLimits::default()
+    };
+    let client = AppServerClient::spawn(config(dir.path()).with_turn_limits(limits))
+        .await
+        .unwrap();
+    assert_eq!(client.turn_limits(), limits);
+    let thread = new_thread(&client).await;
+    let turn = client.turn_start(&thread, "hold forever").await.unwrap();
+    let turn_id = turn.turn_id().unwrap().to_owned();
+    let (events, error) = until_error(turn).await;
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, TurnEvent::TextDelta { delta, .. } if delta == "held ")));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, TurnEvent::Completed { .. })));
+    let error = error.expect("the turn ends with an error");
+    match &error {
+        AppServerError::TurnLimit {
+            method,
+            thread_id,
+            turn_id: Some(stopped),
+            limit: TurnLimitKind::Idle { after },
+            interrupted: true,
+        } => {
+            assert_eq!(method, "turn/start");
+            assert_eq!(*thread_id, thread);
+            assert_eq!(*stopped, turn_id);
+            assert_eq!(*after, Duration::from_millis(200));
+        }
+        other => panic!("expected an idle TurnLimit, got {other:?}"),
+    }
+    assert!(error.to_string().contains("idle timeout"), "{error}");
+    assert_eq!(
+        interrupts(&client).await,
+        json!([{"threadId": thread, "turnId": turn_id}])
+    );
+    let next = client
+        .turn_start(&thread, "after the stall")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(next.final_text, "fake reply to: after the stall");
+}
+
+/// A turn that keeps streaming but never ends hits the turn deadline (the idle timeout never
+/// fires because events keep coming); it is interrupted and ends with a `TurnLimit` error.
+#[tokio::test]
+async fn an_endless_turn_hits_the_deadline_and_is_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = TurnLimits {
+        idle_timeout: Duration::from_secs(60),
+        turn_deadline: Duration::from_millis(300),
+        ..TurnLimits::default()
+    };
+    let client = AppServerClient::spawn(config(dir.path()).with_turn_limits(limits))
+        .await
+        .unwrap();
+    let thread = new_thread(&client).await;
+    let turn = client.turn_start(&thread, "endless story").await.unwrap();
+    let turn_id = turn.turn_id().unwrap().to_owned();
+    let error = turn.collect().await.unwrap_err();
+    assert_eq!(
+        error.turn_limit(),
+        Some(&TurnLimitKind::Deadline {
+            after: Duration::from_millis(300)
+        }),
+        "{error:?}"
+    );
+    assert!(matches!(
+        error,
+        AppServerError::TurnLimit {
+            interrupted: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        interrupts(&client).await,
+        json!([{"threadId": thread, "turnId": turn_id}])
+    );
+}
+
+/// A reply growing past the size cap stops the turn: the stream ends with a `TurnLimit` error
+/// carrying the cap and the bytes received, without delivering the delta that crossed it, and
+/// the turn is interrupted.
+#[tokio::test]
+async fn a_runaway_reply_hits_the_size_cap_and_is_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = TurnLimits {
+        idle_timeout: Duration::from_secs(60),
+        turn_deadline: Duration::from_secs(600),
+        max_reply_bytes: 64,
+    };
+    let client = AppServerClient::spawn(config(dir.path()).with_turn_limits(limits))
+        .await
+        .unwrap();
+    let thread = new_thread(&client).await;
+    let turn = client.turn_start(&thread, "endless flood").await.unwrap();
+    let turn_id = turn.turn_id().unwrap().to_owned();
+    let (events, error) = until_error(turn).await;
+    let delivered: usize = events
+        .iter()
+        .map(|e| match e {
+            TurnEvent::TextDelta { delta, .. } => delta.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(delivered <= 64, "{delivered} bytes delivered");
+    match error.expect("the turn ends with an error") {
+        AppServerError::TurnLimit {
+            limit: TurnLimitKind::ReplyTooLarge { limit, received },
+            interrupted: true,
+            turn_id: Some(stopped),
+            ..
+        } => {
+            assert_eq!(limit, 64);
+            assert!(received > 64, "{received}");
+            assert_eq!(stopped, turn_id);
+        }
+        other => panic!("expected a ReplyTooLarge TurnLimit, got {other:?}"),
+    }
+    assert_eq!(
+        interrupts(&client).await,
+        json!([{"threadId": thread, "turnId": turn_id}])
+    );
+}
+
+/// `turn_start_with` sends `additionalContext` by key (`kind`, `value`; no `name` unless set);
+/// a plain `turn_start` leaves the field out. `thread_resume_with` sends the instructions it is
+/// given, always with `excludeTurns: true`, and `thread_resume` sends neither.
+#[tokio::test]
+async fn additional_context_and_resume_instructions_are_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn(dir.path()).await;
+    let thread = new_thread(&client).await;
+    let params = TurnStartParams::text("with context")
+        .with_context("ctxbridge", AdditionalContext::application("CTX value"));
+    let outcome = client
+        .turn_start_with(&thread, params)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(outcome.final_text, "fake reply to: with context");
+    client
+        .turn_start(&thread, "plain")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    client
+        .thread_resume_with(ThreadResumeParams {
+            developer_instructions: Some("DEV again".to_owned()),
+            base_instructions: Some("BASE again".to_owned()),
+            ..ThreadResumeParams::new(thread.clone())
+        })
+        .await
+        .unwrap();
+    client.thread_resume(&thread).await.unwrap();
+
+    let state = client.request("fake/state", json!({})).await.unwrap();
+    let starts = state["turnStartParams"].as_array().unwrap();
+    assert_eq!(starts.len(), 2);
+    assert_eq!(
+        starts[0]["additionalContext"],
+        json!({"ctxbridge": {"kind": "application", "value": "CTX value"}})
+    );
+    assert_eq!(starts[0]["input"][0]["text"], "with context");
+    assert!(
+        starts[1].get("additionalContext").is_none(),
+        "{}",
+        starts[1]
+    );
+    assert_eq!(
+        state["resumeParams"],
+        json!([
+            {"threadId": thread, "excludeTurns": true, "developerInstructions": "DEV again", "baseInstructions": "BASE again"},
+            {"threadId": thread, "excludeTurns": true},
+        ])
+    );
+}
+
+/// The version comes from the handshake's user agent; a server too old (or without a version)
+/// is reported as such, and only 0.171.0 or later keeps `additionalContext` across compaction.
+#[tokio::test]
+async fn the_codex_version_is_parsed_from_the_user_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = spawn(dir.path()).await;
+    let version = old.codex_version().unwrap().clone();
+    assert_eq!(version, CodexVersion::new(0, 0, 0));
+    assert!(is_below_tested(&version));
+    assert!(!old.keeps_additional_context_across_compaction());
+
+    let current = AppServerClient::spawn(config(dir.path()).with_env(
+        "FAKE_USER_AGENT",
+        "ctxbridge/0.171.0 (Debian 12.0.0; x86_64) xterm (ctxbridge; 0.1.0)",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(current.codex_version(), Some(&CodexVersion::new(0, 171, 0)));
+    assert!(current.keeps_additional_context_across_compaction());
+
+    let unknown = AppServerClient::spawn(config(dir.path()).with_env("FAKE_USER_AGENT", "mystery"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.codex_version(), None);
+    assert!(!unknown.keeps_additional_context_across_compaction());
 }

@@ -11,16 +11,23 @@
 //! - `die…`: starts the turn, streams one delta, then exits with status 137.
 //! - `hold…`: starts the turn and one delta, then waits; the next `turn/start` interleaves the
 //!   held turn's remaining events with its own; `turn/interrupt` ends it as interrupted.
+//! - `endless…`: starts the turn and streams a delta `tick ` every few milliseconds until
+//!   `turn/interrupt` ends it as interrupted (a model that never stops).
 //! - anything else: a normal turn replying `fake reply to: <text>` (plus ` (injected N)` when
 //!   items were injected into the thread).
 //!
 //! Extra methods: `fake/echo {value, hold}` (a held echo is answered after the next one, to
-//! test id matching), `fake/state` (what the fake observed), `fake/never` (never answered),
+//! test id matching), `fake/state` (what the fake observed: among others the params of every
+//! `turn/start`, `thread/resume` and `turn/interrupt`), `fake/never` (never answered),
 //! `fake/exit` (exits at once without answering).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -43,6 +50,45 @@ struct Fake {
     held_turn: Option<HeldTurn>,
     server_request_replies: Vec<Value>,
     initialize_params: Value,
+    endless_turn: Option<EndlessTurn>,
+    turn_start_params: Vec<Value>,
+    resume_params: Vec<Value>,
+    interrupts: Vec<Value>,
+}
+
+/// A turn streaming deltas from a thread of its own until told to stop.
+struct EndlessTurn {
+    stop: Arc<AtomicBool>,
+    ticker: JoinHandle<()>,
+}
+
+impl EndlessTurn {
+    fn start(thread_id: String, turn_id: String, item_id: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let ticker = std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                let delta = json!({"threadId": thread_id, "turnId": turn_id, "itemId": item_id, "delta": "tick "});
+                if notify("item/agentMessage/delta", delta).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = notify(
+                "turn/completed",
+                json!({"threadId": thread_id, "turn": {"id": turn_id, "status": "interrupted", "items": [], "error": null}}),
+            );
+        });
+        Self { stop, ticker }
+    }
+
+    /// Stop streaming; the ticker ends the turn as interrupted.
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if self.ticker.join().is_err() {
+            eprintln!("fake-app-server: the endless turn's ticker panicked");
+        }
+    }
 }
 
 fn send(message: &Value) -> Result<()> {
@@ -109,7 +155,7 @@ impl Fake {
                 respond(
                     &id,
                     json!({
-                        "userAgent": "fake-app-server/0.0.0",
+                        "userAgent": std::env::var("FAKE_USER_AGENT").unwrap_or_else(|_| "fake-app-server/0.0.0".to_owned()),
                         "codexHome": self.home,
                         "platformFamily": "unix",
                         "platformOs": "linux",
@@ -133,6 +179,7 @@ impl Fake {
                 notify("thread/started", json!({"thread": thread}))
             }
             "thread/resume" => {
+                self.resume_params.push(params.clone());
                 if self.thread_file(&thread_id).is_file() {
                     self.loaded.insert(thread_id.clone());
                     let thread =
@@ -183,7 +230,11 @@ impl Fake {
             }
             "turn/start" => self.turn_start(&id, &thread_id, &params),
             "turn/interrupt" => {
+                self.interrupts.push(params.clone());
                 respond(&id, json!({}))?;
+                if let Some(endless) = self.endless_turn.take() {
+                    endless.stop();
+                }
                 if let Some(held) = self.held_turn.take() {
                     notify(
                         "turn/completed",
@@ -213,6 +264,9 @@ impl Fake {
                     "initialized": self.initialized,
                     "args": std::env::args().skip(1).collect::<Vec<_>>(),
                     "fakeEnv": std::env::var("FAKE_ENV").ok(),
+                    "turnStartParams": self.turn_start_params,
+                    "resumeParams": self.resume_params,
+                    "interrupts": self.interrupts,
                 }),
             ),
             "fake/never" => Ok(()),
@@ -224,6 +278,7 @@ impl Fake {
     }
 
     fn turn_start(&mut self, id: &Value, thread_id: &str, params: &Value) -> Result<()> {
+        self.turn_start_params.push(params.clone());
         if !self.loaded.contains(thread_id) {
             return respond_error(id, &format!("thread not found: {thread_id}"));
         }
@@ -288,6 +343,14 @@ impl Fake {
                 turn_id,
                 item_id,
             });
+            return Ok(());
+        }
+        if text.starts_with("endless") {
+            notify(
+                "item/started",
+                json!({"threadId": thread_id, "turnId": turn_id, "item": agent("", &item_id)}),
+            )?;
+            self.endless_turn = Some(EndlessTurn::start(thread_id.to_owned(), turn_id, item_id));
             return Ok(());
         }
         if text.starts_with("die") {
