@@ -1,4 +1,4 @@
-//! End to end on the **real** Codex app-server (npm `@openai/codex` 0.169.0) driven offline
+//! End to end on the **real** Codex app-server (npm `@openai/codex` 0.171.0) driven offline
 //! against the loopback mock model server: a 6-turn session with the sample thread_bootstrap
 //! engine shows the projection exactly once per epoch, the bare prompt on reused turns, the
 //! engine's `systemPromptAddition` inside the developer instructions and a rotation to a new
