@@ -31,7 +31,8 @@ pub struct ThreadStartParams {
     /// Replaces Codex's built-in base prompt (sent first in every model request).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_instructions: Option<String>,
-    /// Fixed for the life of the thread; `thread/resume` cannot change them.
+    /// The thread's developer instructions. Codex does not persist them across an app-server
+    /// restart: re-send them on every `thread/resume` (see [`ThreadResumeParams`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub developer_instructions: Option<String>,
     /// Per-thread config overrides (same keys as `-c`).

@@ -532,3 +532,107 @@ impl Stream for TurnHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn notification(method: &str, params: Value) -> Routed {
+        Routed::Notification {
+            method: method.to_owned(),
+            params,
+        }
+    }
+
+    /// A completed agent message counts toward the reply cap even without deltas: the turn is
+    /// interrupted by id and, once `turn/completed` arrives, ends with `ReplyTooLarge`.
+    #[tokio::test]
+    async fn completed_text_counts_toward_the_reply_cap() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let calls: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let seen = calls.clone();
+        let interrupter: Interrupter = Arc::new(move |thread: &str, turn: &str| {
+            seen.lock()
+                .unwrap()
+                .push((thread.to_owned(), turn.to_owned()));
+        });
+        let limits = TurnLimits {
+            max_reply_bytes: 10,
+            ..TurnLimits::default()
+        };
+        let mut handle = TurnHandle::new(
+            "thr".to_owned(),
+            Some("turn-1".to_owned()),
+            "turn/start",
+            rx,
+            limits,
+            Some(interrupter),
+        );
+        let item = json!({"type": "agentMessage", "id": "i1", "text": "0123456789abc"});
+        tx.send(notification(
+            "item/completed",
+            json!({"threadId": "thr", "item": item}),
+        ))
+        .unwrap();
+        tx.send(notification(
+            "turn/completed",
+            json!({"threadId": "thr", "turn": {"id": "turn-1", "status": "interrupted"}}),
+        ))
+        .unwrap();
+        let error = handle.next().await.unwrap().unwrap_err();
+        assert_eq!(
+            error.turn_limit(),
+            Some(&TurnLimitKind::ReplyTooLarge {
+                limit: 10,
+                received: 13
+            })
+        );
+        assert!(handle.next().await.is_none());
+        assert_eq!(
+            *calls.lock().unwrap(),
+            vec![("thr".to_owned(), "turn-1".to_owned())]
+        );
+        assert!(tx.is_closed(), "the thread is released for the next turn");
+    }
+
+    /// A compaction turn whose id is not known yet cannot be interrupted: on the idle timeout
+    /// the stream ends at once with the error, marked as not interrupted.
+    #[tokio::test]
+    async fn an_unknown_turn_id_ends_without_an_interrupt() {
+        let (tx, rx) = mpsc::unbounded_channel::<Routed>();
+        let limits = TurnLimits {
+            idle_timeout: Duration::from_millis(10),
+            ..TurnLimits::default()
+        };
+        let interrupter: Interrupter = Arc::new(|_: &str, _: &str| panic!("nothing to interrupt"));
+        let mut handle = TurnHandle::new(
+            "thr".to_owned(),
+            None,
+            "thread/compact/start",
+            rx,
+            limits,
+            Some(interrupter),
+        );
+        let error = handle.next().await.unwrap().unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                AppServerError::TurnLimit {
+                    method,
+                    turn_id: None,
+                    limit: TurnLimitKind::Idle { .. },
+                    interrupted: false,
+                    ..
+                } if method == "thread/compact/start"
+            ),
+            "{error:?}"
+        );
+        assert!(handle.next().await.is_none());
+        drop(tx);
+    }
+}

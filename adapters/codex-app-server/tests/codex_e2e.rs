@@ -6,11 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use codex_app_server_client::{
     is_below_tested, locate_codex_binary, locate_codex_binary_in, offline_overrides,
-    AdditionalContext, AppServerClient, AppServerConfig, ItemKind, ThreadResumeParams,
-    ThreadStartParams, TurnEvent, TurnStartParams, TurnStatus, NEWEST_TESTED, OLDEST_TESTED,
+    AdditionalContext, AppServerClient, AppServerConfig, AppServerError, ItemKind,
+    ThreadResumeParams, ThreadStartParams, TurnEvent, TurnLimitKind, TurnLimits, TurnStartParams,
+    TurnStatus, NEWEST_TESTED, OLDEST_TESTED,
 };
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, ScriptedReply};
 use futures::StreamExt;
@@ -512,6 +514,47 @@ async fn a_cold_resume_must_resend_developer_instructions() {
         "instructions not re-sent are lost after compaction (openai/codex#19045)"
     );
     second.shutdown().await;
+}
+
+/// A model that never answers stalls the turn: the idle timeout ends it with a `TurnLimit`
+/// error after `turn/interrupt`, and Codex really ended the turn — the next turn on the thread
+/// is a turn of its own and completes normally.
+#[tokio::test]
+async fn a_stalled_model_hits_the_idle_timeout_and_codex_interrupts_the_turn() {
+    let Some(h) =
+        Harness::start("a_stalled_model_hits_the_idle_timeout_and_codex_interrupts_the_turn").await
+    else {
+        return;
+    };
+    let limits = TurnLimits {
+        idle_timeout: Duration::from_millis(500),
+        ..TurnLimits::default()
+    };
+    let client = AppServerClient::spawn(h.config().with_turn_limits(limits))
+        .await
+        .unwrap();
+    let thread = h.thread(&client, None).await;
+    h.mock
+        .push_reply(ScriptedReply::text("never sent").with_delay(Duration::from_secs(3600)));
+    let turn = client.turn_start(&thread, "stalled prompt").await.unwrap();
+    let stalled_turn = turn.turn_id().unwrap().to_owned();
+    let error = turn.collect().await.unwrap_err();
+    match &error {
+        AppServerError::TurnLimit {
+            turn_id: Some(turn_id),
+            limit: TurnLimitKind::Idle { .. },
+            interrupted: true,
+            ..
+        } => assert_eq!(*turn_id, stalled_turn),
+        other => panic!("expected an idle TurnLimit, got {other:?}"),
+    }
+
+    let next = client.turn_start(&thread, "next prompt").await.unwrap();
+    assert_ne!(next.turn_id(), Some(stalled_turn.as_str()), "a new turn");
+    let outcome = next.collect().await.unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    assert_eq!(outcome.final_text, "mock reply to: next prompt");
+    client.shutdown().await;
 }
 
 /// Where the oldest tested Codex is installed beside the pinned one.
