@@ -73,9 +73,11 @@ impl Harness {
                 session_id: session_id.to_string(),
                 advancement_key: turn_id,
                 engine_id: ctx.info.id.clone(),
-                params_json: serde_json::to_string(&params).map_err(|e| HarnessError::Encode {
-                    what: "commitTurn params",
-                    message: e.to_string(),
+                params_json: serde_json::to_string(&params).map_err(|source| {
+                    HarnessError::Encode {
+                        what: "commitTurn params",
+                        source,
+                    }
                 })?,
                 attempts: 0,
                 last_error: None,

@@ -143,12 +143,13 @@ pub enum HarnessError {
         source: EngineError,
     },
     /// The stored thread binding is not valid JSON of a binding.
-    #[error("stored thread binding {key:?} is unreadable: {message}")]
+    #[error("stored thread binding {key:?} is unreadable: {source}")]
     Binding {
         /// The binding key.
         key: String,
-        /// What the decoder reported.
-        message: String,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// The failure of an operation whose result several waiters shared (single-flight).
     #[error("{operation}: {message}")]
@@ -159,12 +160,13 @@ pub enum HarnessError {
         message: String,
     },
     /// A record could not be encoded as JSON.
-    #[error("cannot encode {what}: {message}")]
+    #[error("cannot encode {what}: {source}")]
     Encode {
         /// What was being encoded.
         what: &'static str,
-        /// What the encoder reported.
-        message: String,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
     },
     /// The caller's subagent launch failed (after the engine's rollback, when there was one).
     #[error("subagent launch failed: {0}")]
@@ -466,9 +468,9 @@ impl Harness {
                     Ok(None) => Ok(None),
                     Ok(Some(stored)) => serde_json::from_str::<ThreadBinding>(&stored.json)
                         .map(|b| Some(Arc::new(b)))
-                        .map_err(|e| HarnessError::Binding {
+                        .map_err(|source| HarnessError::Binding {
                             key: owned.clone(),
-                            message: e.to_string(),
+                            source,
                         }),
                     Err(source) => Err(HarnessError::Store {
                         operation: "load binding",
@@ -496,9 +498,9 @@ impl Harness {
         binding: ThreadBinding,
         guard: &SessionGuard,
     ) -> Result<(), HarnessError> {
-        let json = serde_json::to_string(&binding).map_err(|e| HarnessError::Encode {
+        let json = serde_json::to_string(&binding).map_err(|source| HarnessError::Encode {
             what: "the thread binding",
-            message: e.to_string(),
+            source,
         })?;
         self.store
             .record_turn(
