@@ -545,6 +545,42 @@ async fn restart_reuses_the_thread_without_reprojecting() {
     assert_eq!(h.transcript("s").unwrap().len(), 6);
 }
 
+/// Attachment is the backend's knowledge: a harness resumes a stored thread only when the
+/// backend does not have it loaded. After a restart the first turn resumes once; later turns
+/// of that process, and a second harness on the same backend, resume nothing.
+#[tokio::test]
+async fn a_loaded_thread_is_resumed_once() {
+    let rig = Rig::new();
+    {
+        let engine = ScriptEngine::bootstrap("e1");
+        let h = rig.harness(Some(&engine), cfg());
+        turn(&h, "one").await;
+        h.shutdown().await;
+    }
+    let store = rig.reopen();
+    let backend = MockBackend::with_store(store.clone());
+    let engine = ScriptEngine::bootstrap("e1");
+    let h = build_harness(Some(&engine), cfg(), store, backend.clone());
+    let resumes = |backend: &MockBackend| {
+        backend
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, MockCall::Resume { .. }))
+            .count()
+    };
+    let first = turn(&h, "two").await;
+    assert_eq!(first.thread_action, ThreadAction::Resumed);
+    assert_eq!(resumes(&backend), 1);
+    let second = turn(&h, "three").await;
+    assert_eq!(second.thread_id, first.thread_id);
+    let other = build_harness(Some(&engine), cfg(), rig.reopen(), backend.clone());
+    let third = turn(&other, "four").await;
+    assert_eq!(third.thread_id, first.thread_id);
+    assert_eq!(third.thread_action, ThreadAction::Resumed);
+    assert_eq!(resumes(&backend), 1, "{:?}", backend.calls());
+    assert_eq!(backend.threads_started(), 0);
+}
+
 /// Two harness instances sharing one store (and one backend) take turns on a session: each
 /// sees the binding the other wrote, so continuity survives a rotation made by the other.
 #[tokio::test]

@@ -215,14 +215,11 @@ impl ThreadedBackend for CodexBackend {
         Ok(ThreadId(started.thread_id))
     }
 
+    /// Resumes the thread on the current child unless that child already has it attached.
     async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
-        let client = self.client("thread/resume").await?;
-        client
-            .thread_resume(thread_id.as_str())
+        self.attached_client("thread/resume", thread_id)
             .await
-            .map_err(|e| map_error("thread/resume", thread_id.as_str(), e))?;
-        self.mark_attached(&client, thread_id.as_str()).await;
-        Ok(())
+            .map(|_| ())
     }
 
     async fn inject_developer_message(

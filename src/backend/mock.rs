@@ -334,8 +334,12 @@ impl ThreadedBackend for MockBackend {
         Ok(ThreadId(thread.id))
     }
 
+    /// A thread this instance already has attached is left as it is (no call is recorded).
     async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
         let mut st = self.lock();
+        if st.attached.contains(&thread_id.0) && st.threads.contains_key(&thread_id.0) {
+            return Ok(());
+        }
         st.calls.push(MockCall::Resume {
             thread_id: thread_id.0.clone(),
         });

@@ -213,7 +213,9 @@ pub trait ThreadedBackend: Send + Sync {
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;
 
     /// Re-attaches an existing thread (after a restart of ctxbridge or of the backend).
-    /// A missing thread is [`BackendError::ThreadNotFound`].
+    /// A missing thread is [`BackendError::ThreadNotFound`]. Idempotent: the backend knows
+    /// whether its connection has the thread loaded, and resuming a loaded thread does nothing,
+    /// so callers resume before every use of a stored thread.
     async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError>;
 
     /// Appends a developer message to a thread's model-visible history without running a turn.

@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::backend::{ThreadId, ThreadedBackend};
-use crate::contract::*;
+use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::contract::{
+    AgentMessage, CompactDetails, CompactParams, CompactResult, EngineError, LlmCompleteRequest,
+    LlmCompleteResult, RuntimeCallbacks, TranscriptRewriteRequest, TranscriptRewriteResult,
+};
 use crate::store::{StateStore, TranscriptEntry};
 
 /// Callbacks bound to one session and one lifecycle call.
@@ -174,7 +177,7 @@ impl RuntimeCallbacks for HostCallbacks {
                     ..Default::default()
                 }),
             }),
-            Err(crate::backend::BackendError::Unsupported { .. }) => Ok(CompactResult {
+            Err(BackendError::Unsupported { .. }) => Ok(CompactResult {
                 ok: true,
                 compacted: false,
                 reason: Some(format!("{} has no native compaction", self.backend.label())),

@@ -1,7 +1,17 @@
 //! Manual compaction (SPEC §10): the engine's `compact({force: true})` first; legacy and
 //! non-owning engines end on the backend's native compactor.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{store_err, CompactReport, Harness, HarnessError, DOCTOR_NAMESPACE, SESSION_NAMESPACE};
+use crate::backend::BackendError;
+use crate::contract::{
+    CompactParams, CompactionTarget, ContextEngine, HostOperation, MaintainReason,
+    RuntimeCallbacks, RuntimeContext,
+};
+use crate::host::check_host_requirements;
+use crate::host_params::project_host_params;
+use crate::projection::ThreadBinding;
 
 impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
@@ -33,11 +43,12 @@ impl Harness {
             &self.backend.capabilities(),
         )?;
         let mut thread = stored.map(|b| b.thread_id.clone());
-        // Native compaction runs on the bound thread, which this process may not have attached
-        // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would.
-        if let Some(t) = thread.clone().filter(|t| !self.is_attached(t)) {
+        // Native compaction runs on the bound thread, which the backend may not have loaded
+        // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would
+        // (resuming a loaded thread does nothing).
+        if let Some(t) = thread.clone() {
             match self.backend.resume_thread(&t).await {
-                Ok(()) => self.mark_attached(&t),
+                Ok(()) => {}
                 Err(BackendError::ThreadNotFound { .. }) => {
                     tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");
                     thread = None;

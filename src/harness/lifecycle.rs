@@ -1,9 +1,172 @@
-//! Engine lifecycle calls around a turn: durable commits and their outbox (SPEC §6),
-//! maintenance in the foreground or deferred (SPEC §8), quarantine records for `doctor`.
+//! Engine lifecycle calls around a turn: telling the engine about a finished turn (durable
+//! commits and their outbox, SPEC §6; afterTurn / ingest otherwise), maintenance in the
+//! foreground or deferred (SPEC §8), quarantine records for `doctor`.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::session::now_ms;
+use super::turn::{RecordedTurn, TurnContext};
+use super::{store_err, Harness, HarnessError};
+use crate::backend::{ThreadId, TurnOutcome};
+use crate::contract::{
+    AfterTurnParams, AgentMessage, CommitTurnParams, ContextEngine, EngineMethod,
+    IngestBatchParams, IngestParams, MaintainParams, MaintainReason, ReasonCode,
+    TurnMaintenanceMode,
+};
+use crate::engines::LEGACY_ENGINE_ID;
+use crate::host_params::project_host_params;
+use crate::quarantine::QuarantineEngine;
+use crate::store::{OutboxRow, QuarantineRecord};
 
 impl Harness {
+    /// Tells the serving engine about a recorded turn: durable engines get an outbox row and
+    /// `commitTurn`, others `afterTurn`, `ingestBatch` or `ingest` (the first they implement);
+    /// then maintenance after the turn, and after a native compaction during it.
+    /// `messages`: the transcript before the turn. `retried`: the turn ran on a fresh thread
+    /// after a failure (reported as the fallback reason).
+    pub(super) async fn notify_engine(
+        &self,
+        ctx: &TurnContext<'_>,
+        mut messages: Vec<AgentMessage>,
+        recorded: RecordedTurn,
+        outcome: &TurnOutcome,
+        retried: bool,
+    ) -> Result<(), HarnessError> {
+        let RecordedTurn {
+            turn_id,
+            user,
+            assistant,
+        } = recorded;
+        let serving = ctx.serving;
+        let session_key = ctx.session_key();
+        let session_id = ctx.session_id.as_str();
+        let is_heartbeat = ctx.spec.is_heartbeat.then_some(true);
+        let pre_prompt = messages.len();
+        messages.push(user.clone());
+        messages.push(assistant.clone());
+
+        let fallback = retried.then_some(ReasonCode::ContextOverflow);
+        let session_target = || {
+            self.facts(session_key, session_id, Some(&outcome.thread_id))
+                .session_target
+        };
+
+        let methods = serving.methods();
+        let durable = ctx.engine_active
+            && ctx.info.declares_durable_turns()
+            && methods.contains(EngineMethod::CommitTurn);
+        if durable {
+            let params = CommitTurnParams {
+                advancement_key: turn_id.clone(),
+                admission: user.clone(),
+                terminal: assistant.clone(),
+                messages: vec![user, assistant],
+                session_id: session_id.to_string(),
+                session_key: Some(session_key.to_string()),
+                session_target: session_target(),
+                runtime_settings: Some(self.runtime_settings(serving, fallback)),
+                runtime_context: None,
+                is_heartbeat,
+            };
+            let row = OutboxRow {
+                session_id: session_id.to_string(),
+                advancement_key: turn_id,
+                engine_id: ctx.info.id.clone(),
+                params_json: serde_json::to_string(&params).map_err(|source| {
+                    HarnessError::Encode {
+                        what: "commitTurn params",
+                        source,
+                    }
+                })?,
+                attempts: 0,
+                last_error: None,
+            };
+            self.store
+                .enqueue_outbox(&row)
+                .map_err(store_err("enqueue outbox row"))?;
+            self.commit_row(serving, session_key, session_id, params)
+                .await;
+        } else if methods.contains(EngineMethod::AfterTurn) {
+            let params = project_host_params(
+                AfterTurnParams {
+                    session_id: session_id.to_string(),
+                    session_key: Some(session_key.to_string()),
+                    session_target: session_target(),
+                    messages: messages.clone(),
+                    pre_prompt_message_count: pre_prompt as u64,
+                    auto_compaction_summary: outcome
+                        .auto_compaction
+                        .as_ref()
+                        .and_then(|c| c.summary.clone()),
+                    is_heartbeat,
+                    token_budget: self.cfg.token_budget,
+                    runtime_settings: Some(self.runtime_settings(serving, fallback)),
+                    runtime_context: Some(self.runtime_context(
+                        session_key,
+                        session_id,
+                        Some(&outcome.thread_id),
+                        true,
+                    )),
+                },
+                &ctx.info,
+            );
+            if let Err(e) = serving.after_turn(params).await {
+                tracing::warn!(error = %e, "afterTurn failed");
+            }
+        } else if methods.contains(EngineMethod::IngestBatch) {
+            let params = project_host_params(
+                IngestBatchParams {
+                    session_id: session_id.to_string(),
+                    session_key: Some(session_key.to_string()),
+                    messages: messages[pre_prompt..].to_vec(),
+                    is_heartbeat,
+                },
+                &ctx.info,
+            );
+            if let Err(e) = serving.ingest_batch(params).await {
+                tracing::warn!(error = %e, "ingestBatch failed");
+            }
+        } else {
+            for message in &messages[pre_prompt..] {
+                let params = project_host_params(
+                    IngestParams {
+                        session_id: session_id.to_string(),
+                        session_key: Some(session_key.to_string()),
+                        message: Some(message.clone()),
+                        is_heartbeat,
+                    },
+                    &ctx.info,
+                );
+                if let Err(e) = serving.ingest(params).await {
+                    tracing::warn!(error = %e, "ingest failed");
+                }
+            }
+        }
+
+        // Maintenance after the turn, and after native compaction.
+        self.maintain(
+            serving,
+            session_key,
+            session_id,
+            MaintainReason::Turn,
+            Some(&outcome.thread_id),
+        )
+        .await;
+        if outcome.auto_compaction.is_some() {
+            self.maintain(
+                serving,
+                session_key,
+                session_id,
+                MaintainReason::Compaction,
+                Some(&outcome.thread_id),
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Commits one durable turn (from this turn or the outbox) and settles its outbox row.
     pub(super) async fn commit_row(
         &self,
         serving: &QuarantineEngine,
@@ -113,7 +276,7 @@ impl Harness {
     pub(super) fn persist_quarantines(&self) {
         let id = self.engine.engine_id();
         // Once per process is enough: the record is history from an earlier run.
-        if id != crate::engines::LEGACY_ENGINE_ID
+        if id != LEGACY_ENGINE_ID
             && !self.engine.is_quarantined()
             && !self.cleared_old_quarantine.swap(true, Ordering::SeqCst)
         {
@@ -123,7 +286,7 @@ impl Harness {
             }
         }
         for record in self.engine.quarantine_book().records() {
-            let row = crate::store::QuarantineRecord {
+            let row = QuarantineRecord {
                 engine_id: record.engine_id.clone(),
                 operation: record.operation.as_str().to_string(),
                 reason: record.reason.clone(),

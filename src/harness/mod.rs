@@ -3,13 +3,20 @@
 //! subagent hooks (§7) and maintenance (§8).
 //!
 //! I/O lives here; every decision is delegated to the pure functions of
-//! [`crate::projection`]. Layout:
+//! [`crate::projection`] (a turn's whole plan is one call, [`crate::projection::plan_turn`]).
+//! Layout:
 //! - this file: the types ([`Harness`], [`HarnessConfig`], [`TurnSpec`], [`TurnReport`], errors)
 //!   and the shared plumbing (bindings behind the moka cache, runtime settings and context);
-//! - `turn`: the turn algorithm; `lifecycle`: commits, the outbox, maintenance, quarantine
-//!   records; `compact`: manual compaction; `subagent`: subagent hooks;
+//! - `turn`: the turn algorithm (lock, bootstrap, assemble, plan, run with one retry, record,
+//!   report) over a per-turn context; `lifecycle`: telling the engine about a turn (commits
+//!   and the outbox, afterTurn, ingest), maintenance, quarantine records; `compact`: manual
+//!   compaction; `subagent`: subagent hooks;
 //! - `session`: per-session locks and store leases; `callbacks`: the host side of
 //!   `runtimeContext`.
+//!
+//! Whether a backend thread is loaded on the backend's connection is the backend's knowledge:
+//! the harness resumes a stored thread before using it, and the backend makes that a no-op when
+//! the thread is already attached.
 
 mod callbacks;
 mod compact;
@@ -19,32 +26,24 @@ mod subagent;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
-use crate::backend::{
-    BackendError, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::contract::{
+    AgentMessage, CompactResult, EngineError, EngineInfo, ReasonCode, RuntimeContext, RuntimeFacts,
+    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
 };
-use crate::contract::*;
 use crate::engines::LegacyEngine;
-use crate::host::{check_host_requirements, HostRequirementError};
-use crate::host_params::project_host_params;
-use crate::projection::{
-    binding_key, bound_assembled, context_cap_chars, decide, developer_instructions_sha256,
-    effective_developer_instructions, plan_instruction_delivery, policy_fingerprint,
-    render_turn_input, tools_fingerprint, DecisionInput, DriftPolicy, EffectiveMode,
-    InstructionDelivery, PolicyInputs, ProjectionDecision, RenderMode, RenderOptions,
-    ThreadBinding, ThreadChoice, BINDING_SCHEMA_VERSION,
-};
+use crate::host::HostRequirementError;
+use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{OutboxRow, StateStore, StoreError, TranscriptEntry};
+use crate::store::{StateStore, StoreError, TranscriptEntry};
 
 pub use callbacks::HostCallbacks;
 pub use session::{now_ms, SessionLockError};
@@ -53,14 +52,21 @@ use session::{SessionGuard, SessionLocks};
 /// Settings of a harness.
 #[derive(Debug, Clone)]
 pub struct HarnessConfig {
+    /// The agent id of binding keys and session targets.
     pub agent_id: String,
+    /// The prompt token budget given to the engine (and the context cap derived from it).
     pub token_budget: Option<u64>,
+    /// Base instructions of new threads.
     pub base_instructions: Option<String>,
+    /// The configured developer instructions (the engine's `systemPromptAddition` is added).
     pub developer_instructions: Option<String>,
+    /// The model requested from the backend.
     pub model: Option<String>,
+    /// What to do when the developer instructions drift from a thread's (SPEC §9.6).
     pub drift_policy: DriftPolicy,
     /// The tool catalogue offered to the model (names).
     pub tools: Vec<String>,
+    /// The host's citations mode, passed to the engine.
     pub citations_mode: Option<String>,
     /// The host's transcript byte limit for a projected view (SPEC §9.3).
     pub transcript_byte_limit: usize,
@@ -99,40 +105,70 @@ impl Default for HarnessConfig {
 
 /// Errors of a turn or a manual compaction. Each names the operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HarnessError {
+    /// The session could not be taken (another process holds it, or the store failed).
     #[error(transparent)]
     SessionBusy(#[from] SessionLockError),
+    /// A store operation failed.
     #[error("{operation}: {source}")]
     Store {
+        /// What the harness was doing.
         operation: &'static str,
+        /// The store's error.
         #[source]
         source: StoreError,
     },
+    /// The engine needs host capabilities the backend does not offer (fails closed).
     #[error(transparent)]
     HostRequirement(Box<HostRequirementError>),
+    /// The backend failed the turn (after the one retry, when it applied).
     #[error("turn on session {session:?} failed: {source}")]
     Backend {
+        /// The session key.
         session: String,
+        /// The backend's error.
         #[source]
         source: BackendError,
     },
+    /// An engine call whose failure the caller must see failed (e.g. a manual compaction).
     #[error("{operation} failed for session {session:?}: {source}")]
     Engine {
+        /// The engine method.
         operation: &'static str,
+        /// The session key.
         session: String,
+        /// The engine's error.
         #[source]
         source: EngineError,
     },
-    #[error("stored thread binding {key:?} is unreadable: {message}")]
-    Binding { key: String, message: String },
+    /// The stored thread binding is not valid JSON of a binding.
+    #[error("stored thread binding {key:?} is unreadable: {source}")]
+    Binding {
+        /// The binding key.
+        key: String,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The failure of an operation whose result several waiters shared (single-flight).
     #[error("{operation}: {message}")]
     Shared {
+        /// The shared operation.
         operation: &'static str,
+        /// The text of the error the first waiter got.
         message: String,
     },
-    #[error("cannot encode {what}: {message}")]
-    Encode { what: &'static str, message: String },
+    /// A record could not be encoded as JSON.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The caller's subagent launch failed (after the engine's rollback, when there was one).
     #[error("subagent launch failed: {0}")]
     SubagentLaunch(String),
 }
@@ -150,12 +186,16 @@ fn store_err(operation: &'static str) -> impl FnOnce(StoreError) -> HarnessError
 /// What a caller asks for one turn.
 #[derive(Debug, Clone)]
 pub struct TurnSpec {
+    /// The session the turn belongs to.
     pub session_key: String,
+    /// The user's prompt.
     pub prompt: String,
+    /// A heartbeat turn (passed on to the engine as `isHeartbeat`).
     pub is_heartbeat: bool,
 }
 
 impl TurnSpec {
+    /// A (non-heartbeat) turn of `session_key` with `prompt`.
     pub fn new(session_key: impl Into<String>, prompt: impl Into<String>) -> Self {
         TurnSpec {
             session_key: session_key.into(),
@@ -169,12 +209,16 @@ impl TurnSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThreadAction {
+    /// The session's first thread was started.
     Started,
+    /// The session's bound thread was continued.
     Resumed,
+    /// A new thread replaced the session's bound one.
     Rotated,
 }
 
 impl ThreadAction {
+    /// The wire name: `started`, `resumed` or `rotated`.
     pub fn as_str(self) -> &'static str {
         match self {
             ThreadAction::Started => "started",
@@ -189,19 +233,33 @@ impl ThreadAction {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnReport {
+    /// The session key.
     pub session_key: String,
+    /// The engine that served the turn (`legacy` when inactive or degraded).
     pub engine_id: String,
+    /// The projection mode (`none`, `per_turn`, `thread_bootstrap`).
     pub mode: String,
+    /// The bootstrap epoch, in thread_bootstrap mode.
     pub epoch: Option<String>,
+    /// The bootstrap fingerprint, in thread_bootstrap mode when the engine gave one.
     pub fingerprint: Option<String>,
+    /// The backend thread the turn ran on.
     pub thread_id: String,
+    /// Whether the thread was started, resumed or rotated.
     pub thread_action: ThreadAction,
+    /// Whether the turn input carried the rendered context.
     pub projected: bool,
+    /// The decision's reason (SPEC §9.5).
     pub reason: String,
+    /// Characters of the turn input.
     pub prompt_chars: usize,
+    /// Characters of the effective developer instructions.
     pub developer_instructions_chars: usize,
+    /// How the instructions reached the thread: `thread-start`, `inject` or `unchanged`.
     pub developer_instructions_delivery: String,
+    /// The model's reply.
     pub reply: String,
+    /// Figures of the turn (not serialised).
     #[serde(skip)]
     pub metrics: TurnMetrics,
 }
@@ -224,8 +282,11 @@ pub struct TurnMetrics {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactReport {
+    /// The session key.
     pub session_key: String,
+    /// The engine that compacted.
     pub engine_id: String,
+    /// The engine's compaction result.
     pub result: CompactResult,
     /// The backend's native compaction ran (delegated by the engine or by the host).
     pub native_compaction: bool,
@@ -234,11 +295,15 @@ pub struct CompactReport {
 /// A subagent spawn request (SPEC §7).
 #[derive(Debug, Clone)]
 pub struct SubagentSpawn {
+    /// The spawning session.
     pub parent_session_key: String,
+    /// The subagent's session.
     pub child_session_key: String,
+    /// How much of the parent's context the child gets.
     pub context_mode: SubagentContextMode,
     /// The caller asked for a light context: an `isolated` spawn then skips the hook.
     pub light_context: bool,
+    /// How long the engine should keep the spawn's preparation, in milliseconds.
     pub ttl_ms: Option<u64>,
 }
 
@@ -257,8 +322,6 @@ pub struct Harness {
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
     locks: Arc<SessionLocks>,
     holder: String,
-    /// Threads attached to the backend by this process.
-    attached: Mutex<HashSet<ThreadId>>,
     background: TaskTracker,
     warned: Mutex<HashSet<String>>,
     /// The lease generation this harness last held, per session (cache coherence across
@@ -275,15 +338,6 @@ impl std::fmt::Debug for Harness {
             .field("backend", &self.backend.label())
             .finish_non_exhaustive()
     }
-}
-
-/// Everything one turn plans before it touches the backend.
-struct Plan {
-    decision: ProjectionDecision,
-    input: String,
-    rendered_context_chars: usize,
-    effective_instructions: Option<String>,
-    delivery: InstructionDelivery,
 }
 
 impl Harness {
@@ -311,7 +365,6 @@ impl Harness {
                 std::process::id(),
                 uuid::Uuid::new_v4().simple()
             ),
-            attached: Mutex::new(HashSet::new()),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
             lease_generations: Mutex::new(HashMap::new()),
@@ -319,18 +372,22 @@ impl Harness {
         }
     }
 
+    /// The backend the turns run on.
     pub fn backend(&self) -> &Arc<dyn ThreadedBackend> {
         &self.backend
     }
 
+    /// The state store (bindings, transcripts, leases, outbox).
     pub fn store(&self) -> &Arc<dyn StateStore> {
         &self.store
     }
 
+    /// The selected engine, behind its quarantine guard.
     pub fn engine(&self) -> &Arc<QuarantineEngine> {
         &self.engine
     }
 
+    /// The harness's settings.
     pub fn config(&self) -> &HarnessConfig {
         &self.cfg
     }
@@ -411,9 +468,9 @@ impl Harness {
                     Ok(None) => Ok(None),
                     Ok(Some(stored)) => serde_json::from_str::<ThreadBinding>(&stored.json)
                         .map(|b| Some(Arc::new(b)))
-                        .map_err(|e| HarnessError::Binding {
+                        .map_err(|source| HarnessError::Binding {
                             key: owned.clone(),
-                            message: e.to_string(),
+                            source,
                         }),
                     Err(source) => Err(HarnessError::Store {
                         operation: "load binding",
@@ -441,9 +498,9 @@ impl Harness {
         binding: ThreadBinding,
         guard: &SessionGuard,
     ) -> Result<(), HarnessError> {
-        let json = serde_json::to_string(&binding).map_err(|e| HarnessError::Encode {
+        let json = serde_json::to_string(&binding).map_err(|source| HarnessError::Encode {
             what: "the thread binding",
-            message: e.to_string(),
+            source,
         })?;
         self.store
             .record_turn(

@@ -18,13 +18,19 @@ pub fn now_ms() -> u64 {
 
 /// Why a session could not be taken.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionLockError {
+    /// Another holder kept the session's lease for longer than the harness waits.
     #[error("session {session:?} is busy: another process ({holder}) is running a turn on it; waited {waited_ms} ms")]
     Busy {
+        /// The session (its binding key).
         session: String,
+        /// The lease's holder.
         holder: String,
+        /// How long this harness waited.
         waited_ms: u64,
     },
+    /// The store failed to hand out the lease.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -41,6 +47,7 @@ pub struct SessionLocks {
 /// A held session: the in-process guard plus the store lease (released on `release`).
 pub struct SessionGuard {
     _local: OwnedMutexGuard<()>,
+    /// The store lease held.
     pub lease: Lease,
     store: Arc<dyn StateStore>,
     released: bool,

@@ -1,6 +1,11 @@
 //! Subagent hooks (SPEC §7).
 
-use super::*;
+use super::{Harness, HarnessError, SubagentSpawn};
+use crate::contract::{
+    ContextEngine, EngineMethod, HostOperation, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    RollbackSubagentSpawnParams, SubagentContextMode, SubagentEndReason,
+};
+use crate::host::check_host_requirements;
 
 impl Harness {
     /// Spawns a subagent (SPEC §7): `prepareSubagentSpawn` (skipped for a light isolated spawn),

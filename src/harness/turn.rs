@@ -1,8 +1,89 @@
-//! One turn of one session (SPEC §11): lock, bootstrap, assemble, bound/decide/render, the
-//! backend turn with its one retry on a fresh thread, then commit or afterTurn, maintenance and
-//! the binding.
+//! One turn of one session (SPEC §11): lock, bootstrap, assemble, plan (the pure
+//! [`plan_turn`]), the backend turn with its one retry on a fresh thread, then record the turn
+//! (transcript and binding together), notify the engine (`lifecycle`: commit or afterTurn,
+//! maintenance) and report.
 
-use super::*;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::session::{now_ms, SessionGuard};
+use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
+use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
+use crate::contract::{
+    AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
+    EngineMethod, HostOperation, MaintainReason, PromptAuthority,
+};
+use crate::engines::LEGACY_ENGINE_ID;
+use crate::host::check_host_requirements;
+use crate::host_params::project_host_params;
+use crate::projection::{
+    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint,
+    tools_fingerprint, EffectiveMode, InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding,
+    ThreadChoice, TurnPlan, BINDING_SCHEMA_VERSION,
+};
+use crate::quarantine::QuarantineEngine;
+use crate::store::TranscriptEntry;
+
+/// What every step of one turn works with once the session is held and the serving engine
+/// chosen (instead of long parameter lists).
+pub(super) struct TurnContext<'a> {
+    /// The caller's request.
+    pub(super) spec: &'a TurnSpec,
+    /// The session's current id (a compaction may have named a successor).
+    pub(super) session_id: String,
+    /// The held session (its lease generation fences the store writes).
+    pub(super) guard: &'a SessionGuard,
+    /// The engine serving this turn: the selected one, or legacy when degraded.
+    pub(super) serving: &'a QuarantineEngine,
+    /// The serving engine's info.
+    pub(super) info: EngineInfo,
+    /// An engine other than legacy answers this turn.
+    pub(super) engine_active: bool,
+    /// The serving engine's policy fingerprint.
+    pub(super) policy_fingerprint: String,
+    /// The host's tool catalogue fingerprint.
+    pub(super) tools_fingerprint: String,
+}
+
+impl TurnContext<'_> {
+    /// The engine the turn is recorded and reported under.
+    pub(super) fn active_engine_id(&self) -> &str {
+        if self.engine_active {
+            self.info.id.as_str()
+        } else {
+            LEGACY_ENGINE_ID
+        }
+    }
+
+    /// The session key of the turn.
+    pub(super) fn session_key(&self) -> &str {
+        &self.spec.session_key
+    }
+}
+
+/// The backend's side of a turn it accepted.
+struct ExecutedTurn {
+    outcome: TurnOutcome,
+    action: ThreadAction,
+    /// Characters sent to the backend (input, instructions on start, injected text).
+    backend_chars: usize,
+}
+
+/// A backend failure of a turn, and whether it happened on a fresh thread.
+struct FailedTurn {
+    error: BackendError,
+    fresh_thread: bool,
+}
+
+/// The two transcript entries a turn appended.
+pub(super) struct RecordedTurn {
+    /// The turn's id (also the durable advancement key).
+    pub(super) turn_id: String,
+    /// The user's message.
+    pub(super) user: AgentMessage,
+    /// The model's reply.
+    pub(super) assistant: AgentMessage,
+}
 
 impl Harness {
     /// Runs one turn of one session (SPEC §11).
@@ -20,7 +101,7 @@ impl Harness {
         self.turn_inner(spec, events).instrument(span).await
     }
 
-    pub(super) async fn turn_inner(
+    async fn turn_inner(
         &self,
         spec: TurnSpec,
         events: Option<mpsc::Sender<TurnEvent>>,
@@ -77,48 +158,31 @@ impl Harness {
         }
         // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
         // is not enough: a harness configured with legacy has its own legacy wrapper.
-        let engine_active = serving.active_engine_id() != crate::engines::LEGACY_ENGINE_ID;
+        let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
+        let ctx = TurnContext {
+            spec: &spec,
+            session_id,
+            guard: &guard,
+            serving,
+            policy_fingerprint: self.policy_fingerprint(&serving_info),
+            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
+            info: serving_info,
+            engine_active,
+        };
 
-        // 5–8. Plan, run, and on an overflow on a resumed thread or a lost thread, retry once on
+        // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
         // a fresh thread with the projection cleared.
         let mut stored_view = stored.clone();
         let mut retried = false;
-        loop {
-            let plan = self.plan(
-                &spec,
-                &serving_info,
-                engine_active,
-                &assembled,
-                stored_view.as_deref(),
-            );
-            match self
-                .execute(&spec, &plan, stored.is_some(), events.clone())
-                .await
-            {
-                Ok((outcome, action, backend_chars)) => {
-                    let report = self
-                        .finish_turn(
-                            &spec,
-                            &session_id,
-                            &guard,
-                            serving,
-                            &serving_info,
-                            engine_active,
-                            messages,
-                            plan,
-                            outcome,
-                            action,
-                            backend_chars,
-                            retried,
-                        )
-                        .await?;
-                    if let Err(e) = guard.release() {
-                        tracing::warn!(error = %e, "could not release the session lease; it will expire");
-                    }
-                    return Ok(report);
-                }
-                Err((error, fresh_thread)) => {
+        let (plan, executed) = loop {
+            let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
+            match self.execute(&plan, stored.is_some(), events.clone()).await {
+                Ok(executed) => break (plan, executed),
+                Err(FailedTurn {
+                    error,
+                    fresh_thread,
+                }) => {
                     let recoverable = match &error {
                         BackendError::ContextOverflow { .. } => !fresh_thread && engine_active,
                         BackendError::ThreadNotFound { .. } => true,
@@ -136,7 +200,18 @@ impl Harness {
                     stored_view = None;
                 }
             }
+        };
+
+        // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
+        let recorded = self.record_turn(&ctx, &plan, &executed.outcome).await?;
+        self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
+            .await?;
+        self.persist_quarantines();
+        let report = turn_report(&ctx, plan, executed, retried);
+        if let Err(e) = guard.release() {
+            tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
+        Ok(report)
     }
 
     /// Why this turn must run on legacy (SPEC §6), if it must.
@@ -285,71 +360,36 @@ impl Harness {
         estimate > budget as f64
     }
 
-    pub(super) fn plan(
+    /// Plans the turn with [`plan_turn`] and logs its warning and the projection decision.
+    fn plan(
         &self,
-        spec: &TurnSpec,
-        info: &EngineInfo,
-        engine_active: bool,
+        ctx: &TurnContext<'_>,
         assembled: &AssembleResult,
         stored: Option<&ThreadBinding>,
-    ) -> Plan {
-        let policy = self.policy_fingerprint(info);
-        let tools = tools_fingerprint(&self.cfg.tools);
-        let bounded = bound_assembled(assembled, self.cfg.transcript_byte_limit);
-        let requested = if engine_active {
-            bounded.projection()
-        } else {
-            None
-        };
-        let mut decision = decide(&DecisionInput {
-            engine_active,
-            engine_id: &info.id,
-            policy_fingerprint: &policy,
-            tools_fingerprint: &tools,
-            requested,
+    ) -> TurnPlan {
+        let plan = plan_turn(&PlanInput {
+            prompt: &ctx.spec.prompt,
+            engine_active: ctx.engine_active,
+            engine_id: &ctx.info.id,
+            policy_fingerprint: &ctx.policy_fingerprint,
+            tools_fingerprint: &ctx.tools_fingerprint,
+            assembled,
             stored,
             backend: self.backend.kind(),
+            transcript_byte_limit: self.cfg.transcript_byte_limit,
+            developer_instructions: self.cfg.developer_instructions.as_deref(),
+            drift_policy: self.cfg.drift_policy,
+            sends_instructions_per_request: self.backend.sends_instructions_per_request(),
+            token_budget: self.cfg.token_budget,
+            turn_input_limit: self.backend.turn_input_limit(),
         });
+        let decision = &plan.decision;
         if let Some(w) = &decision.warning {
-            tracing::warn!(session = %spec.session_key, "{w}");
+            tracing::warn!(session = %ctx.session_key(), "{w}");
         }
-        let addition = if engine_active {
-            bounded.system_prompt_addition
-        } else {
-            None
-        };
-        let effective =
-            effective_developer_instructions(self.cfg.developer_instructions.as_deref(), addition);
-        let thread_is_new = matches!(decision.thread, ThreadChoice::New);
-        let mut delivery = plan_instruction_delivery(
-            effective.as_deref(),
-            stored.map(|b| b.developer_instructions_sha256.as_str()),
-            self.cfg.drift_policy,
-            thread_is_new,
-            self.backend.sends_instructions_per_request(),
-        );
-        if delivery == InstructionDelivery::Rotate {
-            decision = decision.force_new_thread();
-            delivery = InstructionDelivery::ThreadStart;
-        }
-        let render_mode = decision.render_mode();
-        let messages: &[AgentMessage] = if render_mode.is_some() {
-            bounded.messages
-        } else {
-            &[]
-        };
-        let rendered = render_turn_input(
-            messages,
-            &spec.prompt,
-            &RenderOptions {
-                mode: render_mode.unwrap_or(RenderMode::PerTurn),
-                token_budget: self.cfg.token_budget,
-                turn_input_limit: self.backend.turn_input_limit(),
-            },
-        );
         tracing::info!(
-            session = %spec.session_key,
-            engine = %info.id,
+            session = %ctx.session_key(),
+            engine = %ctx.info.id,
             mode = %decision.mode,
             epoch = decision.epoch.as_deref().unwrap_or(""),
             fingerprint = decision.fingerprint.as_deref().unwrap_or(""),
@@ -357,17 +397,11 @@ impl Harness {
             previous_epoch = decision.previous_epoch.as_deref().unwrap_or(""),
             projected = decision.projected(),
             reason = %decision.reason,
-            rendered_chars = rendered.context_chars,
-            bounded = bounded.bounded,
+            rendered_chars = plan.rendered_context_chars,
+            bounded = plan.bounded,
             "projection decision"
         );
-        Plan {
-            rendered_context_chars: rendered.context_chars,
-            input: rendered.text,
-            decision,
-            effective_instructions: effective,
-            delivery,
-        }
+        plan
     }
 
     pub(super) fn policy_fingerprint(&self, info: &EngineInfo) -> String {
@@ -382,30 +416,22 @@ impl Harness {
         })
     }
 
-    pub(super) fn is_attached(&self, thread: &ThreadId) -> bool {
-        self.attached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(thread)
-    }
-
-    pub(super) fn mark_attached(&self, thread: &ThreadId) {
-        self.attached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(thread.clone());
-    }
-
-    /// Starts / resumes the thread, delivers drifted instructions and runs the turn. The error
-    /// side says whether the thread was fresh. `had_thread`: the session had a bound thread
-    /// before this turn (a new thread is then a rotation, also on a retry).
-    pub(super) async fn execute(
+    /// Starts / resumes the thread, delivers drifted instructions and runs the turn.
+    /// `had_thread`: the session had a bound thread before this turn (a new thread is then a
+    /// rotation, also on a retry). Resuming is the backend's business: it knows whether its
+    /// connection has the thread loaded, and resuming a loaded thread does nothing.
+    async fn execute(
         &self,
-        spec: &TurnSpec,
-        plan: &Plan,
+        plan: &TurnPlan,
         had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
-    ) -> Result<(TurnOutcome, ThreadAction, usize), (BackendError, bool)> {
+    ) -> Result<ExecutedTurn, FailedTurn> {
+        let failed = |fresh_thread: bool| {
+            move |error: BackendError| FailedTurn {
+                error,
+                fresh_thread,
+            }
+        };
         let mut backend_chars = 0usize;
         let (thread, action, fresh) = match &plan.decision.thread {
             ThreadChoice::New => {
@@ -417,8 +443,7 @@ impl Harness {
                         model: self.cfg.model.clone(),
                     })
                     .await
-                    .map_err(|e| (e, true))?;
-                self.mark_attached(&thread);
+                    .map_err(failed(true))?;
                 backend_chars += plan
                     .effective_instructions
                     .as_deref()
@@ -431,18 +456,15 @@ impl Harness {
                 (thread, action, true)
             }
             ThreadChoice::Reuse(thread) => {
-                if !self.is_attached(thread) {
-                    self.backend
-                        .resume_thread(thread)
-                        .await
-                        .map_err(|e| (e, false))?;
-                    self.mark_attached(thread);
-                }
+                self.backend
+                    .resume_thread(thread)
+                    .await
+                    .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
                     self.backend
                         .inject_developer_message(thread, text)
                         .await
-                        .map_err(|e| (e, false))?;
+                        .map_err(failed(false))?;
                     backend_chars += text.chars().count();
                 }
                 (thread.clone(), ThreadAction::Resumed, false)
@@ -471,59 +493,46 @@ impl Harness {
             forward
         );
         backend_chars += plan.input.chars().count();
-        let _ = &spec;
-        outcome
-            .map(|o| (o, action, backend_chars))
-            .map_err(|e| (e, fresh))
+        let outcome = outcome.map_err(failed(fresh))?;
+        Ok(ExecutedTurn {
+            outcome,
+            action,
+            backend_chars,
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn finish_turn(
+    /// Appends the turn to the transcript and writes the binding, in one store transaction,
+    /// right after the backend accepted the turn: the thread has received what the binding
+    /// records. Written before the engine's commit/afterTurn/maintain, it survives ctxbridge
+    /// dying in one of those (the restarted turn reuses the thread instead of re-projecting
+    /// elsewhere).
+    async fn record_turn(
         &self,
-        spec: &TurnSpec,
-        session_id: &str,
-        guard: &SessionGuard,
-        serving: &QuarantineEngine,
-        info: &EngineInfo,
-        engine_active: bool,
-        mut messages: Vec<AgentMessage>,
-        plan: Plan,
-        outcome: TurnOutcome,
-        action: ThreadAction,
-        backend_chars: usize,
-        retried: bool,
-    ) -> Result<TurnReport, HarnessError> {
-        // 7. Transcript append.
+        ctx: &TurnContext<'_>,
+        plan: &TurnPlan,
+        outcome: &TurnOutcome,
+    ) -> Result<RecordedTurn, HarnessError> {
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         let now = now_ms();
-        let mut user = AgentMessage::user(spec.prompt.clone()).with_id(format!("{turn_id}-user"));
+        let mut user =
+            AgentMessage::user(ctx.spec.prompt.clone()).with_id(format!("{turn_id}-user"));
         user.timestamp = Some(serde_json::json!(now));
         let mut assistant =
             AgentMessage::assistant(outcome.reply.clone()).with_id(format!("{turn_id}-assistant"));
         assistant.timestamp = Some(serde_json::json!(now));
-        // The transcript and the binding advance together, in one store transaction, right
-        // after the backend accepted the turn: the thread has received what the binding
-        // records. Writing it before the engine's commit/afterTurn/maintain keeps it when
-        // ctxbridge dies in one of those (the restarted turn reuses the thread instead of
-        // re-projecting elsewhere).
-        let decision = &plan.decision;
-        let active_id = if engine_active {
-            info.id.as_str()
-        } else {
-            crate::engines::LEGACY_ENGINE_ID
-        };
-        let policy = self.policy_fingerprint(info);
         let binding = ThreadBinding {
             schema_version: BINDING_SCHEMA_VERSION,
-            binding_key: self.binding_key_for(&spec.session_key),
+            binding_key: self.binding_key_for(ctx.session_key()),
             backend: self.backend.kind(),
             thread_id: outcome.thread_id.clone(),
-            engine: decision.engine_binding(active_id, &policy),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
+            engine: plan
+                .decision
+                .engine_binding(ctx.active_engine_id(), &ctx.policy_fingerprint),
+            tools_fingerprint: ctx.tools_fingerprint.clone(),
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
-            generation: guard.generation(),
+            generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };
         let entries = [
@@ -536,165 +545,55 @@ impl Harness {
                 message: assistant.clone(),
             },
         ];
-        self.record_turn_state(session_id, &entries, binding, guard)
+        self.record_turn_state(&ctx.session_id, &entries, binding, ctx.guard)
             .await?;
-
-        let pre_prompt = messages.len();
-        messages.push(user.clone());
-        messages.push(assistant.clone());
-
-        let fallback = retried.then_some(ReasonCode::ContextOverflow);
-        let auto_summary = outcome
-            .auto_compaction
-            .as_ref()
-            .and_then(|c| c.summary.clone());
-
-        // Durable engines → outbox + commitTurn; others → afterTurn / ingestBatch / ingest.
-        let methods = serving.methods();
-        let durable = engine_active
-            && info.declares_durable_turns()
-            && methods.contains(EngineMethod::CommitTurn);
-        if durable {
-            let params = CommitTurnParams {
-                advancement_key: turn_id.clone(),
-                admission: user.clone(),
-                terminal: assistant.clone(),
-                messages: vec![user, assistant],
-                session_id: session_id.to_string(),
-                session_key: Some(spec.session_key.clone()),
-                session_target: self
-                    .facts(&spec.session_key, session_id, Some(&outcome.thread_id))
-                    .session_target,
-                runtime_settings: Some(self.runtime_settings(serving, fallback)),
-                runtime_context: None,
-                is_heartbeat: spec.is_heartbeat.then_some(true),
-            };
-            let row = OutboxRow {
-                session_id: session_id.to_string(),
-                advancement_key: turn_id.clone(),
-                engine_id: info.id.clone(),
-                params_json: serde_json::to_string(&params).map_err(|e| HarnessError::Encode {
-                    what: "commitTurn params",
-                    message: e.to_string(),
-                })?,
-                attempts: 0,
-                last_error: None,
-            };
-            self.store
-                .enqueue_outbox(&row)
-                .map_err(store_err("enqueue outbox row"))?;
-            self.commit_row(serving, &spec.session_key, session_id, params)
-                .await;
-        } else if methods.contains(EngineMethod::AfterTurn) {
-            let params = project_host_params(
-                AfterTurnParams {
-                    session_id: session_id.to_string(),
-                    session_key: Some(spec.session_key.clone()),
-                    session_target: self
-                        .facts(&spec.session_key, session_id, Some(&outcome.thread_id))
-                        .session_target,
-                    messages: messages.clone(),
-                    pre_prompt_message_count: pre_prompt as u64,
-                    auto_compaction_summary: auto_summary.clone(),
-                    is_heartbeat: spec.is_heartbeat.then_some(true),
-                    token_budget: self.cfg.token_budget,
-                    runtime_settings: Some(self.runtime_settings(serving, fallback)),
-                    runtime_context: Some(self.runtime_context(
-                        &spec.session_key,
-                        session_id,
-                        Some(&outcome.thread_id),
-                        true,
-                    )),
-                },
-                info,
-            );
-            if let Err(e) = serving.after_turn(params).await {
-                tracing::warn!(error = %e, "afterTurn failed");
-            }
-        } else if methods.contains(EngineMethod::IngestBatch) {
-            let params = project_host_params(
-                IngestBatchParams {
-                    session_id: session_id.to_string(),
-                    session_key: Some(spec.session_key.clone()),
-                    messages: messages[pre_prompt..].to_vec(),
-                    is_heartbeat: spec.is_heartbeat.then_some(true),
-                },
-                info,
-            );
-            if let Err(e) = serving.ingest_batch(params).await {
-                tracing::warn!(error = %e, "ingestBatch failed");
-            }
-        } else {
-            for message in &messages[pre_prompt..] {
-                let params = project_host_params(
-                    IngestParams {
-                        session_id: session_id.to_string(),
-                        session_key: Some(spec.session_key.clone()),
-                        message: Some(message.clone()),
-                        is_heartbeat: spec.is_heartbeat.then_some(true),
-                    },
-                    info,
-                );
-                if let Err(e) = serving.ingest(params).await {
-                    tracing::warn!(error = %e, "ingest failed");
-                }
-            }
-        }
-
-        // Maintenance after the turn, and after native compaction.
-        self.maintain(
-            serving,
-            &spec.session_key,
-            session_id,
-            MaintainReason::Turn,
-            Some(&outcome.thread_id),
-        )
-        .await;
-        if outcome.auto_compaction.is_some() {
-            self.maintain(
-                serving,
-                &spec.session_key,
-                session_id,
-                MaintainReason::Compaction,
-                Some(&outcome.thread_id),
-            )
-            .await;
-        }
-
-        self.persist_quarantines();
-
-        let delivery = match (&plan.delivery, action) {
-            (_, ThreadAction::Started | ThreadAction::Rotated) => "thread-start",
-            (InstructionDelivery::Inject(_), _) => "inject",
-            _ => "unchanged",
-        };
-        Ok(TurnReport {
-            session_key: spec.session_key.clone(),
-            engine_id: active_id.to_string(),
-            mode: decision.mode.as_str().to_string(),
-            epoch: decision.epoch.clone(),
-            fingerprint: decision.fingerprint.clone(),
-            thread_id: outcome.thread_id.0.clone(),
-            thread_action: action,
-            projected: decision.projected(),
-            reason: decision.reason.as_str().to_string(),
-            prompt_chars: plan.input.chars().count(),
-            developer_instructions_chars: plan
-                .effective_instructions
-                .as_deref()
-                .map_or(0, |s| s.chars().count()),
-            developer_instructions_delivery: delivery.to_string(),
-            reply: outcome.reply,
-            metrics: TurnMetrics {
-                backend_chars,
-                rendered_context_chars: if decision.mode == EffectiveMode::None {
-                    0
-                } else {
-                    plan.rendered_context_chars
-                },
-                retried,
-                auto_compacted: outcome.auto_compaction.is_some(),
-            },
+        Ok(RecordedTurn {
+            turn_id,
+            user,
+            assistant,
         })
+    }
+}
+
+/// The `turn --json` report of a turn that went through.
+fn turn_report(
+    ctx: &TurnContext<'_>,
+    plan: TurnPlan,
+    executed: ExecutedTurn,
+    retried: bool,
+) -> TurnReport {
+    let decision = &plan.decision;
+    let delivery = match (&plan.delivery, executed.action) {
+        (_, ThreadAction::Started | ThreadAction::Rotated) => "thread-start",
+        (InstructionDelivery::Inject(_), _) => "inject",
+        _ => "unchanged",
+    };
+    TurnReport {
+        session_key: ctx.session_key().to_string(),
+        engine_id: ctx.active_engine_id().to_string(),
+        mode: decision.mode.as_str().to_string(),
+        epoch: decision.epoch.clone(),
+        fingerprint: decision.fingerprint.clone(),
+        thread_id: executed.outcome.thread_id.0.clone(),
+        thread_action: executed.action,
+        projected: decision.projected(),
+        reason: decision.reason.as_str().to_string(),
+        prompt_chars: plan.input.chars().count(),
+        developer_instructions_chars: plan
+            .effective_instructions
+            .as_deref()
+            .map_or(0, |s| s.chars().count()),
+        developer_instructions_delivery: delivery.to_string(),
+        metrics: TurnMetrics {
+            backend_chars: executed.backend_chars,
+            rendered_context_chars: if decision.mode == EffectiveMode::None {
+                0
+            } else {
+                plan.rendered_context_chars
+            },
+            retried,
+            auto_compacted: executed.outcome.auto_compaction.is_some(),
+        },
+        reply: executed.outcome.reply,
     }
 }

@@ -21,8 +21,8 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::decision::EffectiveMode;
 use super::fingerprint::{push_u64, sha256_hex_bytes, write_json_string};
+use super::mode::EffectiveMode;
 use crate::backend::{BackendKind, ThreadId};
 use crate::contract::{ProjectionMode, TurnMaintenanceMode};
 
@@ -35,13 +35,21 @@ pub const POLICY_SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadBinding {
+    /// [`BINDING_SCHEMA_VERSION`] when written by ctxbridge.
     pub schema_version: u32,
+    /// The session's binding key ([`binding_key`]).
     pub binding_key: String,
+    /// The backend kind the thread lives on.
     pub backend: BackendKind,
+    /// The backend thread.
     pub thread_id: ThreadId,
+    /// The engine that fed the thread, and how.
     pub engine: EngineBinding,
+    /// The tool catalogue the thread was fed with ([`tools_fingerprint`]).
     pub tools_fingerprint: String,
+    /// SHA-256 (hex) of the developer instructions the thread has received.
     pub developer_instructions_sha256: String,
+    /// The session lease generation that wrote the record.
     pub generation: u64,
     /// Milliseconds since the Unix epoch.
     pub updated_at: u64,
@@ -51,7 +59,9 @@ pub struct ThreadBinding {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineBinding {
+    /// The engine that served the thread's turns (`legacy` when inactive).
     pub engine_id: String,
+    /// That engine's policy fingerprint ([`policy_fingerprint`]).
     pub policy_fingerprint: String,
     /// The bootstrap projection the thread received (thread_bootstrap mode only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,7 +78,9 @@ pub struct EngineBinding {
 pub struct BindingProjection {
     /// Always `thread_bootstrap` when written by ctxbridge; anything else never matches.
     pub mode: ProjectionMode,
+    /// The (trimmed) epoch the thread was bootstrapped with.
     pub epoch: String,
+    /// The (trimmed) fingerprint of the bootstrap, when the engine gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
 }
@@ -102,11 +114,17 @@ pub fn binding_key(agent_id: &str, session_key: Option<&str>, session_id: &str) 
 /// What the policy fingerprint covers (SPEC §9.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyInputs<'a> {
+    /// The engine's id.
     pub engine_id: &'a str,
+    /// The engine's version, when it declares one.
     pub engine_version: Option<&'a str>,
+    /// Whether the engine owns compaction.
     pub owns_compaction: bool,
+    /// Whether the engine's turn maintenance runs in the foreground or deferred.
     pub turn_maintenance_mode: TurnMaintenanceMode,
+    /// The host's citations mode.
     pub citations_mode: Option<&'a str>,
+    /// The prompt token budget.
     pub context_token_budget: Option<u64>,
     /// The context cap in chars ([`super::render::context_cap_chars`]).
     pub projection_max_chars: u64,

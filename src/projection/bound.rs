@@ -28,6 +28,7 @@ pub struct Bounded<'a> {
     /// The projection: the assembled one when nothing was dropped, else the bounded
     /// `thread_bootstrap` projection (owned).
     pub projection: Option<Cow<'a, ContextProjection>>,
+    /// The engine's `systemPromptAddition` (never cut).
     pub system_prompt_addition: Option<&'a str>,
     /// How many of the oldest messages were dropped.
     pub omitted_messages: usize,

@@ -23,37 +23,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::binding::{BindingProjection, EngineBinding, ThreadBinding, BINDING_SCHEMA_VERSION};
+use super::mode::EffectiveMode;
 use super::render::RenderMode;
 use crate::backend::{BackendKind, ThreadId};
 use crate::contract::{ContextProjection, ProjectionMode};
 use crate::engines::legacy::LEGACY_ENGINE_ID;
-
-/// The projection mode a turn runs in (`mode` of `turn --json`), also recorded in the binding
-/// as `engine.projectionMode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EffectiveMode {
-    /// Bare prompt (inactive engine).
-    None,
-    PerTurn,
-    ThreadBootstrap,
-}
-
-impl EffectiveMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EffectiveMode::None => "none",
-            EffectiveMode::PerTurn => "per_turn",
-            EffectiveMode::ThreadBootstrap => "thread_bootstrap",
-        }
-    }
-}
-
-impl fmt::Display for EffectiveMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the turn sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +41,7 @@ pub enum ProjectionAction {
 }
 
 impl ProjectionAction {
+    /// The action's name for logs: `project`, `reuse` or `bare`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProjectionAction::Project => "project",
@@ -89,17 +64,26 @@ pub enum ThreadChoice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecisionReason {
+    /// `thread_bootstrap` and no usable stored binding.
     MissingThreadBinding,
+    /// `thread_bootstrap` and the binding records no projection.
     MissingProjectionBinding,
+    /// The binding's engine id or policy fingerprint differs.
     ContextEngineBindingMismatch,
+    /// The binding's tools fingerprint differs.
     DynamicToolsMismatch,
+    /// The binding's projection mode, epoch or fingerprint differs.
     ProjectionMismatch,
+    /// Everything matches: the thread is reused with the bare prompt.
     MatchingThreadBootstrapBinding,
+    /// An active engine projecting every turn.
     PerTurnProjection,
+    /// An inactive engine: the bare prompt.
     LegacyEngine,
 }
 
 impl DecisionReason {
+    /// The contract's string for the reason (e.g. `missing-thread-binding`).
     pub fn as_str(self) -> &'static str {
         match self {
             DecisionReason::MissingThreadBinding => "missing-thread-binding",
@@ -147,8 +131,11 @@ impl fmt::Display for BlankEpochWarning {
 pub struct DecisionInput<'a> {
     /// Whether the serving engine is active (false: legacy, quarantined, degraded to legacy).
     pub engine_active: bool,
+    /// The serving engine's id.
     pub engine_id: &'a str,
+    /// The serving engine's policy fingerprint.
     pub policy_fingerprint: &'a str,
+    /// The host's tool catalogue fingerprint.
     pub tools_fingerprint: &'a str,
     /// The projection of the (bounded) assembled result.
     pub requested: Option<&'a ContextProjection>,
@@ -161,14 +148,19 @@ pub struct DecisionInput<'a> {
 /// The decision for one turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectionDecision {
+    /// What the turn sends.
     pub action: ProjectionAction,
+    /// Which thread the turn runs on.
     pub thread: ThreadChoice,
+    /// Why (the row of the table that applied).
     pub reason: DecisionReason,
+    /// The projection mode of the turn.
     pub mode: EffectiveMode,
     /// The (trimmed) epoch in thread_bootstrap mode.
     pub epoch: Option<String>,
     /// The (trimmed, non-blank) fingerprint in thread_bootstrap mode.
     pub fingerprint: Option<String>,
+    /// Set when a `thread_bootstrap` request with a blank epoch was downgraded to per-turn.
     pub warning: Option<BlankEpochWarning>,
     /// The stored binding's thread (for the decision log), when a usable binding exists.
     pub previous_thread: Option<ThreadId>,

@@ -102,6 +102,7 @@ pub enum RenderMode {
 /// Options of [`render_turn_input`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderOptions {
+    /// How tool payloads are rendered.
     pub mode: RenderMode,
     /// The token budget of the turn, when known (drives the context cap).
     pub token_budget: Option<u64>,

@@ -1,0 +1,436 @@
+//! The whole projection plan of one turn (SPEC §9), as one pure function: [`plan_turn`].
+//!
+//! It composes the steps the harness runs before it touches the backend: bound the assembled
+//! result (§9.3), decide project-or-reuse and the thread (§9.4, §9.5), plan the delivery of
+//! the developer instructions (§9.6) — where the `rotate` drift policy overrides the decision
+//! with a new thread — and render the turn input (§9.2). Everything it needs comes in as a
+//! [`PlanInput`]; the fingerprints are computed by the caller, which knows the engine and the
+//! host's settings. It logs nothing: the decision's warning and the figures for the decision
+//! log are part of the returned [`TurnPlan`].
+
+use super::binding::ThreadBinding;
+use super::bound::bound_assembled;
+use super::decision::{decide, DecisionInput, ProjectionDecision, ThreadChoice};
+use super::instructions::{
+    effective_developer_instructions, plan_instruction_delivery, DriftPolicy, InstructionDelivery,
+};
+use super::render::{render_turn_input, RenderMode, RenderOptions};
+use crate::backend::BackendKind;
+use crate::contract::{AgentMessage, AssembleResult};
+
+/// Everything [`plan_turn`] needs to know about one turn.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    /// The user's prompt of this turn.
+    pub prompt: &'a str,
+    /// Whether the serving engine is active (false: legacy, quarantined, degraded to legacy).
+    pub engine_active: bool,
+    /// The serving engine's id.
+    pub engine_id: &'a str,
+    /// The serving engine's policy fingerprint ([`super::binding::policy_fingerprint`]).
+    pub policy_fingerprint: &'a str,
+    /// The host's tool catalogue fingerprint ([`super::binding::tools_fingerprint`]).
+    pub tools_fingerprint: &'a str,
+    /// The engine's assembled result (before bounding).
+    pub assembled: &'a AssembleResult,
+    /// The session's stored binding, if any (`None` on a retry with the projection cleared).
+    pub stored: Option<&'a ThreadBinding>,
+    /// The backend the turn runs on.
+    pub backend: BackendKind,
+    /// The host's transcript byte limit for a projected view (SPEC §9.3).
+    pub transcript_byte_limit: usize,
+    /// The configured developer instructions (the engine's `systemPromptAddition` is added).
+    pub developer_instructions: Option<&'a str>,
+    /// What to do when the effective developer instructions drift from the thread's.
+    pub drift_policy: DriftPolicy,
+    /// Whether the backend sends the developer instructions with every request.
+    pub sends_instructions_per_request: bool,
+    /// The turn's token budget, when known (drives the context cap).
+    pub token_budget: Option<u64>,
+    /// The backend's limit on the whole turn input, in chars.
+    pub turn_input_limit: usize,
+}
+
+/// What one turn sends, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnPlan {
+    /// The project-or-reuse decision, after a `rotate` override (then on a new thread).
+    pub decision: ProjectionDecision,
+    /// The turn input: the rendered context and the prompt, or the bare prompt.
+    pub input: String,
+    /// Chars of rendered context in `input` (0 without a frame).
+    pub rendered_context_chars: usize,
+    /// Whether the assembled result was cut to the transcript byte limit.
+    pub bounded: bool,
+    /// The effective developer instructions (configured plus the engine's addition).
+    pub effective_instructions: Option<String>,
+    /// How the instructions reach the thread: never [`InstructionDelivery::Rotate`] (a
+    /// rotation is planned as a new thread that receives them on start).
+    pub delivery: InstructionDelivery,
+}
+
+/// Plans one turn: bound, decide, plan the instruction delivery (a `rotate` forces a new
+/// thread), render. Pure: the same input always gives the same plan.
+pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
+    let bounded = bound_assembled(input.assembled, input.transcript_byte_limit);
+    // An inactive engine's output is not used at all: no projection, no instruction addition.
+    let requested = if input.engine_active {
+        bounded.projection()
+    } else {
+        None
+    };
+    let mut decision = decide(&DecisionInput {
+        engine_active: input.engine_active,
+        engine_id: input.engine_id,
+        policy_fingerprint: input.policy_fingerprint,
+        tools_fingerprint: input.tools_fingerprint,
+        requested,
+        stored: input.stored,
+        backend: input.backend,
+    });
+    let addition = if input.engine_active {
+        bounded.system_prompt_addition
+    } else {
+        None
+    };
+    let effective_instructions =
+        effective_developer_instructions(input.developer_instructions, addition);
+    let thread_is_new = matches!(decision.thread, ThreadChoice::New);
+    let mut delivery = plan_instruction_delivery(
+        effective_instructions.as_deref(),
+        input
+            .stored
+            .map(|b| b.developer_instructions_sha256.as_str()),
+        input.drift_policy,
+        thread_is_new,
+        input.sends_instructions_per_request,
+    );
+    if delivery == InstructionDelivery::Rotate {
+        decision = decision.force_new_thread();
+        delivery = InstructionDelivery::ThreadStart;
+    }
+    let render_mode = decision.render_mode();
+    let messages: &[AgentMessage] = if render_mode.is_some() {
+        bounded.messages
+    } else {
+        &[]
+    };
+    let rendered = render_turn_input(
+        messages,
+        input.prompt,
+        &RenderOptions {
+            mode: render_mode.unwrap_or(RenderMode::PerTurn),
+            token_budget: input.token_budget,
+            turn_input_limit: input.turn_input_limit,
+        },
+    );
+    TurnPlan {
+        decision,
+        input: rendered.text,
+        rendered_context_chars: rendered.context_chars,
+        bounded: bounded.bounded,
+        effective_instructions,
+        delivery,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::backend::ThreadId;
+    use crate::contract::ContextProjection;
+    use crate::projection::binding::{EngineBinding, BINDING_SCHEMA_VERSION};
+    use crate::projection::decision::{DecisionReason, ProjectionAction};
+    use crate::projection::instructions::developer_instructions_sha256;
+    use crate::projection::mode::EffectiveMode;
+    use crate::projection::render::{CODEX_TURN_INPUT_LIMIT_CHARS, FRAME_HEAD};
+
+    const ENGINE: &str = "lossless";
+    const POLICY: &str = "policy-1";
+    const TOOLS: &str = "tools-1";
+    const PROMPT: &str = "What next?";
+    const HISTORY: &str = "we talked about the blue bicycle";
+    const BASE: &str = "Be brief.";
+
+    fn assembled(projection: Option<ContextProjection>, addition: Option<&str>) -> AssembleResult {
+        AssembleResult {
+            messages: vec![
+                AgentMessage::user(HISTORY),
+                AgentMessage::assistant("noted"),
+            ],
+            estimated_tokens: 10.0,
+            system_prompt_addition: addition.map(str::to_owned),
+            prompt_authority: None,
+            context_projection: projection,
+        }
+    }
+
+    fn input<'a>(
+        assembled: &'a AssembleResult,
+        stored: Option<&'a ThreadBinding>,
+    ) -> PlanInput<'a> {
+        PlanInput {
+            prompt: PROMPT,
+            engine_active: true,
+            engine_id: ENGINE,
+            policy_fingerprint: POLICY,
+            tools_fingerprint: TOOLS,
+            assembled,
+            stored,
+            backend: BackendKind::Codex,
+            transcript_byte_limit: 4 * 1024 * 1024,
+            developer_instructions: Some(BASE),
+            drift_policy: DriftPolicy::Inject,
+            sends_instructions_per_request: false,
+            token_budget: None,
+            turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
+        }
+    }
+
+    /// A binding as the harness writes it after a turn planned from `plan`, on `thread`.
+    fn binding_after(plan: &TurnPlan, thread: &str) -> ThreadBinding {
+        ThreadBinding {
+            schema_version: BINDING_SCHEMA_VERSION,
+            binding_key: "session:main:s1".into(),
+            backend: BackendKind::Codex,
+            thread_id: ThreadId(thread.into()),
+            engine: plan.decision.engine_binding(ENGINE, POLICY),
+            tools_fingerprint: TOOLS.into(),
+            developer_instructions_sha256: developer_instructions_sha256(
+                plan.effective_instructions.as_deref(),
+            ),
+            generation: 1,
+            updated_at: 0,
+        }
+    }
+
+    fn legacy_binding(thread: &str) -> ThreadBinding {
+        ThreadBinding {
+            schema_version: BINDING_SCHEMA_VERSION,
+            binding_key: "session:main:s1".into(),
+            backend: BackendKind::Codex,
+            thread_id: ThreadId(thread.into()),
+            engine: EngineBinding {
+                engine_id: "legacy".into(),
+                policy_fingerprint: POLICY.into(),
+                projection: None,
+                projection_mode: Some(EffectiveMode::None),
+            },
+            tools_fingerprint: TOOLS.into(),
+            developer_instructions_sha256: developer_instructions_sha256(Some(BASE)),
+            generation: 1,
+            updated_at: 0,
+        }
+    }
+
+    fn reused(thread: &str) -> ThreadChoice {
+        ThreadChoice::Reuse(ThreadId(thread.into()))
+    }
+
+    /// An inactive engine sends the bare prompt: no frame, none of its projection or
+    /// instruction addition, on the legacy thread it already had.
+    #[test]
+    fn inactive_engine_sends_the_bare_prompt() {
+        let result = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Recall: X."),
+        );
+        let stored = legacy_binding("thr-legacy");
+        let mut plan_input = input(&result, Some(&stored));
+        plan_input.engine_active = false;
+        plan_input.engine_id = "legacy";
+        let plan = plan_turn(&plan_input);
+        assert_eq!(plan.input, PROMPT);
+        assert_eq!(plan.rendered_context_chars, 0);
+        assert_eq!(plan.decision.action, ProjectionAction::Bare);
+        assert_eq!(plan.decision.reason, DecisionReason::LegacyEngine);
+        assert_eq!(plan.decision.mode, EffectiveMode::None);
+        assert_eq!(plan.decision.thread, reused("thr-legacy"));
+        assert_eq!(plan.effective_instructions.as_deref(), Some(BASE));
+        assert_eq!(plan.delivery, InstructionDelivery::Unchanged);
+        // Without a binding the bare prompt goes to a new thread with the instructions.
+        let plan = plan_turn(&PlanInput {
+            stored: None,
+            ..plan_input
+        });
+        assert_eq!(plan.input, PROMPT);
+        assert_eq!(plan.decision.thread, ThreadChoice::New);
+        assert_eq!(plan.delivery, InstructionDelivery::ThreadStart);
+    }
+
+    /// The first thread_bootstrap turn projects the assembled context (framed, before the
+    /// prompt) into a new thread that receives the instructions on start.
+    #[test]
+    fn first_bootstrap_turn_projects_on_a_new_thread() {
+        let result = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Recall: X."),
+        );
+        let plan = plan_turn(&input(&result, None));
+        assert_eq!(plan.decision.reason, DecisionReason::MissingThreadBinding);
+        assert_eq!(plan.decision.action, ProjectionAction::Project);
+        assert_eq!(plan.decision.mode, EffectiveMode::ThreadBootstrap);
+        assert_eq!(plan.decision.thread, ThreadChoice::New);
+        assert!(plan.input.starts_with(FRAME_HEAD), "{}", plan.input);
+        assert!(plan.input.contains(HISTORY), "{}", plan.input);
+        assert!(plan.input.ends_with(PROMPT), "{}", plan.input);
+        assert!(plan.rendered_context_chars > HISTORY.len());
+        assert!(!plan.bounded);
+        assert_eq!(
+            plan.effective_instructions.as_deref(),
+            Some("Be brief.\n\nRecall: X.")
+        );
+        assert_eq!(plan.delivery, InstructionDelivery::ThreadStart);
+    }
+
+    /// The next turn with the same epoch reuses the thread with the bare prompt, and the
+    /// unchanged instructions need no delivery.
+    #[test]
+    fn matching_bootstrap_reuses_with_the_bare_prompt() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&result, None));
+        let stored = binding_after(&first, "thr-1");
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(
+            plan.decision.reason,
+            DecisionReason::MatchingThreadBootstrapBinding
+        );
+        assert_eq!(plan.decision.action, ProjectionAction::Reuse);
+        assert_eq!(plan.decision.thread, reused("thr-1"));
+        assert_eq!(plan.input, PROMPT);
+        assert_eq!(plan.rendered_context_chars, 0);
+        assert_eq!(plan.delivery, InstructionDelivery::Unchanged);
+    }
+
+    /// Under the rotate policy, drifted instructions on a reusable thread force a new thread
+    /// that receives them on start; the reuse becomes a projection and the reason stays.
+    #[test]
+    fn rotate_drift_forces_a_new_thread() {
+        let before = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&before, None));
+        let stored = binding_after(&first, "thr-1");
+        let drifted = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Recall: Y."),
+        );
+        let plan = plan_turn(&PlanInput {
+            drift_policy: DriftPolicy::Rotate,
+            ..input(&drifted, Some(&stored))
+        });
+        assert_eq!(plan.decision.thread, ThreadChoice::New);
+        assert_eq!(plan.decision.action, ProjectionAction::Project);
+        assert_eq!(
+            plan.decision.reason,
+            DecisionReason::MatchingThreadBootstrapBinding
+        );
+        assert_eq!(plan.delivery, InstructionDelivery::ThreadStart);
+        assert!(plan.input.starts_with(FRAME_HEAD), "{}", plan.input);
+        assert!(plan.input.contains(HISTORY), "{}", plan.input);
+        assert_eq!(
+            plan.effective_instructions.as_deref(),
+            Some("Be brief.\n\nRecall: Y.")
+        );
+    }
+
+    /// Under the inject policy, drifted instructions on a reused thread are injected as the
+    /// new text, and the turn stays a bare-prompt reuse.
+    #[test]
+    fn inject_drift_on_a_reused_thread() {
+        let before = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&before, None));
+        let stored = binding_after(&first, "thr-1");
+        let drifted = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Recall: Y."),
+        );
+        let plan = plan_turn(&input(&drifted, Some(&stored)));
+        assert_eq!(plan.decision.thread, reused("thr-1"));
+        assert_eq!(plan.decision.action, ProjectionAction::Reuse);
+        assert_eq!(plan.input, PROMPT);
+        assert_eq!(
+            plan.delivery,
+            InstructionDelivery::Inject("Be brief.\n\nRecall: Y.".into())
+        );
+    }
+
+    /// An assembled result over the transcript byte limit is bounded: the oldest turn is
+    /// dropped, the projection becomes a bounded bootstrap on a new thread, and only the
+    /// newest turn is rendered.
+    #[test]
+    fn bounded_view_projects_the_newest_turns() {
+        let old = "an old turn ".repeat(40);
+        let result = AssembleResult {
+            messages: vec![
+                AgentMessage::user(old.clone()),
+                AgentMessage::assistant("ok"),
+                AgentMessage::user(HISTORY),
+                AgentMessage::assistant("noted"),
+            ],
+            estimated_tokens: 10.0,
+            system_prompt_addition: None,
+            prompt_authority: None,
+            context_projection: Some(ContextProjection::per_turn()),
+        };
+        let plan = plan_turn(&PlanInput {
+            transcript_byte_limit: 300,
+            ..input(&result, None)
+        });
+        assert!(plan.bounded);
+        assert_eq!(plan.decision.mode, EffectiveMode::ThreadBootstrap);
+        assert!(plan
+            .decision
+            .epoch
+            .as_deref()
+            .is_some_and(|e| e.starts_with("bounded:")));
+        assert_eq!(plan.decision.thread, ThreadChoice::New);
+        assert!(plan.input.contains(HISTORY), "{}", plan.input);
+        assert!(!plan.input.contains(old.trim()), "{}", plan.input);
+        let unbounded = plan_turn(&input(&result, None));
+        assert!(!unbounded.bounded);
+        assert_eq!(unbounded.decision.mode, EffectiveMode::PerTurn);
+        assert!(unbounded.input.contains(old.trim()));
+    }
+
+    /// A backend that sends the instructions with every request needs no delivery even when
+    /// they drifted, under either policy: the thread is reused.
+    #[test]
+    fn per_request_instructions_need_no_delivery() {
+        let before = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&before, None));
+        let stored = binding_after(&first, "thr-1");
+        let drifted = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Recall: Y."),
+        );
+        for drift_policy in [DriftPolicy::Inject, DriftPolicy::Rotate] {
+            let plan = plan_turn(&PlanInput {
+                drift_policy,
+                sends_instructions_per_request: true,
+                ..input(&drifted, Some(&stored))
+            });
+            assert_eq!(plan.delivery, InstructionDelivery::Unchanged);
+            assert_eq!(plan.decision.thread, reused("thr-1"));
+            assert_eq!(plan.input, PROMPT);
+        }
+    }
+
+    /// The turn-input limit passed in caps the rendered input.
+    #[test]
+    fn turn_input_limit_caps_the_input() {
+        let long = "x".repeat(5_000);
+        let result = AssembleResult {
+            messages: vec![AgentMessage::user(long), AgentMessage::assistant("ok")],
+            ..assembled(Some(ContextProjection::per_turn()), None)
+        };
+        let limit = 2_000;
+        let plan = plan_turn(&PlanInput {
+            turn_input_limit: limit,
+            ..input(&result, None)
+        });
+        assert!(plan.input.chars().count() <= limit, "{}", plan.input.len());
+        assert!(plan.input.ends_with(PROMPT));
+        let roomy = plan_turn(&input(&result, None));
+        assert!(roomy.input.chars().count() > limit);
+    }
+}
