@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use ctxbridge::backend::conformance;
 use ctxbridge::backend::mock::{MockCall, MockFault};
-use ctxbridge::backend::*;
+use ctxbridge::backend::{
+    BackendError, MockBackend, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnRequest,
+};
 use ctxbridge::store::SqliteStore;
 use tokio::sync::mpsc;
 

@@ -20,7 +20,6 @@ use super::{
     NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
     Usage,
 };
-use crate::capabilities::Capability;
 
 /// How to run the app-server.
 #[derive(Debug, Clone)]
@@ -186,10 +185,6 @@ impl ThreadedBackend for CodexBackend {
 
     fn label(&self) -> &str {
         "the Codex app-server"
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
     }
 
     fn profile(&self) -> BackendProfile {

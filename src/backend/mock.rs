@@ -19,7 +19,6 @@ use super::{
     AutoCompaction, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
     ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
-use crate::capabilities::Capability;
 use crate::store::StateStore;
 
 const THREADS_NAMESPACE: &str = "mock-thread";
@@ -296,10 +295,6 @@ impl ThreadedBackend for MockBackend {
 
     fn label(&self) -> &str {
         "the mock backend"
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
     }
 
     fn profile(&self) -> BackendProfile {

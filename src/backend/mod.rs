@@ -199,6 +199,8 @@ pub const CODEX_TURN_INPUT_LIMIT_CHARS: usize = 1_048_576;
 /// [`ThreadedBackend::profile`], so each fact about a backend is stated in one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackendProfile {
+    /// The host capabilities the backend offers (SPEC §3).
+    pub capabilities: &'static [Capability],
     /// The longest turn input the backend accepts, in characters.
     pub turn_input_limit: usize,
     /// Whether the backend compacts its threads by itself (SPEC §10: then ctxbridge runs no
@@ -210,16 +212,19 @@ pub struct BackendProfile {
 }
 
 impl BackendProfile {
-    /// The Codex app-server (and the mock, which models it): threads keep their instructions
-    /// and compact themselves.
+    /// The Codex app-server (and the mock, which models it): every capability; threads keep
+    /// their instructions and compact themselves.
     pub const CODEX: BackendProfile = BackendProfile {
+        capabilities: &Capability::ALL,
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: true,
         instructions_per_request: false,
     };
 
-    /// The Responses API: every request carries its instructions, nothing compacts by itself.
+    /// The Responses API: every capability; every request carries its instructions, nothing
+    /// compacts by itself.
     pub const RESPONSES: BackendProfile = BackendProfile {
+        capabilities: &Capability::ALL,
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: false,
         instructions_per_request: true,
@@ -234,12 +239,15 @@ pub trait ThreadedBackend: Send + Sync {
     /// A human label for messages (`"the Codex app-server"`).
     fn label(&self) -> &str;
 
-    /// The host capabilities this backend offers (SPEC §3).
-    fn capabilities(&self) -> Vec<Capability>;
-
     /// The facts the harness plans a turn around (input limit, native compaction, where
     /// instructions go).
     fn profile(&self) -> BackendProfile;
+
+    /// The host capabilities this backend offers (SPEC §3,
+    /// [`BackendProfile::capabilities`]).
+    fn capabilities(&self) -> Vec<Capability> {
+        self.profile().capabilities.to_vec()
+    }
 
     /// The longest turn input the backend accepts, in characters
     /// ([`BackendProfile::turn_input_limit`]).

@@ -38,7 +38,6 @@ use super::{
     is_overflow_message, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
     ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
-use crate::capabilities::Capability;
 
 /// The backend's name in [`BackendError::Unsupported`].
 const BACKEND_NAME: &str = "responses";
@@ -413,10 +412,6 @@ impl ThreadedBackend for ResponsesBackend {
 
     fn label(&self) -> &str {
         &self.label
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
     }
 
     fn profile(&self) -> BackendProfile {
