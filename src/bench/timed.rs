@@ -12,7 +12,6 @@ use crate::backend::{
     BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread, ThreadId,
     ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
-use crate::capabilities::Capability;
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read
 /// them around a turn only when turns run one at a time.
@@ -61,10 +60,6 @@ impl<B: ThreadedBackend> ThreadedBackend for TimedBackend<B> {
 
     fn label(&self) -> &str {
         self.inner.label()
-    }
-
-    fn capabilities(&self) -> Vec<Capability> {
-        self.inner.capabilities()
     }
 
     fn profile(&self) -> BackendProfile {
