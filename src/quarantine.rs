@@ -25,7 +25,13 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::contract::*;
+use crate::contract::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
+    EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult,
+    MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
+};
 use crate::engines::{LegacyEngine, LEGACY_ENGINE_ID};
 
 /// Default per-call timeout of a lifecycle method.
@@ -348,7 +354,9 @@ fn failure_reason(error: &EngineError) -> String {
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The text of a caught panic payload (`panic!` with a literal or a formatted message), for
+/// quarantine reasons and logs; other payload types say so.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -925,6 +933,7 @@ impl ContextEngine for QuarantineEngine {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::contract::{CompactDetails, SessionTarget};
 
     /// A record round-trips through JSON with the operation as its contract name.
     #[test]

@@ -20,7 +20,9 @@ use serde_json::Value;
 use crate::config::{Config, EngineSlot};
 use crate::contract::{ContextEngine, EngineMethod, SelectionSource};
 use crate::engines::LEGACY_ENGINE_ID;
-use crate::quarantine::{CallTimeouts, FailedOperation, QuarantineBook, QuarantineEngine};
+use crate::quarantine::{
+    panic_message, CallTimeouts, FailedOperation, QuarantineBook, QuarantineEngine,
+};
 
 /// The owner of the built-in engines (and of the reserved id `legacy`).
 pub const CORE_OWNER: &str = "core";
@@ -45,11 +47,15 @@ pub type EngineFactory = Arc<dyn Fn(EngineFactoryContext) -> EngineFactoryFuture
 
 /// A registration the registry refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
+    /// The engine id is empty.
     #[error("cannot register an engine with an empty id (owner \"{owner}\")")]
     EmptyId { owner: String },
+    /// The id `legacy` is reserved for the built-in fallback engine; nobody registers it.
     #[error("engine id \"legacy\" belongs to the core; \"{owner}\" cannot register it")]
     ReservedId { owner: String },
+    /// Another owner registered this id first; owners replace only their own engines.
     #[error(
         "engine \"{id}\" is registered by \"{existing_owner}\"; \"{owner}\" cannot replace it"
     )]
@@ -280,21 +286,11 @@ async fn run_factory(
     match tokio::time::timeout(timeouts.default, creating).await {
         Ok(Ok(Ok(engine))) => Ok(engine),
         Ok(Ok(Err(message))) => Err(message),
-        Ok(Err(payload)) => Err(format!("panicked: {}", panic_text(payload.as_ref()))),
+        Ok(Err(payload)) => Err(format!("panicked: {}", panic_message(payload.as_ref()))),
         Err(_) => Err(format!(
             "timed out after {}ms",
             timeouts.default.as_millis()
         )),
-    }
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
     }
 }
 
@@ -308,7 +304,7 @@ pub fn validate_contract(engine: &dyn ContextEngine) -> Result<(), String> {
         Err(payload) => {
             return Err(format!(
                 "contract validation failed: info panicked: {}",
-                panic_text(payload.as_ref())
+                panic_message(payload.as_ref())
             ))
         }
     };

@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use ctxbridge::backend::conformance;
 use ctxbridge::backend::mock::{MockCall, MockFault};
-use ctxbridge::backend::*;
+use ctxbridge::backend::{
+    BackendError, BackendProfile, MockBackend, StartThread, ThreadId, ThreadedBackend, TurnEvent,
+    TurnRequest, CODEX_TURN_INPUT_LIMIT_CHARS,
+};
+use ctxbridge::capabilities::Capability;
 use ctxbridge::store::SqliteStore;
 use tokio::sync::mpsc;
 
@@ -15,6 +19,20 @@ use tokio::sync::mpsc;
 async fn mock_backend_conformance() {
     let backend = MockBackend::new();
     conformance::run_all(&backend, ThreadId("mock-thread-unknown".into())).await;
+}
+
+/// The mock models the Codex app-server: it declares the Codex profile (the 1 048 576-char
+/// turn-input limit, native compaction, instructions fixed at thread start, every capability),
+/// and the port's accessors read that profile.
+#[test]
+fn mock_declares_the_codex_profile() {
+    let backend = MockBackend::new();
+    assert_eq!(backend.profile(), BackendProfile::CODEX);
+    assert_eq!(backend.turn_input_limit(), 1_048_576);
+    assert_eq!(backend.turn_input_limit(), CODEX_TURN_INPUT_LIMIT_CHARS);
+    assert!(backend.has_native_auto_compaction());
+    assert!(!backend.sends_instructions_per_request());
+    assert_eq!(backend.capabilities(), Capability::ALL.to_vec());
 }
 
 fn req(thread: &ThreadId, input: &str) -> TurnRequest {

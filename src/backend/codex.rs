@@ -15,7 +15,11 @@ use codex_app_server_client::{
 use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
 
-use super::*;
+use super::{
+    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile,
+    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    Usage,
+};
 
 /// How to run the app-server.
 #[derive(Debug, Clone)]
@@ -183,20 +187,8 @@ impl ThreadedBackend for CodexBackend {
         "the Codex app-server"
     }
 
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
-    }
-
-    fn turn_input_limit(&self) -> usize {
-        1_048_576
-    }
-
-    fn has_native_auto_compaction(&self) -> bool {
-        true
-    }
-
-    fn sends_instructions_per_request(&self) -> bool {
-        false
+    fn profile(&self) -> BackendProfile {
+        BackendProfile::CODEX
     }
 
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {

@@ -9,7 +9,11 @@
 
 use tokio::sync::mpsc;
 
-use super::*;
+use super::{
+    BackendError, BackendKind, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
+    TurnRequest,
+};
+use crate::capabilities::Capability;
 
 async fn turn(
     backend: &dyn ThreadedBackend,

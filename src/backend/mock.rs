@@ -15,7 +15,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::*;
+use super::{
+    AutoCompaction, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
+    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+};
 use crate::store::StateStore;
 
 const THREADS_NAMESPACE: &str = "mock-thread";
@@ -294,20 +297,8 @@ impl ThreadedBackend for MockBackend {
         "the mock backend"
     }
 
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
-    }
-
-    fn turn_input_limit(&self) -> usize {
-        1_048_576
-    }
-
-    fn has_native_auto_compaction(&self) -> bool {
-        true
-    }
-
-    fn sends_instructions_per_request(&self) -> bool {
-        false
+    fn profile(&self) -> BackendProfile {
+        BackendProfile::CODEX
     }
 
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {

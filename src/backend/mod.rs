@@ -15,6 +15,9 @@ use tokio::sync::mpsc;
 use crate::capabilities::Capability;
 
 pub mod codex;
+/// The shared conformance suite: compiled for this crate's tests, and for other crates' tests
+/// through the `conformance` feature (the integration tests enable it).
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod mock;
 
@@ -187,6 +190,47 @@ pub fn is_overflow_message(text: &str) -> bool {
     OVERFLOW_PATTERNS.iter().any(|p| lower.contains(p))
 }
 
+/// The longest turn input the Codex app-server accepts, in characters (SPEC §9.2). The mock
+/// models the app-server and the Responses backend applies the same limit, so this is the one
+/// definition every backend profile uses.
+pub const CODEX_TURN_INPUT_LIMIT_CHARS: usize = 1_048_576;
+
+/// What a backend is like, as far as planning a turn goes: one value per backend, returned by
+/// [`ThreadedBackend::profile`], so each fact about a backend is stated in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendProfile {
+    /// The host capabilities the backend offers (SPEC §3).
+    pub capabilities: &'static [Capability],
+    /// The longest turn input the backend accepts, in characters.
+    pub turn_input_limit: usize,
+    /// Whether the backend compacts its threads by itself (SPEC §10: then ctxbridge runs no
+    /// pre-turn overflow check).
+    pub native_auto_compaction: bool,
+    /// Whether developer instructions go with every request (Responses) rather than being
+    /// fixed at thread start (Codex, mock); then instruction drift needs no delivery.
+    pub instructions_per_request: bool,
+}
+
+impl BackendProfile {
+    /// The Codex app-server (and the mock, which models it): every capability; threads keep
+    /// their instructions and compact themselves.
+    pub const CODEX: BackendProfile = BackendProfile {
+        capabilities: &Capability::ALL,
+        turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
+        native_auto_compaction: true,
+        instructions_per_request: false,
+    };
+
+    /// The Responses API: every capability; every request carries its instructions, nothing
+    /// compacts by itself.
+    pub const RESPONSES: BackendProfile = BackendProfile {
+        capabilities: &Capability::ALL,
+        turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
+        native_auto_compaction: false,
+        instructions_per_request: true,
+    };
+}
+
 /// A backend that keeps persistent conversation threads.
 #[async_trait]
 pub trait ThreadedBackend: Send + Sync {
@@ -195,19 +239,33 @@ pub trait ThreadedBackend: Send + Sync {
     /// A human label for messages (`"the Codex app-server"`).
     fn label(&self) -> &str;
 
-    /// The host capabilities this backend offers (SPEC §3).
-    fn capabilities(&self) -> Vec<Capability>;
+    /// The facts the harness plans a turn around (input limit, native compaction, where
+    /// instructions go).
+    fn profile(&self) -> BackendProfile;
 
-    /// The longest turn input the backend accepts, in characters.
-    fn turn_input_limit(&self) -> usize;
+    /// The host capabilities this backend offers (SPEC §3,
+    /// [`BackendProfile::capabilities`]).
+    fn capabilities(&self) -> Vec<Capability> {
+        self.profile().capabilities.to_vec()
+    }
 
-    /// Whether the backend compacts its threads by itself (SPEC §10: then ctxbridge runs no
-    /// pre-turn overflow check).
-    fn has_native_auto_compaction(&self) -> bool;
+    /// The longest turn input the backend accepts, in characters
+    /// ([`BackendProfile::turn_input_limit`]).
+    fn turn_input_limit(&self) -> usize {
+        self.profile().turn_input_limit
+    }
 
-    /// Whether developer instructions go with every request (Responses) rather than being fixed
-    /// at thread start (Codex, mock); then drift needs no delivery.
-    fn sends_instructions_per_request(&self) -> bool;
+    /// Whether the backend compacts its threads by itself
+    /// ([`BackendProfile::native_auto_compaction`]).
+    fn has_native_auto_compaction(&self) -> bool {
+        self.profile().native_auto_compaction
+    }
+
+    /// Whether developer instructions go with every request
+    /// ([`BackendProfile::instructions_per_request`]).
+    fn sends_instructions_per_request(&self) -> bool {
+        self.profile().instructions_per_request
+    }
 
     /// Starts a new thread.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;

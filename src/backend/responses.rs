@@ -35,10 +35,9 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::{
-    is_overflow_message, BackendError, BackendKind, NativeCompaction, StartThread, ThreadId,
-    ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
+    is_overflow_message, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
+    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
-use crate::capabilities::Capability;
 
 /// The backend's name in [`BackendError::Unsupported`].
 const BACKEND_NAME: &str = "responses";
@@ -46,8 +45,6 @@ const BACKEND_NAME: &str = "responses";
 pub const FRESH_CHAIN_PREFIX: &str = "chain:";
 /// Prefix of a chain continued from a compacted window held in memory.
 pub const COMPACTED_CHAIN_PREFIX: &str = "compacted:";
-/// The longest turn input, in characters (as for Codex).
-pub const TURN_INPUT_LIMIT: usize = 1_048_576;
 
 /// What the backend is built from (the `backend` section of the config).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,20 +414,8 @@ impl ThreadedBackend for ResponsesBackend {
         &self.label
     }
 
-    fn capabilities(&self) -> Vec<Capability> {
-        Capability::ALL.to_vec()
-    }
-
-    fn turn_input_limit(&self) -> usize {
-        TURN_INPUT_LIMIT
-    }
-
-    fn has_native_auto_compaction(&self) -> bool {
-        false
-    }
-
-    fn sends_instructions_per_request(&self) -> bool {
-        true
+    fn profile(&self) -> BackendProfile {
+        BackendProfile::RESPONSES
     }
 
     /// No server call: the chain begins with its first turn. Instructions are not kept (every

@@ -9,10 +9,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::backend::{
-    BackendError, BackendKind, NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent,
-    TurnOutcome, TurnRequest,
+    BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread, ThreadId,
+    ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
-use crate::capabilities::Capability;
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read
 /// them around a turn only when turns run one at a time.
@@ -63,20 +62,8 @@ impl<B: ThreadedBackend> ThreadedBackend for TimedBackend<B> {
         self.inner.label()
     }
 
-    fn capabilities(&self) -> Vec<Capability> {
-        self.inner.capabilities()
-    }
-
-    fn turn_input_limit(&self) -> usize {
-        self.inner.turn_input_limit()
-    }
-
-    fn has_native_auto_compaction(&self) -> bool {
-        self.inner.has_native_auto_compaction()
-    }
-
-    fn sends_instructions_per_request(&self) -> bool {
-        self.inner.sends_instructions_per_request()
+    fn profile(&self) -> BackendProfile {
+        self.inner.profile()
     }
 
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {

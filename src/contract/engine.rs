@@ -7,24 +7,43 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::types::*;
+use super::types::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, EngineInfo,
+    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
+    MaintainResult, OnSubagentEndedParams, PrepareSubagentSpawnParams, PrepareSubagentSpawnResult,
+    RollbackSubagentSpawnParams,
+};
 
 /// Every lifecycle operation, named as in the contract (and in quarantine log lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EngineMethod {
+    /// `info`: who the engine is (SPEC §1.1); out of process, the `initialize` handshake.
     Info,
+    /// `ingest`: one new transcript message.
     Ingest,
+    /// `ingestBatch`: several messages at once (optional).
     IngestBatch,
+    /// `bootstrap`: import an existing session (optional).
     Bootstrap,
+    /// `assemble`: build what the model sees this turn.
     Assemble,
+    /// `compact`: shrink the session's context.
     Compact,
+    /// `afterTurn`: the transcript after a successful turn (optional).
     AfterTurn,
+    /// `maintain`: transcript maintenance (optional, SPEC §8).
     Maintain,
+    /// `commitTurn`: commit a turn durably (optional, SPEC §6).
     CommitTurn,
+    /// `prepareSubagentSpawn` (optional, SPEC §7).
     PrepareSubagentSpawn,
+    /// The rollback of a prepared subagent spawn (optional, SPEC §7).
     RollbackSubagentSpawn,
+    /// `onSubagentEnded` (optional, SPEC §7).
     OnSubagentEnded,
+    /// `dispose`: release the engine at shutdown or reload (optional).
     Dispose,
 }
 
@@ -50,6 +69,7 @@ impl EngineMethod {
         EngineMethod::Dispose,
     ];
 
+    /// The contract's name of the member (`"afterTurn"`, …).
     pub fn as_str(self) -> &'static str {
         match self {
             EngineMethod::Info => "info",
@@ -101,14 +121,17 @@ impl MethodSet {
         MethodSet(methods.into_iter().collect())
     }
 
+    /// Whether the engine implements `m`.
     pub fn contains(&self, m: EngineMethod) -> bool {
         self.0.contains(&m)
     }
 
+    /// Adds `m`.
     pub fn insert(&mut self, m: EngineMethod) {
         self.0.insert(m);
     }
 
+    /// The members, in contract order.
     pub fn iter(&self) -> impl Iterator<Item = EngineMethod> + '_ {
         self.0.iter().copied()
     }
@@ -125,49 +148,72 @@ impl MethodSet {
 /// What went wrong in an engine call. The quarantine wrapper turns every kind but
 /// `Cancelled` into a quarantine (SPEC §2).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The engine reported an error.
     #[error("{method} failed: {message}")]
     Failed {
+        /// The member that was called.
         method: EngineMethod,
+        /// What the engine said.
         message: String,
     },
     /// The engine panicked (caught; never propagated).
     #[error("{method} panicked: {message}")]
     Panicked {
+        /// The member that was called.
         method: EngineMethod,
+        /// The panic message.
         message: String,
     },
     /// The call did not finish within its per-call timeout.
     #[error("{method} timed out after {}ms", after.as_millis())]
     Timeout {
+        /// The member that was called.
         method: EngineMethod,
+        /// The timeout that ran out.
         after: Duration,
     },
     /// The result does not have the contract's shape.
     #[error("{method} returned a malformed result: {detail}")]
     Malformed {
+        /// The member that was called.
         method: EngineMethod,
+        /// What was wrong, for the quarantine reason.
         detail: String,
     },
     /// An out-of-process engine died or could not be reached.
     #[error("{method}: engine process unavailable: {detail}")]
     Process {
+        /// The member that was called.
         method: EngineMethod,
+        /// What was wrong, for the quarantine reason.
         detail: String,
     },
     /// The host called an optional member the engine does not implement (a host bug).
     #[error("{method} is not implemented by this engine")]
-    NotImplemented { method: EngineMethod },
+    NotImplemented {
+        /// The member that was called.
+        method: EngineMethod,
+    },
     /// The caller cancelled: never a failure, never quarantines.
     #[error("{method} was cancelled by the caller")]
-    Cancelled { method: EngineMethod },
+    Cancelled {
+        /// The member that was cancelled.
+        method: EngineMethod,
+    },
     /// A host-side refusal inside a callback (e.g. a rewrite outside the allowed suffix).
     #[error("{operation} refused: {message}")]
-    Refused { operation: String, message: String },
+    Refused {
+        /// The callback that refused.
+        operation: String,
+        /// Why it refused.
+        message: String,
+    },
 }
 
 impl EngineError {
+    /// [`EngineError::Failed`] of `method`.
     pub fn failed(method: EngineMethod, message: impl Into<String>) -> Self {
         EngineError::Failed {
             method,
@@ -175,6 +221,7 @@ impl EngineError {
         }
     }
 
+    /// [`EngineError::Malformed`] of `method`.
     pub fn malformed(method: EngineMethod, detail: impl Into<String>) -> Self {
         EngineError::Malformed {
             method,
@@ -182,6 +229,7 @@ impl EngineError {
         }
     }
 
+    /// Whether the caller cancelled (never a failure, never a quarantine).
     pub fn is_cancelled(&self) -> bool {
         matches!(self, EngineError::Cancelled { .. })
     }
@@ -192,6 +240,7 @@ impl EngineError {
 /// [`ContextEngine::methods`], which the host consults before calling them.
 #[async_trait]
 pub trait ContextEngine: Send + Sync {
+    /// Who the engine is and what it declares (SPEC §1.1).
     fn info(&self) -> EngineInfo;
 
     /// The members this engine implements. Rust engines list their optional members with
@@ -200,24 +249,31 @@ pub trait ContextEngine: Send + Sync {
         MethodSet::required_plus(&[])
     }
 
+    /// Takes one new transcript message (required).
     async fn ingest(&self, params: IngestParams) -> Result<IngestResult, EngineError>;
 
+    /// Builds what the model sees this turn (required, SPEC §1.3).
     async fn assemble(&self, params: AssembleParams) -> Result<AssembleResult, EngineError>;
 
+    /// Shrinks the session's context (required); `params.abort` carries the caller's
+    /// cancellation.
     async fn compact(&self, params: CompactParams) -> Result<CompactResult, EngineError>;
 
+    /// Imports an existing session (optional).
     async fn bootstrap(&self, _params: BootstrapParams) -> Result<BootstrapResult, EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::Bootstrap,
         })
     }
 
+    /// Transcript maintenance after bootstrap, a turn or a compaction (optional, SPEC §8).
     async fn maintain(&self, _params: MaintainParams) -> Result<MaintainResult, EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::Maintain,
         })
     }
 
+    /// Takes several messages at once (optional).
     async fn ingest_batch(
         &self,
         _params: IngestBatchParams,
@@ -227,12 +283,15 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
+    /// Sees the transcript after a successful turn (optional; not called for engines
+    /// whose turns are committed durably).
     async fn after_turn(&self, _params: AfterTurnParams) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::AfterTurn,
         })
     }
 
+    /// Commits one accepted turn atomically and idempotently (optional, SPEC §6).
     async fn commit_turn(
         &self,
         _params: CommitTurnParams,
@@ -242,6 +301,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
+    /// Prepares a subagent's context; may return a rollback handle (optional, SPEC §7).
     async fn prepare_subagent_spawn(
         &self,
         _params: PrepareSubagentSpawnParams,
@@ -251,6 +311,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
+    /// Undoes a prepared spawn whose launch failed (optional, SPEC §7).
     async fn rollback_subagent_spawn(
         &self,
         _params: RollbackSubagentSpawnParams,
@@ -260,6 +321,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
+    /// Cleans up after a subagent ended (optional, SPEC §7).
     async fn on_subagent_ended(&self, _params: OnSubagentEndedParams) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::OnSubagentEnded,

@@ -11,11 +11,17 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Role {
+    /// A user message.
     User,
+    /// A model reply.
     Assistant,
+    /// The result of a tool call (carries `toolCallId`, `toolName?`).
     ToolResult,
+    /// A summary that replaced compacted history (carries `summary`).
     CompactionSummary,
+    /// A summary of an abandoned branch (carries `summary`).
     BranchSummary,
+    /// A host- or engine-specific message.
     Custom,
 }
 
@@ -37,14 +43,18 @@ impl Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentMessage {
+    /// The `role` tag.
     pub role: Role,
+    /// The message id, when the host gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// A string or an array of parts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<MessageContent>,
     /// `toolResult` messages: the call they answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// `toolResult` messages: the tool that was called.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     /// `compactionSummary` / `branchSummary` messages.
@@ -143,7 +153,9 @@ impl AgentMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum MessageContent {
+    /// Plain text.
     Text(String),
+    /// An array of parts.
     Parts(Vec<ContentPart>),
 }
 
@@ -152,24 +164,39 @@ pub enum MessageContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "Value", into = "Value")]
 pub enum ContentPart {
+    /// `{type: "text", text}`.
     Text {
+        /// The text.
         text: String,
+        /// The part's other fields, kept through a round trip.
         extra: Map<String, Value>,
     },
+    /// `{type: "image", …}`, kept whole.
     Image {
+        /// Every field but `type`, kept through a round trip.
         extra: Map<String, Value>,
     },
+    /// `{type: "toolCall", id, name, arguments}`.
     ToolCall {
+        /// The call id a `toolResult` answers with.
         id: String,
+        /// The tool's name.
         name: String,
+        /// The call's arguments (any JSON).
         arguments: Value,
+        /// The part's other fields, kept through a round trip.
         extra: Map<String, Value>,
     },
+    /// `{type: "toolResult", toolCallId, content}`.
     ToolResult {
+        /// The call this result answers.
         tool_call_id: String,
+        /// The result (any JSON).
         content: Value,
+        /// The part's other fields, kept through a round trip.
         extra: Map<String, Value>,
     },
+    /// A part type the contract does not name, kept as it came.
     Other(Value),
 }
 
@@ -197,7 +224,9 @@ impl ContentPart {
 #[derive(Debug, thiserror::Error)]
 #[error("invalid content part of type {part_type:?}: {problem}")]
 pub struct ContentPartError {
+    /// The part's `type`.
     pub part_type: String,
+    /// What is wrong with it.
     pub problem: String,
 }
 

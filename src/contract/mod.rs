@@ -1,5 +1,9 @@
 //! The context-engine contract (SPEC §1): messages, method parameters and results, the
 //! `ContextEngine` trait, and the host callbacks of `runtimeContext`.
+//!
+//! Every public item here documents its contract meaning; the lint below keeps it so.
+
+#![warn(missing_docs)]
 
 mod engine;
 mod message;
@@ -9,4 +13,16 @@ mod types;
 pub use engine::{ContextEngine, EngineError, EngineMethod, MethodSet};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;
-pub use types::*;
+pub use types::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommitTurnParams, CommitTurnResult, CompactDetails, CompactParams, CompactResult,
+    CompactionTarget, ContextEngineSelection, ContextProjection, Diagnostics, EngineInfo,
+    ExecutionHost, HostOperation, HostRequirement, IngestBatchParams, IngestBatchResult,
+    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, MaintainParams,
+    MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority, ReasonCode,
+    RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo, RuntimeMode,
+    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode, SubagentEndReason,
+    TranscriptReplacement, TranscriptRewriteRequest, TranscriptRewriteResult, TranscriptSemantics,
+    TurnMaintenanceMode, CURRENT_TURN_FENCE_V1, TURN_ADVANCEMENT_IDEMPOTENCY_V1,
+};

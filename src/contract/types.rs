@@ -16,23 +16,29 @@ use super::runtime::RuntimeCallbacks;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TurnMaintenanceMode {
+    /// Turn maintenance runs before the reply is returned (the default).
     #[default]
     Foreground,
+    /// Turn maintenance runs as deferred work after the reply is returned (SPEC §8).
     Background,
 }
 
 /// Operations a host checks requirements for (SPEC §1.1, §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum HostOperation {
+    /// Running an agent turn (`"agent-run"`).
     #[serde(rename = "agent-run")]
     AgentRun,
+    /// A compaction the user asked for (`"manual-compact"`).
     #[serde(rename = "manual-compact")]
     ManualCompact,
+    /// Spawning a subagent (`"subagent-spawn"`).
     #[serde(rename = "subagent-spawn")]
     SubagentSpawn,
 }
 
 impl HostOperation {
+    /// The contract's name of the operation.
     pub fn as_str(self) -> &'static str {
         match self {
             HostOperation::AgentRun => "agent-run",
@@ -53,8 +59,10 @@ impl fmt::Display for HostOperation {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostRequirement {
+    /// Capabilities the host must offer before the operation may start (SPEC §3).
     #[serde(default)]
     pub required_capabilities: Vec<String>,
+    /// Appended to the fail-closed error when a capability is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported_message: Option<String>,
 }
@@ -63,8 +71,10 @@ pub struct HostRequirement {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptSemantics {
+    /// Must be [`CURRENT_TURN_FENCE_V1`] for durable turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_turn_fence: Option<String>,
+    /// Must be [`TURN_ADVANCEMENT_IDEMPOTENCY_V1`] for durable turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_advancement_idempotency: Option<String>,
 }
@@ -78,22 +88,32 @@ pub const TURN_ADVANCEMENT_IDEMPOTENCY_V1: &str = "atomic-idempotent-v1";
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineInfo {
+    /// The engine id (non-empty; the id it is registered and configured under).
     #[serde(default)]
     pub id: String,
+    /// A human name (non-empty).
     #[serde(default)]
     pub name: String,
+    /// The engine's version, if it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Whether the engine compacts its own context (then the host does not run the
+    /// overflow pre-check on its behalf unless the prompt authority says so, SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owns_compaction: Option<bool>,
+    /// When turn maintenance runs (foreground when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_maintenance_mode: Option<TurnMaintenanceMode>,
+    /// Capabilities the engine needs per host operation (SPEC §3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_requirements: Option<BTreeMap<HostOperation, HostRequirement>>,
+    /// The host-added param keys the engine accepts; absent means all of them (SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_host_params: Option<Vec<String>>,
+    /// The durable-turn declarations (SPEC §6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript_semantics: Option<TranscriptSemantics>,
+    /// Members this host does not know, kept for a round trip.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -108,10 +128,12 @@ impl EngineInfo {
         }
     }
 
+    /// `ownsCompaction`, false when absent.
     pub fn owns_compaction(&self) -> bool {
         self.owns_compaction.unwrap_or(false)
     }
 
+    /// `turnMaintenanceMode`, foreground when absent.
     pub fn turn_maintenance_mode(&self) -> TurnMaintenanceMode {
         self.turn_maintenance_mode.unwrap_or_default()
     }
@@ -130,14 +152,19 @@ impl EngineInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionTarget {
+    /// The agent the session belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// The session id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// Where the session's transcript is stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_path: Option<String>,
+    /// The backend thread the session is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
 }
@@ -146,12 +173,16 @@ pub struct SessionTarget {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeFacts {
+    /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// The tokens the session currently holds, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_token_count: Option<u64>,
+    /// The working directory of the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
     /// Prompt-cache usage reported by the backend for the last turn (opaque JSON).
@@ -163,6 +194,7 @@ pub struct RuntimeFacts {
 /// reach out-of-process engines as engine→host requests (SPEC §13).
 #[derive(Clone, Default)]
 pub struct RuntimeContext {
+    /// The serialisable host facts.
     pub facts: RuntimeFacts,
     /// `rewriteTranscriptEntries`, `llm.complete`, delegated compaction. `None` when the host
     /// offers none (and the rewrite callback is refused in pre-turn hooks, SPEC §1.3).
@@ -204,29 +236,45 @@ impl<'de> Deserialize<'de> for RuntimeContext {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeSettings {
+    /// Always 1.
     pub schema_version: u32,
+    /// The host and the mode it runs in.
     pub runtime: RuntimeInfo,
+    /// Which engine is selected and why.
     pub context_engine_selection: ContextEngineSelection,
+    /// The backend the turn runs on.
     pub execution_host: ExecutionHost,
+    /// The model asked for and the one that answered.
     pub model: ModelInfo,
+    /// Token limits of the turn.
     pub limits: Limits,
+    /// Why the mode is not normal, as closed reason codes.
     pub diagnostics: Diagnostics,
 }
 
+/// `runtime.mode`: how the host runs this call (SPEC §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
+    /// Running as configured.
     Normal,
+    /// Running with a fallback reason, or on another model than requested (SPEC §4).
     Fallback,
+    /// Running with a degraded reason (SPEC §4).
     Degraded,
 }
 
+/// `runtimeSettings.runtime` (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeInfo {
+    /// Always `"ctxbridge"`.
     pub host: String,
+    /// Derived from the diagnostics and the model (SPEC §4); never null.
     pub mode: RuntimeMode,
+    /// The harness instance, when known.
     pub harness_id: Option<String>,
+    /// The runtime (backend kind), when known.
     pub runtime_id: Option<String>,
 }
 
@@ -234,12 +282,16 @@ pub struct RuntimeInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SelectionSource {
+    /// Set in `plugins.slots.contextEngine`.
     Configured,
+    /// No engine configured: legacy by default.
     Default,
+    /// The source is not known.
     Unknown,
 }
 
 impl SelectionSource {
+    /// The contract's name of the source.
     pub fn as_str(self) -> &'static str {
         match self {
             SelectionSource::Configured => "configured",
@@ -249,33 +301,47 @@ impl SelectionSource {
     }
 }
 
+/// `runtimeSettings.contextEngineSelection` (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineSelection {
+    /// The selected engine id.
     pub selected_id: Option<String>,
+    /// Where the selection came from; never null.
     pub source: SelectionSource,
 }
 
+/// `runtimeSettings.executionHost` (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionHost {
+    /// The id of the execution host (the backend host the turn runs on), when known.
     pub id: Option<String>,
+    /// A human label of the execution host.
     pub label: Option<String>,
 }
 
+/// `runtimeSettings.model`: requested and resolved model (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
+    /// The model the configuration asked for.
     pub requested: Option<String>,
+    /// The model that actually answered.
     pub resolved: Option<String>,
+    /// The model provider.
     pub provider: Option<String>,
+    /// The model family.
     pub family: Option<String>,
 }
 
+/// `runtimeSettings.limits` (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
+    /// Tokens the prompt may take.
     pub prompt_token_budget: Option<u64>,
+    /// Tokens the reply may take.
     pub max_output_tokens: Option<u64>,
 }
 
@@ -283,18 +349,28 @@ pub struct Limits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonCode {
+    /// The model provider timed out.
     ProviderTimeout,
+    /// The model provider could not be reached.
     ProviderUnavailable,
+    /// The model provider rate-limited the request.
     RateLimited,
+    /// The model's context window overflowed.
     ContextOverflow,
+    /// The backend runtime could not be reached.
     RuntimeUnavailable,
+    /// Any other reason.
     Unknown,
 }
 
+/// `runtimeSettings.diagnostics`: the reasons behind a fallback or degraded mode
+/// (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnostics {
+    /// Set only when the mode is fallback.
     pub fallback_reason: Option<ReasonCode>,
+    /// Set only when the mode is degraded.
     pub degraded_reason: Option<ReasonCode>,
 }
 
@@ -302,83 +378,118 @@ pub struct Diagnostics {
 // Method parameters and results
 // ------------------------------------------------------------------------------------------
 
+/// `ingest` params (SPEC §1.3): one message of the session.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The message to ingest.
     pub message: Option<AgentMessage>,
+    /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_heartbeat: Option<bool>,
 }
 
+/// `ingest` result (SPEC §1.3).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestResult {
+    /// False when the message was a duplicate or ingesting it was a no-op.
     pub ingested: bool,
 }
 
+/// `ingestBatch` params (SPEC §1.3): several messages at once.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The messages to ingest, in order.
     pub messages: Vec<AgentMessage>,
+    /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_heartbeat: Option<bool>,
 }
 
+/// `ingestBatch` result (SPEC §1.3).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchResult {
+    /// How many of the messages were ingested.
     pub ingested_count: u64,
 }
 
+/// `bootstrap` params (SPEC §1.3): the engine may import an existing session.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
 
+/// `bootstrap` result (SPEC §1.3).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapResult {
+    /// Whether the engine bootstrapped the session.
     pub bootstrapped: bool,
+    /// How many messages the bootstrap imported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported_messages: Option<u64>,
+    /// Why the engine did not bootstrap, if it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
+/// `assemble` params (SPEC §1.3): build what the model sees this turn.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The session's messages (the host's transcript).
     pub messages: Vec<AgentMessage>,
+    /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// The names of the tools the model may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_tools: Option<Vec<String>>,
+    /// The host's citations mode, passed through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub citations_mode: Option<String>,
+    /// The model the turn runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The user's prompt of this turn (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
@@ -387,8 +498,11 @@ pub struct AssembleParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptAuthority {
+    /// The overflow pre-check uses the assembled estimate (the default).
     #[default]
     Assembled,
+    /// The overflow pre-check uses the larger of the assembled estimate and the
+    /// whole un-windowed history; what the model sees is unchanged (SPEC §1.3).
     PreassemblyMayOverflow,
 }
 
@@ -396,11 +510,14 @@ pub enum PromptAuthority {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProjectionMode {
+    /// Render the assembled context into every turn's input.
     PerTurn,
+    /// Render it once into a new backend thread, which then carries it (SPEC §9.5).
     ThreadBootstrap,
 }
 
 impl ProjectionMode {
+    /// The contract's name of the mode.
     pub fn as_str(self) -> &'static str {
         match self {
             ProjectionMode::PerTurn => "per_turn",
@@ -413,14 +530,18 @@ impl ProjectionMode {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextProjection {
+    /// Per turn or thread bootstrap.
     pub mode: ProjectionMode,
+    /// The bootstrap epoch: a new epoch asks for a new thread (SPEC §9.5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
+    /// The engine's fingerprint of the projected context, if it gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
 }
 
 impl ContextProjection {
+    /// A per-turn projection (no epoch, no fingerprint).
     pub fn per_turn() -> Self {
         ContextProjection {
             mode: ProjectionMode::PerTurn,
@@ -429,6 +550,7 @@ impl ContextProjection {
         }
     }
 
+    /// A thread-bootstrap projection of `epoch`.
     pub fn thread_bootstrap(epoch: impl Into<String>) -> Self {
         ContextProjection {
             mode: ProjectionMode::ThreadBootstrap,
@@ -442,12 +564,18 @@ impl ContextProjection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleResult {
+    /// What the model sees, in order.
     pub messages: Vec<AgentMessage>,
+    /// The engine's token estimate of `messages`.
     pub estimated_tokens: f64,
+    /// Text prepended to the system prompt; on threaded backends it goes into the
+    /// developer instructions (SPEC §9.6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt_addition: Option<String>,
+    /// Which estimate the overflow pre-check trusts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_authority: Option<PromptAuthority>,
+    /// How the context reaches a threaded backend (SPEC §9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_projection: Option<ContextProjection>,
 }
@@ -456,30 +584,43 @@ pub struct AssembleResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionTarget {
+    /// Compact down to the token budget.
     Budget,
+    /// Compact down to the engine's threshold.
     Threshold,
 }
 
+/// `compact` params (SPEC §1.3). Compared without the abort token's identity.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
+    /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// Compact even when the engine would not need to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force: Option<bool>,
+    /// The tokens the session currently holds, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_token_count: Option<u64>,
+    /// What to compact down to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_target: Option<CompactionTarget>,
+    /// The user's instructions for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_instructions: Option<String>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
     /// The caller's cancellation (`abortSignal`); never serialised (out-of-process engines get
@@ -504,21 +645,30 @@ impl PartialEq for CompactParams {
     }
 }
 
+/// `CompactResult.result` (SPEC §1.3): what the compaction did.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactDetails {
+    /// The summary that replaced the compacted entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// The first transcript entry the compaction kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_kept_entry_id: Option<String>,
+    /// Tokens before compaction.
     #[serde(default)]
     pub tokens_before: f64,
+    /// Tokens after compaction, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_after: Option<f64>,
+    /// Engine-specific details (opaque).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// Mirrors the id of `session_target` when compaction moved the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The successor session the next retry or turn must use, when compaction
+    /// changed the live session (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
 }
@@ -527,32 +677,47 @@ pub struct CompactDetails {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactResult {
+    /// False when compaction failed.
     pub ok: bool,
+    /// Whether anything was compacted.
     pub compacted: bool,
+    /// Why nothing was compacted, or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the compaction did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<CompactDetails>,
 }
 
+/// `afterTurn` params (SPEC §1.3): the transcript after a successful turn.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AfterTurnParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
+    /// The whole transcript after the turn.
     pub messages: Vec<AgentMessage>,
+    /// How many of `messages` existed before this turn's prompt.
     pub pre_prompt_message_count: u64,
+    /// The summary of a native compaction the backend ran during the turn (SPEC §10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compaction_summary: Option<String>,
+    /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_heartbeat: Option<bool>,
+    /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
@@ -561,22 +726,32 @@ pub struct AfterTurnParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MaintainReason {
+    /// After a bootstrap.
     Bootstrap,
+    /// After a successful turn.
     Turn,
+    /// After a compaction.
     Compaction,
 }
 
+/// `maintain` params (SPEC §1.3, §8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintainParams {
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// What the maintenance follows.
     pub reason: MaintainReason,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
@@ -585,9 +760,13 @@ pub struct MaintainParams {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintainResult {
+    /// Whether the transcript changed.
     pub changed: bool,
+    /// Bytes the rewrite freed.
     pub bytes_freed: u64,
+    /// How many entries were rewritten.
     pub rewritten_entries: u64,
+    /// Why nothing changed, if the engine says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -595,10 +774,13 @@ pub struct MaintainResult {
 /// `rewriteTranscriptEntries` result.
 pub type TranscriptRewriteResult = MaintainResult;
 
+/// One entry of a `rewriteTranscriptEntries` request (SPEC §8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptReplacement {
+    /// The transcript entry to replace.
     pub entry_id: String,
+    /// Its new message.
     pub message: AgentMessage,
 }
 
@@ -606,7 +788,9 @@ pub struct TranscriptReplacement {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptRewriteRequest {
+    /// The entries to replace.
     pub replacements: Vec<TranscriptReplacement>,
+    /// The entries the rewrite may touch; any other is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_rewrite_suffix_entry_ids: Option<Vec<String>>,
 }
@@ -615,32 +799,47 @@ pub struct TranscriptRewriteRequest {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LlmCompleteRequest {
+    /// The conversation to complete.
     pub messages: Vec<AgentMessage>,
+    /// The most tokens the completion may produce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
 }
 
+/// `llm.complete` result: the completion text.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct LlmCompleteResult {
+    /// The completion text.
     pub text: String,
 }
 
+/// `commitTurn` params (SPEC §6): one accepted turn to commit durably.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommitTurnParams {
+    /// The logical turn id: the same key on a retry (SPEC §6).
     pub advancement_key: String,
+    /// The admitted user entry of the turn.
     pub admission: AgentMessage,
+    /// The accepted terminal entry of the turn.
     pub terminal: AgentMessage,
+    /// Only the turn's range, from `admission` to `terminal` inclusive.
     pub messages: Vec<AgentMessage>,
+    /// The session the call is about.
     pub session_id: String,
+    /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
+    /// The runtimeSettings snapshot of this call (SPEC §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
+    /// Host facts and callbacks (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
+    /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_heartbeat: Option<bool>,
 }
@@ -649,15 +848,18 @@ pub struct CommitTurnParams {
 /// host error that keeps the outbox row queued (SPEC §6), not a malformed result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitTurnResult {
+    /// `committed`, `duplicate`, or anything else (a host error).
     pub status: String,
 }
 
 impl CommitTurnResult {
+    /// The first commit of a turn.
     pub fn committed() -> Self {
         CommitTurnResult {
             status: "committed".into(),
         }
     }
+    /// A retry of a turn the engine already committed.
     pub fn duplicate() -> Self {
         CommitTurnResult {
             status: "duplicate".into(),
@@ -673,20 +875,29 @@ impl CommitTurnResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SubagentContextMode {
+    /// The child starts with its own empty context.
     Isolated,
+    /// The child starts from a fork of the parent's context.
     Fork,
 }
 
+/// `prepareSubagentSpawn` params (SPEC §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrepareSubagentSpawnParams {
+    /// The session spawning the subagent.
     pub parent_session_key: String,
+    /// The subagent's session.
     pub child_session_key: String,
+    /// How the child's context starts.
     pub context_mode: SubagentContextMode,
+    /// The parent's session id, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_session_id: Option<String>,
+    /// The child's session id, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_session_id: Option<String>,
+    /// How long the prepared spawn stays valid, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// Transcript ids / files and anything else the host passes along.
@@ -694,31 +905,43 @@ pub struct PrepareSubagentSpawnParams {
     pub extra: Map<String, Value>,
 }
 
+/// `prepareSubagentSpawn` result (SPEC §7): an optional rollback handle.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrepareSubagentSpawnResult {
+    /// The handle the host passes to the rollback if the launch fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_id: Option<String>,
 }
 
+/// The rollback of a prepared spawn whose launch failed (SPEC §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackSubagentSpawnParams {
+    /// The handle `prepareSubagentSpawn` returned.
     pub rollback_id: String,
 }
 
+/// `onSubagentEnded.reason` (SPEC §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SubagentEndReason {
+    /// The child session was deleted.
     Deleted,
+    /// The child finished its work.
     Completed,
+    /// The child expired and was swept.
     Swept,
+    /// The parent released the child.
     Released,
 }
 
+/// `onSubagentEnded` params (SPEC §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OnSubagentEndedParams {
+    /// The subagent's session.
     pub child_session_key: String,
+    /// Why the child ended.
     pub reason: SubagentEndReason,
 }

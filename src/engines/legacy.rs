@@ -3,7 +3,10 @@
 
 use async_trait::async_trait;
 
-use crate::contract::*;
+use crate::contract::{
+    AfterTurnParams, AssembleParams, AssembleResult, CompactParams, CompactResult, ContextEngine,
+    EngineError, EngineInfo, EngineMethod, IngestParams, IngestResult, MethodSet,
+};
 
 /// The id the core reserves for the legacy engine.
 pub const LEGACY_ENGINE_ID: &str = "legacy";

@@ -20,7 +20,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::contract::*;
+use crate::contract::{
+    AfterTurnParams, AgentMessage, AssembleParams, AssembleResult, BootstrapParams,
+    BootstrapResult, CompactDetails, CompactParams, CompactResult, ContextEngine,
+    ContextProjection, EngineError, EngineInfo, EngineMethod, IngestParams, IngestResult,
+    MaintainParams, MaintainResult, MethodSet, ProjectionMode, Role,
+};
 
 /// The engine's id.
 pub const SAMPLE_ENGINE_ID: &str = "sample-summary";

@@ -82,8 +82,8 @@ pub const FRAME_CLOSE_TAG: &str = "</conversation_context>";
 pub const DEFAULT_CONTEXT_CAP_CHARS: usize = 24_000;
 /// Upper bound of the context cap.
 pub const MAX_CONTEXT_CAP_CHARS: usize = 1_000_000;
-/// The Codex app-server's turn-input limit.
-pub const CODEX_TURN_INPUT_LIMIT_CHARS: usize = 1_048_576;
+/// The Codex app-server's turn-input limit (defined with the backend profiles).
+pub use crate::backend::CODEX_TURN_INPUT_LIMIT_CHARS;
 
 /// Chars of the frame around the context (all ASCII).
 const FRAME_CHARS: usize = FRAME_HEAD.len() + FRAME_TAIL.len();

@@ -19,19 +19,23 @@ pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
+    /// Another process holds the write lock longer than the busy timeout.
     #[error("state store {path}: {operation}: database is locked by another process (waited {waited_ms} ms)")]
     Locked {
         path: PathBuf,
         operation: &'static str,
         waited_ms: u64,
     },
+    /// The file is not a readable ctxbridge database; it is never overwritten.
     #[error("state store {path} is corrupt or not a ctxbridge database ({operation}): {message}; refusing to start over — move the file away to begin with a fresh state")]
     Corrupt {
         path: PathBuf,
         operation: &'static str,
         message: String,
     },
+    /// Any other SQLite failure.
     #[error("state store {path}: {operation}: {source}")]
     Sqlite {
         path: PathBuf,
@@ -39,6 +43,7 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// A stored JSON record does not decode.
     #[error("state store {path}: {operation}: stored record {key:?} is unreadable: {message}")]
     Record {
         path: PathBuf,
@@ -46,6 +51,7 @@ pub enum StoreError {
         key: String,
         message: String,
     },
+    /// The store's directory cannot be created.
     #[error("state store {path}: {operation}: cannot create the directory: {source}")]
     Io {
         path: PathBuf,

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
-use super::*;
+use super::{
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
+    TranscriptEntry,
+};
 
 /// The schema this build writes.
 const SCHEMA_VERSION: i64 = 1;
@@ -634,6 +637,7 @@ impl StateStore for SqliteStore {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::contract::AgentMessage;
 
     fn entry(id: &str, text: &str) -> TranscriptEntry {
         TranscriptEntry {

@@ -45,7 +45,13 @@ use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
 use crate::capabilities::Capability;
-use crate::contract::*;
+use crate::contract::{
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
+    EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult,
+    MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams, RuntimeContext,
+};
 
 /// Default per-call timeout.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);

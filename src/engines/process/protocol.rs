@@ -217,6 +217,7 @@ pub enum Incoming {
 
 /// Why a stdout line is not a JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ViolationKind {
     #[error("not JSON ({0})")]
     NotJson(String),

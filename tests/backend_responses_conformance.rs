@@ -1,5 +1,8 @@
-//! The Responses API backend runs the shared backend conformance suite against the loopback
-//! mock model server in its stateful (previous_response_id) mode, plus chain-specific checks.
+//! The Responses API backend against a whole model: it runs the shared backend conformance
+//! suite (the same checks as the mock and Codex backends) on the loopback mock model server in
+//! its stateful (`previous_response_id`) mode, plus chain checks end to end. The wire details —
+//! exact request bodies, error mapping, keys — are proved against a scripted server in
+//! `backend_responses_wire.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ctxbridge::backend::responses::{ResponsesBackend, ResponsesBackendConfig};

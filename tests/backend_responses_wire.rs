@@ -1,4 +1,7 @@
-//! The Responses backend against a scripted loopback Responses server.
+//! The Responses backend on the wire: against a scripted loopback Responses server, every test
+//! checks the exact requests the backend sends (instructions, chaining, injected messages,
+//! compaction, keys) and how each server answer maps onto a `BackendError`. That the backend
+//! behaves like every other backend is proved by `backend_responses_conformance.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -647,6 +650,10 @@ async fn port_traits() {
     assert!(backend.sends_instructions_per_request());
     assert!(!backend.has_native_auto_compaction());
     assert_eq!(backend.turn_input_limit(), 1_048_576);
+    assert_eq!(
+        backend.profile(),
+        ctxbridge::backend::BackendProfile::RESPONSES
+    );
     assert_eq!(
         backend.capabilities(),
         ctxbridge::capabilities::Capability::ALL.to_vec()
