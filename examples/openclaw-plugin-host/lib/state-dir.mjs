@@ -1,7 +1,7 @@
 // Where an engine keeps its files. Each engine gets its own state dir under ctxbridge's:
 // `initialize.stateDir`, else `OPENCLAW_STATE_DIR` from the environment, else
-// `<agentDir>/state`, else `.ctxbridge/engines/<engineId>` under the working directory (next
-// to ctxbridge's default store). HOME and the temp dir are redirected under it, so a plugin
+// `<agentDir>/engines/<engineId>`, else `.ctxbridge/engines/<engineId>` under the working
+// directory (next to ctxbridge's default store). HOME and the temp dir are redirected under it, so a plugin
 // that writes to `os.homedir()` or `os.tmpdir()` writes there, not to the user's home or the
 // system temp dir.
 
@@ -20,7 +20,7 @@ export function setUpStateDir(params, env = process.env) {
   const stateDir = path.resolve(
     params.stateDir ??
       env.OPENCLAW_STATE_DIR ??
-      (params.agentDir ? path.join(params.agentDir, "state") : path.join(".ctxbridge", "engines", engineId)),
+      (params.agentDir ? path.join(params.agentDir, "engines", engineId) : path.join(".ctxbridge", "engines", engineId)),
   );
   const agentDir = path.resolve(params.agentDir ?? path.join(stateDir, "agent"));
   const workspaceDir = params.workspaceDir ? path.resolve(params.workspaceDir) : undefined;
