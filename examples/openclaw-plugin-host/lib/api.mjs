@@ -234,6 +234,7 @@ export function makeApi(ctx) {
     version: ctx.version,
     description: ctx.description,
     source: ctx.source,
+    runtimeSource: ctx.source,
     rootDir: ctx.rootDir,
     registrationMode: "full",
     config,

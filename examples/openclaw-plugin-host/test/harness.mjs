@@ -44,12 +44,22 @@ export const scratch = (name) => mkdtempSync(path.join(os.tmpdir(), `ctxbridge-h
  * Starts the host on `plugin` with `node`. `onHostRequest(method, params)` answers engine ->
  * host requests (its return value is the result; a throw becomes a JSON-RPC error).
  */
+const live = new Set();
+
+/** Kills every host still running (a test that failed mid-way leaves its host open); call from `after`. */
+export function stopAll() {
+  for (const child of live) child.kill();
+  live.clear();
+}
+
 export function startHost({ plugin, node = pinnedNode(), env = {}, cwd, onHostRequest = () => null }) {
   const child = spawn(node, [HOST, plugin], {
     cwd,
     env: { ...process.env, ...env },
     stdio: ["pipe", "pipe", "pipe"],
   });
+  live.add(child);
+  child.on("exit", () => live.delete(child));
   let stderr = "";
   child.stderr.on("data", (chunk) => {
     stderr += chunk;

@@ -3,9 +3,11 @@
 
 import assert from "node:assert/strict";
 import path from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 
-import { HOST_DIR, initializeParams, machineNode, scratch, startHost } from "./harness.mjs";
+import { HOST_DIR, initializeParams, machineNode, scratch, startHost, stopAll } from "./harness.mjs";
+
+after(stopAll);
 
 /** recent-window loads on the machine's Node, takes its config from api.pluginConfig, windows assemble and exits when stdin closes. */
 test("the recent-window sample runs on the machine's Node", async () => {

@@ -3,9 +3,11 @@
 
 import assert from "node:assert/strict";
 import path from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 
-import { initializeParams, scratch, startHost } from "./harness.mjs";
+import { initializeParams, scratch, startHost, stopAll } from "./harness.mjs";
+
+after(stopAll);
 
 const fixture = (name) => path.join(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), "fixtures", name);
 
@@ -130,4 +132,13 @@ test("manifest JSON Schema: defaults applied, errors name the key", async () => 
     ["extra: is not a known key", "limit: must be >= 1", 'mode: must be one of "a", "b"', "name: is required"],
   );
   await bad.close();
+});
+
+/** Every member of OpenClawPluginApi the SDK declares, the runtime namespaces and the runtime members the issue names exist at load time. */
+test("the api surface of the published SDK is present at load", async () => {
+  const host = startHost({ plugin: fixture("surface-probe.mjs"), node: process.execPath, cwd: scratch("surface") });
+  await host.call("initialize", initializeParams("surface-probe"));
+  const assembled = await host.call("assemble", { sessionId: "s", messages: [] });
+  assert.deepEqual(JSON.parse(assembled.systemPromptAddition), []);
+  await host.close();
 });

@@ -7,9 +7,11 @@
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 
-import { EXAMPLES, initializeParams, pinnedNode, scratch, startHost, supportsSqlite } from "./harness.mjs";
+import { EXAMPLES, initializeParams, pinnedNode, scratch, startHost, supportsSqlite, stopAll } from "./harness.mjs";
+
+after(stopAll);
 
 const PLUGIN = path.join(EXAMPLES, "openclaw-summary-plugin");
 const node = pinnedNode();
