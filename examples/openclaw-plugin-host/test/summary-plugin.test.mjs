@@ -128,7 +128,7 @@ test("tools/call runs the registered tool for the session", { skip }, async () =
   await host.close();
 });
 
-/** hooks/before_prompt_build returns the plugin's prependSystemContext and, once a summary exists, prependContext; hooks/session_end forgets the session. */
+/** hooks/before_prompt_build returns the plugin's prependSystemContext and, once a summary exists, prependContext; hooks/session_end forgets the session; hooks/gateway_stop reaches the plugin. */
 test("before_prompt_build and session_end hooks", { skip }, async () => {
   const { host, init } = start("hooks");
   await init();
@@ -145,6 +145,11 @@ test("before_prompt_build and session_end hooks", { skip }, async () => {
   assert.equal(await host.call("hooks/session_end", { event: { sessionId: "s1", messageCount: 3, reason: "deleted" }, ctx: { sessionId: "s1" } }), null);
   const gone = await host.call("tools/call", { sessionId: "s1", name: "session_recall", arguments: { query: "topic" } });
   assert.equal(gone.content[0].text, 'no message mentions "topic"');
+  // gateway_stop closes the plugin's database; the plugin reopens it on its next use.
+  assert.equal(await host.call("hooks/gateway_stop", { event: { reason: "shutdown" }, ctx: {} }), null);
+  await host.call("ingestBatch", { sessionId: "s1", messages: [message(7)] });
+  const back = await host.call("tools/call", { sessionId: "s1", name: "session_recall", arguments: { query: "topic-7" } });
+  assert.equal(back.content[0].text, "user: message 7 about topic-7");
   await host.close();
 });
 
