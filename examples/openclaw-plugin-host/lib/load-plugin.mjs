@@ -46,6 +46,26 @@ export function resolvePluginPath(pluginPath) {
 }
 
 /**
+ * The Node version a plugin's package.json asks for (`engines.node`, a `>=X.Y.Z` lower bound),
+ * checked before its code is imported so an old Node gives a clear error instead of a missing
+ * built-in module. Returns an error message, or null when satisfied or not stated.
+ */
+export function checkNodeEngine(packageJson, current = process.versions.node) {
+  const range = packageJson?.engines?.node;
+  const match = typeof range === "string" ? /^\s*>=\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?\s*$/.exec(range) : null;
+  if (!match) return null;
+  const want = match.slice(1).map((n) => Number(n ?? 0));
+  const have = current.split(".").map(Number);
+  for (let i = 0; i < 3; i += 1) {
+    if (have[i] > want[i]) return null;
+    if (have[i] < want[i]) {
+      return `plugin ${packageJson.name ?? ""} needs Node ${range.trim()} (package.json engines.node); this host runs on Node ${current}`;
+    }
+  }
+  return null;
+}
+
+/**
  * Imports the entry and normalises it to `{id?, name?, description?, version?, configSchema?,
  * register}`. A `configSchema` given as a function (definePluginEntry accepts a lazy one) is
  * called.

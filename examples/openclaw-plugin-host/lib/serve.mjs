@@ -7,7 +7,7 @@ import path from "node:path";
 
 import { HOOK_NAMES, llmComplete, makeApi, makeLogger, makeRegistry, makeSessionIndex } from "./api.mjs";
 import { applyConfigSchema, formatConfigErrors } from "./config-schema.mjs";
-import { loadPluginEntry, resolvePluginPath } from "./load-plugin.mjs";
+import { checkNodeEngine, loadPluginEntry, resolvePluginPath } from "./load-plugin.mjs";
 import { callHost, currentCall, ErrorCode, log, RpcError } from "./rpc.mjs";
 import { appendSessionMessages, ensureSessionFile, readSessionFile } from "./session-file.mjs";
 import { setUpStateDir } from "./state-dir.mjs";
@@ -39,6 +39,8 @@ export class PluginServer {
     // The state dir (and HOME/TMPDIR under it) must be in place before the plugin's code runs.
     this.dirs = setUpStateDir(params);
     const { entryFile, rootDir, manifest, packageJson } = resolvePluginPath(this.pluginPath);
+    const tooOld = checkNodeEngine(packageJson);
+    if (tooOld) throw new RpcError(ErrorCode.ENGINE_FAILED, tooOld);
     const entry = await loadPluginEntry(entryFile);
     const pluginId = entry.id ?? manifest?.id ?? packageJson?.name ?? params.engineId;
 

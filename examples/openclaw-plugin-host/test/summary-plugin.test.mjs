@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import path from "node:path";
 import { after, test } from "node:test";
 
-import { EXAMPLES, initializeParams, pinnedNode, scratch, startHost, supportsSqlite, stopAll } from "./harness.mjs";
+import { EXAMPLES, initializeParams, machineNode, pinnedNode, scratch, startHost, supportsSqlite, stopAll } from "./harness.mjs";
 
 after(stopAll);
 
@@ -209,4 +209,12 @@ test("fallback session file in OpenClaw's JSONL format", { skip }, async () => {
   assert.deepEqual(lines[1].message, message(1));
   assert.equal(lines[2].parentId, lines[1].id);
   assert.deepEqual(lines[2].message, message(2));
+});
+
+/** On a Node older than the plugin's package.json engines.node, initialize fails saying which Node the plugin needs. */
+test("an older Node is refused with the plugin's engines.node", { skip: supportsSqlite(machineNode()) ? "the machine's Node is new enough" : false }, async () => {
+  const host = startHost({ plugin: PLUGIN, node: machineNode(), cwd: scratch("old-node") });
+  const response = await host.request("initialize", initializeParams("session-summary"));
+  assert.match(response.error.message, /plugin openclaw-session-summary needs Node >=22\.5 \(package\.json engines\.node\); this host runs on Node \d+\.\d+\.\d+/);
+  await host.close();
 });
