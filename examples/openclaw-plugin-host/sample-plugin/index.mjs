@@ -3,12 +3,12 @@
 // how much older conversation it left out. It does not own compaction: `compact` hands over to
 // the host runtime's compaction when the host offers it.
 //
-// Config (plugins.entries["recent-window"].config):
+// Config (plugins.entries["recent-window"].config, which the plugin reads as api.pluginConfig):
 //   windowSize  number of newest messages shown (default 8)
 //   projection  "per_turn" (default) or "thread_bootstrap"
 
 export default function register(api) {
-  api.registerContextEngine("recent-window", (ctx) => createRecentWindowEngine(ctx));
+  api.registerContextEngine("recent-window", () => createRecentWindowEngine({ config: api.pluginConfig }));
 }
 
 function createRecentWindowEngine({ config = {} } = {}) {
