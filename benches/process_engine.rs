@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ctxbridge::capabilities::Capability;
+use ctxbridge::host::capabilities::Capability;
 use ctxbridge::contract::{AgentMessage, AssembleParams, ContextEngine, IngestParams};
 use ctxbridge::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use ctxbridge::engines::LegacyEngine;

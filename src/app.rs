@@ -11,7 +11,7 @@ use codex_app_server_client::locate_codex_binary;
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
 use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig};
 use crate::backend::{MockBackend, ThreadedBackend};
-use crate::capabilities::HostKind;
+use crate::host::capabilities::HostKind;
 use crate::config::{BackendConfig, Config};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};

@@ -649,7 +649,7 @@ async fn port_traits() {
     assert_eq!(backend.turn_input_limit(), 1_048_576);
     assert_eq!(
         backend.capabilities(),
-        ctxbridge::capabilities::Capability::ALL.to_vec()
+        ctxbridge::host::capabilities::Capability::ALL.to_vec()
     );
     assert_eq!(backend.kind(), ctxbridge::backend::BackendKind::Responses);
 }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 
 pub mod codex;
 pub mod conformance;

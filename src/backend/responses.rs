@@ -38,7 +38,7 @@ use super::{
     is_overflow_message, BackendError, BackendKind, NativeCompaction, StartThread, ThreadId,
     ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 
 /// The backend's name in [`BackendError::Unsupported`].
 const BACKEND_NAME: &str = "responses";

@@ -12,7 +12,7 @@ use crate::backend::{
     BackendError, BackendKind, NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent,
     TurnOutcome, TurnRequest,
 };
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read
 /// them around a turn only when turns run one at a time.

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 use crate::contract::{json_kind, EngineInfo, EngineMethod, MethodSet};
 
 /// The protocol version this host speaks.

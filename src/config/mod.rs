@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::capabilities::HostKind;
+use crate::host::capabilities::HostKind;
 use crate::contract::SelectionSource;
 use crate::engines::LEGACY_ENGINE_ID;
 
