@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::host::capabilities::Capability;
 
 pub mod codex;
+pub mod codex_config;
 pub mod conformance;
 pub mod mock;
 
