@@ -1,25 +1,26 @@
-//! The `ctxbridge` command line (SPEC §14).
+//! The `ctxbridge` command line (SPEC §14): parsing and dispatch.
 //!
-//! Every subcommand is one variant of [`Command`] plus one `async fn` taking the shared
-//! [`CommandContext`] and its own arguments, returning the process exit code. Exit codes: 0 ok,
-//! 1 runtime failure, 2 usage or configuration error.
+//! Every subcommand is one variant of [`Command`] and one file here with its arguments and a
+//! `run` taking the shared [`CommandContext`](context::CommandContext) and those arguments,
+//! returning the process exit code. [`context`] holds what the commands share: the exit codes
+//! (0 ok, 1 runtime failure, 2 usage or configuration error), the context and
+//! [`CliError`](context::CliError). Commands depend on `context`, never on this dispatcher.
+
+pub mod bench;
+pub mod chat;
+pub mod compact;
+pub mod context;
+pub mod demo;
+pub mod doctor;
+pub mod mock_model;
+pub mod turn;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
-use crate::cli_commands::*;
-use crate::config::{Config, ConfigError};
-use crate::doctor;
-use crate::registry::EngineRegistry;
-
-/// Everything went well.
-pub const EXIT_OK: u8 = 0;
-/// The command ran and failed (or found a problem, like `doctor`).
-pub const EXIT_RUNTIME_FAILURE: u8 = 1;
-/// Bad arguments or a bad configuration file.
-pub const EXIT_USAGE: u8 = 2;
+use self::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE, EXIT_USAGE};
 
 /// Bridges context engines into threaded agent backends.
 #[derive(Debug, Parser)]
@@ -29,74 +30,30 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
+    /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show the selected context engine, quarantines (this run's and earlier runs') and
     /// host-capability checks; exits 1 when the engine cannot run on the configured backend or
     /// the state store is unusable.
-    Doctor(DoctorArgs),
+    Doctor(doctor::DoctorArgs),
     /// Run one turn of a session (state persists between invocations).
-    Turn(TurnArgs),
+    Turn(turn::TurnArgs),
     /// Interactive session: one turn per line; `/compact` runs manual compaction.
-    Chat(ChatArgs),
+    Chat(chat::ChatArgs),
     /// Manual compaction of a session.
-    Compact(CompactArgs),
+    Compact(compact::CompactArgs),
     /// Scripted multi-turn session on the embedded mock backend with the sample engine.
-    Demo(DemoArgs),
+    Demo(demo::DemoArgs),
     /// Run the Responses-compatible mock model server on 127.0.0.1.
-    MockModel(MockModelArgs),
+    MockModel(mock_model::MockModelArgs),
     /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
-    Bench(crate::bench::BenchArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct DoctorArgs {}
-
-/// A command that could not do its job. Each variant knows its exit code.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("{0}")]
-    Usage(String),
-    #[error("{operation}: {message}")]
-    Runtime {
-        operation: &'static str,
-        message: String,
-    },
-}
-
-impl CliError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::Config(_) | CliError::Usage(_) => EXIT_USAGE,
-            CliError::Runtime { .. } => EXIT_RUNTIME_FAILURE,
-        }
-    }
-}
-
-/// What every command gets: the global options.
-#[derive(Debug, Clone)]
-pub struct CommandContext {
-    pub config_path: Option<PathBuf>,
-}
-
-impl CommandContext {
-    /// Loads the configuration (commands that need none simply do not call this).
-    pub fn load_config(&self) -> Result<Config, CliError> {
-        Ok(Config::load(self.config_path.as_deref())?)
-    }
-}
-
-/// The registry with the engines built into ctxbridge. Only legacy exists, and legacy needs no
-/// registration: an id configured in `plugins.slots.contextEngine` that nothing registers is
-/// quarantined when resolved (`resolve`, "not registered").
-pub fn builtin_registry(config: &Config) -> EngineRegistry {
-    crate::app::registry(config)
+    Bench(bench::BenchArgs),
 }
 
 /// Runs a parsed command line.
@@ -105,36 +62,14 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         config_path: cli.config,
     };
     match cli.command {
-        Command::Doctor(args) => run_doctor(&context, args).await,
-        Command::Turn(args) => run_turn(&context, args).await,
-        Command::Chat(args) => run_chat(&context, args).await,
-        Command::Compact(args) => run_compact(&context, args).await,
-        Command::Demo(args) => run_demo(&context, args).await,
-        Command::MockModel(args) => run_mock_model(&context, args).await,
-        Command::Bench(args) => crate::bench::run_bench(&context, args).await,
+        Command::Doctor(args) => doctor::run(&context, args).await,
+        Command::Turn(args) => turn::run(&context, args).await,
+        Command::Chat(args) => chat::run(&context, args).await,
+        Command::Compact(args) => compact::run(&context, args).await,
+        Command::Demo(args) => demo::run(&context, args).await,
+        Command::MockModel(args) => mock_model::run(&context, args).await,
+        Command::Bench(args) => bench::run(&context, args).await,
     }
-}
-
-/// `ctxbridge doctor`: the engine report of this process plus what earlier runs left in the
-/// configured state store (read only when the file exists). Exit 1 when the selected engine
-/// cannot run on the backend or the state store exists and cannot be used.
-async fn run_doctor(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
-    let config = context.load_config()?;
-    let registry = builtin_registry(&config);
-    let host = config.backend.host_kind();
-    let persisted = doctor::inspect_store(
-        &config.store.path,
-        &doctor::note_engine_ids(&config, &registry),
-    );
-    let report = doctor::report(&config, &registry, &host.capabilities(), host.label())
-        .await
-        .with_persisted_state(persisted);
-    print!("{report}");
-    Ok(if report.passes() {
-        EXIT_OK
-    } else {
-        EXIT_RUNTIME_FAILURE
-    })
 }
 
 /// Logs go to stderr; `CTXBRIDGE_LOG` (or `RUST_LOG`) sets the filter, default `warn`.
