@@ -33,8 +33,8 @@ use crate::backend::{
 };
 use crate::contract::*;
 use crate::engines::LegacyEngine;
-use crate::host::requirements::{check_host_requirements, HostRequirementError};
 use crate::host::params::project_host_params;
+use crate::host::requirements::{check_host_requirements, HostRequirementError};
 use crate::projection::{
     binding_key, bound_assembled, context_cap_chars, decide, developer_instructions_sha256,
     effective_developer_instructions, plan_instruction_delivery, policy_fingerprint,

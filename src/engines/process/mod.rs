@@ -44,8 +44,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
-use crate::host::capabilities::Capability;
 use crate::contract::*;
+use crate::host::capabilities::Capability;
 
 /// Default per-call timeout.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
