@@ -29,7 +29,7 @@
 //! - [`app`]: wiring a configuration into a running harness.
 //! - [`cli`] (`cli/`): the `ctxbridge` command line (SPEC §14) — parsing and dispatch, the shared
 //!   command context and errors, and one file per command.
-//! - [`bench`]: the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
+//! - [`bench`](mod@bench): the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
 //!   and scale figures.
 
 pub mod app;

@@ -1,10 +1,10 @@
 //! The `ctxbridge` command line (SPEC §14): parsing and dispatch.
 //!
 //! Every subcommand is one variant of [`Command`] and one file here with its arguments and a
-//! `run` taking the shared [`CommandContext`](context::CommandContext) and those arguments,
-//! returning the process exit code. [`context`] holds what the commands share: the exit codes
-//! (0 ok, 1 runtime failure, 2 usage or configuration error), the context and
-//! [`CliError`](context::CliError). Commands depend on `context`, never on this dispatcher.
+//! `run` taking the shared [`CommandContext`] and those arguments, returning the process exit
+//! code. [`context`] holds what the commands share: the exit codes (0 ok, 1 runtime failure,
+//! 2 usage or configuration error), the context and [`CliError`]. Commands depend on
+//! `context`, never on this dispatcher.
 
 pub mod bench;
 pub mod chat;
