@@ -82,6 +82,7 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                 "invalid type: {}, expected a map with a `kind`",
                 crate::contract::json_kind(&value)
             ),
+            source: None,
         });
     };
     let kind = match map.remove("kind") {
@@ -96,12 +97,14 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                     "invalid type: {}, expected one of `mock`, `codex`, `responses`",
                     crate::contract::json_kind(&other)
                 ),
+                source: None,
             })
         }
         None => {
             return Err(UnlocatedError {
                 path: backend_path.to_vec(),
                 message: "missing field `kind`".to_string(),
+                source: None,
             })
         }
     };
@@ -120,6 +123,7 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
             message: format!(
                 "unknown variant `{other}`, expected one of `mock`, `codex`, `responses`"
             ),
+            source: None,
         }),
     }
 }
@@ -144,9 +148,11 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
                 | serde_path_to_error::Segment::Unknown => {}
             }
         }
+        let source = e.into_inner();
         UnlocatedError {
             path,
-            message: e.into_inner().to_string(),
+            message: source.to_string(),
+            source: Some(source),
         }
     })
 }
@@ -156,6 +162,8 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
 struct UnlocatedError {
     path: Vec<PathSegment>,
     message: String,
+    /// The deserializer's error, when serde raised it (not for the backend's own checks).
+    source: Option<serde_json::Error>,
 }
 
 impl UnlocatedError {
@@ -182,6 +190,7 @@ impl UnlocatedError {
             column,
             key_path: display_path(&path),
             message: self.message,
+            source: self.source,
         }
     }
 }
@@ -246,6 +255,9 @@ pub enum ConfigError {
         /// Dotted key path (`plugins.entries.my-engine.enabled`, `agent.list[2]`).
         key_path: String,
         message: String,
+        /// The deserializer's error the message comes from, if any.
+        #[source]
+        source: Option<serde_json::Error>,
     },
 }
 
@@ -444,5 +456,21 @@ mod tests {
             e.starts_with(&format!("{}:1:18: store.path:", path.display())),
             "{e}"
         );
+    }
+
+    /// A typed-deserialization error keeps serde's error as its source, and a syntax error
+    /// keeps the parser's full report; the one-line messages stay as they were.
+    #[test]
+    fn errors_keep_their_sources() {
+        use std::error::Error as _;
+        let e = Config::parse("{ store: { path: 5 } }", "c.json5").unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { .. }));
+        assert_eq!(
+            e.source().unwrap().to_string(),
+            "invalid type: integer `5`, expected path string"
+        );
+        let e = Config::parse("{ agent: ", "c.json5").unwrap_err();
+        assert!(matches!(e, ConfigError::Syntax { .. }));
+        assert!(e.source().unwrap().to_string().contains('\n'));
     }
 }
