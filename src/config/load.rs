@@ -5,14 +5,14 @@
 //! Loading happens in three steps: `json5` parses the text into a `serde_json::Value` (its syntax
 //! errors carry a location), `serde_path_to_error` deserializes the typed structs from that value
 //! (its errors carry the key path), and the [`locator`](super::locator) finds where that key path
-//! sits in the text.
+//! sits in the text, walking it with `json5`'s own parser.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::locator::{display_path, line_column, locate, PathSegment};
+use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
     AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
     StoreConfig,
@@ -177,13 +177,12 @@ impl UnlocatedError {
                 path.push(PathSegment::Key(key.clone()));
             }
         }
-        let found = locate(source, &path);
-        let position = if unknown_key.is_some() {
-            found.key.unwrap_or(found.value)
+        let target = if unknown_key.is_some() {
+            Target::Key
         } else {
-            found.value
+            Target::Value
         };
-        let (line, column) = line_column(source, position);
+        let (line, column) = locate(source, &path, target);
         ConfigError::Invalid {
             file: file.to_string(),
             line,

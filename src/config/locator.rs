@@ -1,12 +1,18 @@
 //! Finding a key path in JSON5 text: where a deserialization error's key sits in the file.
 //!
 //! The typed sections are deserialized from the parsed `serde_json::Value`, which knows no
-//! positions; this scanner walks the original text to the value (or key) a key path names. It
-//! exists because `json5`'s own positions cannot replace it: they are only attached when
-//! deserializing straight from the text, and that route reads every number through `f64` with
-//! `as` casts (a negative or fractional `tokenBudget` would silently become another number),
-//! turns a duplicated key into an error where the `Value` route keeps the last one, and loses
-//! positions inside the `kind`-tagged `backend`, which has to be buffered.
+//! positions. `json5` attaches a line and column to an error raised while deserializing straight
+//! from the text, but that route cannot load the configuration itself: it reads every number
+//! through `f64` with `as` casts (a negative or fractional `tokenBudget` would silently become
+//! another number), turns a duplicated key into an error where the `Value` route keeps the last
+//! one, and has no positions inside the `kind`-tagged `backend`, which must be buffered. So the
+//! locator uses `json5`'s parser another way: a visitor walks the parsed text along the key path
+//! and fails at the value (or key) it names, and `json5` reports where that failure happened.
+//! A duplicated key resolves to its last occurrence, as the `Value` route keeps the last value.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// One step of a key path: an object key or an array index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,35 +41,203 @@ pub fn display_path(path: &[PathSegment]) -> String {
     out
 }
 
-/// Where a key path sits in the text: byte offsets of the value and (for object members) of
-/// its key. When the full path is not in the text (a missing key), the deepest existing
-/// ancestor is reported.
+/// What [`locate`] reports for an object member: its value, or its key (an unknown key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Located {
-    pub key: Option<usize>,
-    pub value: usize,
-    /// How many segments of the path were found.
-    pub depth: usize,
+pub enum Target {
+    /// Where the value starts.
+    Value,
+    /// Where the member's key starts (for an array element: where the element starts).
+    Key,
 }
 
-/// Finds `path` in the JSON5 `source` (which should already have parsed). Handles quoted and
-/// unquoted keys, comments, all string forms and nesting; a duplicated key resolves to its last
-/// occurrence, as the parser keeps the last value.
-pub fn locate(source: &str, path: &[PathSegment]) -> Located {
-    let mut scanner = Scanner {
-        src: source,
-        pos: 0,
+/// Finds `path` in the JSON5 `source` (which should already have parsed) and returns the
+/// 1-based line and column (in characters) of its value, or of its key under [`Target::Key`].
+/// When the full path is not in the text (a missing key), the value of the deepest ancestor
+/// found is reported; a duplicated key resolves to its last occurrence.
+pub fn locate(source: &str, path: &[PathSegment], target: Target) -> (usize, usize) {
+    // Which occurrence of each level's key to follow: the last one, counted level by level.
+    let mut picks = Vec::with_capacity(path.len());
+    for (level, segment) in path.iter().enumerate() {
+        match segment {
+            PathSegment::Index(_) => picks.push(0),
+            PathSegment::Key(_) => match walk(source, path, &picks, Some(level), target) {
+                Ok(count) => picks.push(count.saturating_sub(1)),
+                // An ancestor is missing: the walk stopped there.
+                Err(position) => return position,
+            },
+        }
+    }
+    // Without a count to take, every walk ends in a stop: `Ok` cannot happen.
+    match walk(source, path, &picks, None, target) {
+        Ok(_) => (1, 1),
+        Err(position) => position,
+    }
+}
+
+/// One walk over the text. `Ok(n)`: the number of occurrences of the key at level `count_at`.
+/// `Err(position)`: where the walk stopped (the target, or the deepest ancestor found).
+fn walk(
+    source: &str,
+    path: &[PathSegment],
+    picks: &[usize],
+    count_at: Option<usize>,
+    target: Target,
+) -> Result<usize, (usize, usize)> {
+    let Ok(mut deserializer) = json5::Deserializer::from_str(source) else {
+        return Err((1, 1));
     };
-    scanner.skip_trivia();
-    let root = scanner.pos;
-    scanner.descend(
+    let walk = Walk {
         path,
-        Located {
-            key: None,
-            value: root,
-            depth: 0,
-        },
-    )
+        picks,
+        count_at,
+        target,
+    };
+    walk.deserialize(&mut deserializer).map_err(|error| {
+        let json5::Error::Message { location, .. } = error;
+        location.map_or((1, 1), |l| (l.line, l.column))
+    })
+}
+
+/// The walk from one value down the rest of the path. Its errors are raised while `json5`
+/// deserializes the value (or key) where the walk stops, so they carry that position.
+struct Walk<'a> {
+    path: &'a [PathSegment],
+    picks: &'a [usize],
+    count_at: Option<usize>,
+    target: Target,
+}
+
+impl Walk<'_> {
+    fn stop<T, E: de::Error>() -> Result<T, E> {
+        Err(E::custom("located"))
+    }
+
+    fn deeper(&self) -> Walk<'_> {
+        Walk {
+            path: self.path.get(1..).unwrap_or_default(),
+            picks: self.picks.get(1..).unwrap_or_default(),
+            count_at: self.count_at.and_then(|level| level.checked_sub(1)),
+            target: self.target,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON5 value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let Some(PathSegment::Key(wanted)) = self.path.first() else {
+            return Self::stop();
+        };
+        if self.count_at == Some(0) {
+            let mut count = 0;
+            while let Some(key) = map.next_key::<String>()? {
+                if &key == wanted {
+                    count += 1;
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            return Ok(count);
+        }
+        let pick = self.picks.first().copied().unwrap_or(0);
+        let mut seen = 0;
+        loop {
+            let key = KeySeed {
+                wanted,
+                // Fail at the key itself when it is the target.
+                stop_here: self.target == Target::Key && self.path.len() == 1 && seen == pick,
+            };
+            match map.next_key_seed(key)? {
+                None => return Self::stop(),
+                Some(true) if seen == pick => return map.next_value_seed(self.deeper()),
+                Some(true) => seen += 1,
+                Some(false) => {}
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let Some(PathSegment::Index(wanted)) = self.path.first() else {
+            return Self::stop();
+        };
+        for _ in 0..*wanted {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Self::stop();
+            }
+        }
+        match seq.next_element_seed(self.deeper())? {
+            Some(found) => Ok(found),
+            None => Self::stop(),
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
+        Self::stop()
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
+        Self::stop()
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
+        Self::stop()
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
+        Self::stop()
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<usize, E> {
+        Self::stop()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Self::stop()
+    }
+}
+
+/// Reads an object key; `true` when it is the wanted one. Fails (at the key) when the key is
+/// the target.
+struct KeySeed<'a> {
+    wanted: &'a str,
+    stop_here: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for KeySeed<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        let found = key == self.wanted;
+        if found && self.stop_here {
+            return Err(E::custom("located"));
+        }
+        Ok(found)
+    }
 }
 
 /// 1-based line and column (in characters) of byte offset `pos`.
@@ -92,308 +266,6 @@ pub fn line_column(source: &str, pos: usize) -> (usize, usize) {
     (line, column)
 }
 
-struct Scanner<'a> {
-    src: &'a str,
-    pos: usize,
-}
-
-impl Scanner<'_> {
-    fn peek(&self) -> Option<char> {
-        self.src[self.pos..].chars().next()
-    }
-
-    fn peek_second(&self) -> Option<char> {
-        let mut chars = self.src[self.pos..].chars();
-        chars.next();
-        chars.next()
-    }
-
-    fn bump(&mut self) -> Option<char> {
-        let c = self.peek()?;
-        self.pos += c.len_utf8();
-        Some(c)
-    }
-
-    /// Skips whitespace (JSON5 allows any Unicode space and the BOM) and comments.
-    fn skip_trivia(&mut self) {
-        loop {
-            match self.peek() {
-                Some(c) if c.is_whitespace() || c == '\u{FEFF}' => {
-                    self.bump();
-                }
-                Some('/') if self.peek_second() == Some('/') => {
-                    while let Some(c) = self.peek() {
-                        if matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}') {
-                            break;
-                        }
-                        self.bump();
-                    }
-                }
-                Some('/') if self.peek_second() == Some('*') => {
-                    self.pos += 2;
-                    match self.src[self.pos..].find("*/") {
-                        Some(end) => self.pos += end + 2,
-                        None => self.pos = self.src.len(),
-                    }
-                }
-                _ => return,
-            }
-        }
-    }
-
-    /// Reads a quoted string starting at the opening quote; returns its decoded value.
-    fn string(&mut self) -> String {
-        let Some(quote) = self.bump() else {
-            return String::new();
-        };
-        let mut out = String::new();
-        while let Some(c) = self.bump() {
-            match c {
-                c if c == quote => break,
-                '\\' => match self.bump() {
-                    Some('n') => out.push('\n'),
-                    Some('t') => out.push('\t'),
-                    Some('r') => out.push('\r'),
-                    Some('b') => out.push('\u{8}'),
-                    Some('f') => out.push('\u{c}'),
-                    Some('v') => out.push('\u{b}'),
-                    Some('0') => out.push('\0'),
-                    Some('x') => {
-                        let hex = self.take_hex(2);
-                        out.extend(hex.and_then(char::from_u32));
-                    }
-                    Some('u') => out.extend(self.unicode_escape()),
-                    // A backslash before a line terminator continues the line.
-                    Some('\r') => {
-                        if self.peek() == Some('\n') {
-                            self.bump();
-                        }
-                    }
-                    Some('\n' | '\u{2028}' | '\u{2029}') => {}
-                    Some(other) => out.push(other),
-                    None => break,
-                },
-                c => out.push(c),
-            }
-        }
-        out
-    }
-
-    fn take_hex(&mut self, digits: usize) -> Option<u32> {
-        let end = self.pos + digits;
-        let hex = self.src.get(self.pos..end)?;
-        let value = u32::from_str_radix(hex, 16).ok()?;
-        self.pos = end;
-        Some(value)
-    }
-
-    /// After `\u`: four hex digits, combining a surrogate pair when one follows.
-    fn unicode_escape(&mut self) -> Option<char> {
-        let first = self.take_hex(4)?;
-        if (0xD800..0xDC00).contains(&first) && self.src[self.pos..].starts_with("\\u") {
-            let save = self.pos;
-            self.pos += 2;
-            if let Some(second) = self.take_hex(4) {
-                if (0xDC00..0xE000).contains(&second) {
-                    return char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00));
-                }
-            }
-            self.pos = save;
-        }
-        char::from_u32(first)
-    }
-
-    /// An object key: quoted, or an identifier name (which may contain `\u` + four-hex-digit
-    /// escapes).
-    fn key(&mut self) -> String {
-        match self.peek() {
-            Some('"' | '\'') => self.string(),
-            _ => {
-                let mut out = String::new();
-                while let Some(c) = self.peek() {
-                    if c == '\\' {
-                        self.bump();
-                        if self.peek() == Some('u') {
-                            self.bump();
-                            out.extend(self.unicode_escape());
-                        }
-                    } else if c.is_alphanumeric() || c == '_' || c == '$' || is_id_continue_extra(c)
-                    {
-                        out.push(c);
-                        self.bump();
-                    } else {
-                        break;
-                    }
-                }
-                out
-            }
-        }
-    }
-
-    /// Skips one value of any kind.
-    fn skip_value(&mut self) {
-        self.skip_trivia();
-        match self.peek() {
-            Some('{') => {
-                self.bump();
-                loop {
-                    self.skip_trivia();
-                    match self.peek() {
-                        None => return,
-                        Some('}') => {
-                            self.bump();
-                            return;
-                        }
-                        Some(',') => {
-                            self.bump();
-                        }
-                        Some(_) => {
-                            let before = self.pos;
-                            self.key();
-                            self.skip_trivia();
-                            if self.peek() == Some(':') {
-                                self.bump();
-                            }
-                            self.skip_value();
-                            if self.pos == before {
-                                // Not a key, not a value: stop rather than loop forever.
-                                self.bump();
-                            }
-                        }
-                    }
-                }
-            }
-            Some('[') => {
-                self.bump();
-                loop {
-                    self.skip_trivia();
-                    match self.peek() {
-                        None => return,
-                        Some(']') => {
-                            self.bump();
-                            return;
-                        }
-                        Some(',') => {
-                            self.bump();
-                        }
-                        Some(_) => {
-                            let before = self.pos;
-                            self.skip_value();
-                            if self.pos == before {
-                                self.bump();
-                            }
-                        }
-                    }
-                }
-            }
-            Some('"' | '\'') => {
-                self.string();
-            }
-            _ => {
-                // A number, `true`, `false`, `null`, `Infinity`, `NaN`: up to a delimiter.
-                while let Some(c) = self.peek() {
-                    if matches!(c, ',' | '}' | ']' | '/' | ':') || c.is_whitespace() {
-                        break;
-                    }
-                    self.bump();
-                }
-            }
-        }
-    }
-
-    /// With the scanner at a value (trivia skipped), follows `path` into it.
-    fn descend(&mut self, path: &[PathSegment], here: Located) -> Located {
-        let Some((segment, rest)) = path.split_first() else {
-            return here;
-        };
-        match (segment, self.peek()) {
-            (PathSegment::Key(wanted), Some('{')) => {
-                self.bump();
-                // (key offset, value offset) of the last member named `wanted`.
-                let mut last_match: Option<(usize, usize)> = None;
-                loop {
-                    self.skip_trivia();
-                    match self.peek() {
-                        None | Some('}') => break,
-                        Some(',') => {
-                            self.bump();
-                        }
-                        Some(_) => {
-                            let key_pos = self.pos;
-                            let key = self.key();
-                            self.skip_trivia();
-                            if self.peek() == Some(':') {
-                                self.bump();
-                            }
-                            self.skip_trivia();
-                            let value_pos = self.pos;
-                            if &key == wanted {
-                                last_match = Some((key_pos, value_pos));
-                            }
-                            self.skip_value();
-                            if self.pos == key_pos {
-                                break;
-                            }
-                        }
-                    }
-                }
-                match last_match {
-                    Some((key_pos, value_pos)) => {
-                        self.pos = value_pos;
-                        self.descend(
-                            rest,
-                            Located {
-                                key: Some(key_pos),
-                                value: value_pos,
-                                depth: here.depth + 1,
-                            },
-                        )
-                    }
-                    None => here,
-                }
-            }
-            (PathSegment::Index(wanted), Some('[')) => {
-                self.bump();
-                let mut index = 0;
-                loop {
-                    self.skip_trivia();
-                    match self.peek() {
-                        None | Some(']') => return here,
-                        Some(',') => {
-                            self.bump();
-                        }
-                        Some(_) => {
-                            let value_pos = self.pos;
-                            if index == *wanted {
-                                return self.descend(
-                                    rest,
-                                    Located {
-                                        key: None,
-                                        value: value_pos,
-                                        depth: here.depth + 1,
-                                    },
-                                );
-                            }
-                            self.skip_value();
-                            if self.pos == value_pos {
-                                return here;
-                            }
-                            index += 1;
-                        }
-                    }
-                }
-            }
-            _ => here,
-        }
-    }
-}
-
-/// Identifier characters beyond alphanumerics that ES5 allows (ZWNJ, ZWJ, combining marks are
-/// covered by `is_alphanumeric` only partly; these two are common enough to name).
-fn is_id_continue_extra(c: char) -> bool {
-    matches!(c, '\u{200C}' | '\u{200D}')
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -406,11 +278,12 @@ mod tests {
     }
 
     fn at(source: &str, path: &[PathSegment]) -> (usize, usize) {
-        line_column(source, locate(source, path).value)
+        locate(source, path, Target::Value)
     }
 
     /// The locator handles quoted and unquoted keys, comments, strings with delimiters and
-    /// escapes, nested arrays, and duplicated keys (last wins).
+    /// escapes, nested arrays, and duplicated keys (last wins). (`-Infinity`, not `+Infinity`:
+    /// json5 0.4 cannot read the latter, so no configuration containing it ever loads.)
     #[test]
     fn locator_walks_json5() {
         let src = r#"// leading comment with { braces ]
@@ -420,7 +293,7 @@ mod tests {
   $e_1: { f: 1, f: 2 },
   g: 'it\'s',
   h: "line\
-continued", i: +Infinity, j: .5, k: 0x1F,
+continued", i: -Infinity, j: .5, k: 0x1F,
 }"#;
         assert_eq!(at(src, &[key("a")]), (3, 19));
         assert_eq!(
@@ -439,12 +312,16 @@ continued", i: +Infinity, j: .5, k: 0x1F,
         assert_eq!(at(src, &[key("i")]), (8, 16));
         assert_eq!(at(src, &[key("k")]), (8, 37));
         // A missing member reports the deepest ancestor found.
-        let located = locate(src, &[key("$e_1"), key("zz")]);
-        assert_eq!(located.depth, 1);
-        assert_eq!(line_column(src, located.value), (5, 9));
-        assert_eq!(line_column(src, located.key.unwrap()), (5, 3));
+        assert_eq!(at(src, &[key("$e_1"), key("zz")]), (5, 9));
+        assert_eq!(locate(src, &[key("$e_1"), key("zz")], Target::Key), (5, 9));
+        assert_eq!(locate(src, &[key("$e_1")], Target::Key), (5, 3));
+        // A duplicated key's own position is its last occurrence too.
+        assert_eq!(locate(src, &[key("$e_1"), key("f")], Target::Key), (5, 17));
         // An index past the end stops at the array.
-        assert_eq!(locate(src, &[key("bA"), PathSegment::Index(9)]).depth, 1);
+        assert_eq!(
+            at(src, &[key("bA"), PathSegment::Index(9)]),
+            at(src, &[key("bA")])
+        );
     }
 
     /// Renders JSON values as JSON5 in varied styles, recording where each value starts.
@@ -584,9 +461,8 @@ continued", i: +Infinity, j: .5, k: 0x1F,
             let parsed: Value = json5::from_str(&writer.out).unwrap();
             proptest::prop_assert_eq!(&parsed, &tree, "source: {}", writer.out);
             for (path, start) in &writer.starts {
-                let found = locate(&writer.out, path);
-                proptest::prop_assert_eq!(found.depth, path.len(), "path {:?} in {}", path, writer.out);
-                proptest::prop_assert_eq!(found.value, *start, "path {:?} in {}", path, writer.out);
+                let found = locate(&writer.out, path, Target::Value);
+                proptest::prop_assert_eq!(found, line_column(&writer.out, *start), "path {:?} in {}", path, writer.out);
             }
         }
     }
