@@ -10,10 +10,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use ctxbridge::capabilities::Capability;
 use ctxbridge::contract::{AgentMessage, AssembleParams, ContextEngine, IngestParams};
 use ctxbridge::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use ctxbridge::engines::LegacyEngine;
+use ctxbridge::host::capabilities::Capability;
 
 /// Builds the echo engine with the bench's profile and returns its path (next to `deps/`).
 fn echo_engine_binary() -> PathBuf {

@@ -9,14 +9,17 @@ use std::time::Duration;
 use codex_app_server_client::locate_codex_binary;
 
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig};
+use crate::backend::codex_config::codex_overrides;
+use crate::backend::responses::{
+    ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError,
+};
 use crate::backend::{MockBackend, ThreadedBackend};
-use crate::capabilities::HostKind;
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, Config, DeveloperInstructionDrift};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig};
+use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
 use crate::store::{SqliteStore, StateStore, StoreError};
 
@@ -25,29 +28,29 @@ pub const CONFIG_OWNER: &str = "config";
 
 /// Why the application could not be assembled.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AppError {
+    /// The state store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("backend: {0}")]
-    Backend(String),
+    /// `backend.command` of the Codex backend names no program.
+    #[error("backend: backend.command is empty")]
+    EmptyCodexCommand,
+    /// The Responses backend could not be built from its configuration.
+    #[error("backend: {source}")]
+    Responses {
+        #[source]
+        source: ResponsesBackendConfigError,
+    },
 }
 
 /// The host identity engines are told about in `initialize`.
 pub fn host_identity(config: &Config) -> HostIdentity {
     let host = config.backend.host_kind();
     HostIdentity {
-        id: format!("ctxbridge-{}", kind_name(host)),
+        id: format!("ctxbridge-{}", host.as_str()),
         label: host.label().to_string(),
         capabilities: host.capabilities().to_vec(),
-    }
-}
-
-fn kind_name(host: HostKind) -> &'static str {
-    match host {
-        HostKind::Mock => "mock",
-        HostKind::Codex => "codex",
-        HostKind::Responses => "responses",
-        HostKind::Cli => "cli",
     }
 }
 
@@ -138,7 +141,7 @@ pub fn backend(
                 }
             }
             if command.is_empty() {
-                return Err(AppError::Backend("backend.command is empty".into()));
+                return Err(AppError::EmptyCodexCommand);
             }
             let codex_home = codex
                 .codex_home
@@ -147,11 +150,7 @@ pub fn backend(
             Ok(Arc::new(CodexBackend::new(CodexBackendConfig {
                 command,
                 codex_home,
-                overrides: codex
-                    .config
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.to_codex()))
-                    .collect(),
+                overrides: codex_overrides(codex),
                 cwd: std::env::current_dir().ok(),
                 env: Vec::new(),
             })))
@@ -162,7 +161,7 @@ pub fn backend(
             api_key_env: r.api_key_env.clone(),
         })
         .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
-        .map_err(|e| AppError::Backend(e.to_string())),
+        .map_err(|source| AppError::Responses { source }),
     }
 }
 
@@ -174,12 +173,20 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         base_instructions: config.agent.base_instructions.clone(),
         developer_instructions: config.agent.developer_instructions.clone(),
         model: config.agent.model.clone(),
-        drift_policy: config.projection.developer_instruction_drift,
+        drift_policy: drift_policy(config.projection.developer_instruction_drift),
         selection_source: resolved.source(),
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
         ..HarnessConfig::default()
+    }
+}
+
+/// The projection's drift policy for the configured `projection.developerInstructionDrift`.
+pub fn drift_policy(drift: DeveloperInstructionDrift) -> DriftPolicy {
+    match drift {
+        DeveloperInstructionDrift::Inject => DriftPolicy::Inject,
+        DeveloperInstructionDrift::Rotate => DriftPolicy::Rotate,
     }
 }
 
@@ -218,4 +225,44 @@ pub async fn open_with_backend(
         store,
     );
     App { harness, resolved }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// Each configured `developerInstructionDrift` maps to the projection policy of the same
+    /// name (the two enums serialize alike).
+    #[test]
+    fn drift_setting_maps_to_the_policy_of_the_same_name() {
+        for drift in [
+            DeveloperInstructionDrift::Inject,
+            DeveloperInstructionDrift::Rotate,
+        ] {
+            assert_eq!(
+                serde_json::to_value(drift).unwrap(),
+                serde_json::to_value(drift_policy(drift)).unwrap()
+            );
+        }
+        assert_eq!(
+            drift_policy(DeveloperInstructionDrift::Rotate),
+            DriftPolicy::Rotate
+        );
+        assert_eq!(
+            drift_policy(DeveloperInstructionDrift::default()),
+            DriftPolicy::default()
+        );
+    }
+
+    /// The host identity engines see is named after the configured backend's host kind.
+    #[test]
+    fn host_identity_names_the_backend_kind() {
+        let mut config = Config::default();
+        let mock = host_identity(&config);
+        assert_eq!(mock.id, "ctxbridge-mock");
+        assert_eq!(mock.label, "the mock backend");
+        config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
+        assert_eq!(host_identity(&config).id, "ctxbridge-codex");
+    }
 }

@@ -13,10 +13,12 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::capabilities::Capability;
 use crate::config::Config;
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
-use crate::host::{check_host_requirements, declared_operations, HostRequirementError};
+use crate::host::capabilities::Capability;
+use crate::host::requirements::{
+    check_host_requirements, declared_operations, HostRequirementError,
+};
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
 use crate::store::{SqliteStore, StateStore, StoreError};
@@ -382,9 +384,9 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::capabilities::HostKind;
     use crate::contract::*;
     use crate::engines::LegacyEngine;
+    use crate::host::capabilities::HostKind;
 
     /// An engine with host requirements that needs prompt control for agent-run.
     struct Demanding;

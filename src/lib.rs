@@ -8,10 +8,10 @@
 //!   trait and the host callbacks (SPEC §1).
 //! - [`engines`]: engines that ship with ctxbridge: the built-in `legacy` engine, the sample
 //!   `sample-summary` thread_bootstrap engine, and out-of-process engines (SPEC §13).
-//! - [`capabilities`]: host capabilities and the lists each kind of host advertises (SPEC §3).
-//! - [`host`]: checking an engine's host requirements before an operation (SPEC §3).
+//! - [`host`] (`host/`): what the host offers an engine — capabilities and the lists each kind
+//!   of host advertises, the host-requirement check before an operation (SPEC §3), and which
+//!   host-added params an engine receives (SPEC §5).
 //! - [`runtime_settings`]: the read-only runtimeSettings snapshot (SPEC §4).
-//! - [`host_params`]: which host-added params an engine receives (SPEC §5).
 //! - [`quarantine`]: the fault-isolating wrapper engine and the process-wide quarantine book
 //!   (SPEC §2).
 //! - [`registry`]: engine registration by id and owner, slot resolution, contract validation
@@ -23,25 +23,25 @@
 //!   Codex app-server, the Responses API, and the shared conformance suite (SPEC §12).
 //! - [`store`]: durable state — bindings, transcripts, the durable-turn outbox, leases (SPEC §9.4).
 //! - [`harness`]: the turn algorithm — the engine lifecycle around every turn (SPEC §6–§11).
-//! - [`config`]: the JSON5 configuration file (SPEC §14).
+//! - [`config`] (`config/`): the JSON5 configuration file (SPEC §14) — the schema, loading with
+//!   located errors, and the locator that finds a key path in the JSON5 text.
 //! - [`doctor`]: the `doctor` report (SPEC §2, §3).
 //! - [`app`]: wiring a configuration into a running harness.
-//! - [`cli`]: the `ctxbridge` command line (SPEC §14).
-//! - [`bench`]: `ctxbridge bench` — projection cost, per-turn overhead and scale figures.
+//! - [`cli`] (`cli/`): the `ctxbridge` command line (SPEC §14) — parsing and dispatch, the shared
+//!   command context and errors, and one file per command.
+//! - [`bench`](mod@bench): the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
+//!   and scale figures.
 
 pub mod app;
 pub mod backend;
 pub mod bench;
-pub mod capabilities;
 pub mod cli;
-pub mod cli_commands;
 pub mod config;
 pub mod contract;
 pub mod doctor;
 pub mod engines;
 pub mod harness;
 pub mod host;
-pub mod host_params;
 pub mod projection;
 pub mod quarantine;
 pub mod registry;

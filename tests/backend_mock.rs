@@ -10,7 +10,7 @@ use ctxbridge::backend::{
     BackendError, BackendProfile, MockBackend, StartThread, ThreadId, ThreadedBackend, TurnEvent,
     TurnRequest, CODEX_TURN_INPUT_LIMIT_CHARS,
 };
-use ctxbridge::capabilities::Capability;
+use ctxbridge::host::capabilities::Capability;
 use ctxbridge::store::SqliteStore;
 use tokio::sync::mpsc;
 

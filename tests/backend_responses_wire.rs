@@ -656,7 +656,7 @@ async fn port_traits() {
     );
     assert_eq!(
         backend.capabilities(),
-        ctxbridge::capabilities::Capability::ALL.to_vec()
+        ctxbridge::host::capabilities::Capability::ALL.to_vec()
     );
     assert_eq!(backend.kind(), ctxbridge::backend::BackendKind::Responses);
 }

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use ctxbridge::cli_commands::demo_session;
+use ctxbridge::cli::demo::demo_session;
 use ctxbridge::contract::ProjectionMode;
 
 /// thread_bootstrap projects once per epoch and reuses the thread in between; per_turn projects
@@ -32,7 +32,7 @@ async fn demo_sessions_compare_the_modes() {
     assert!(per_turn
         .iter()
         .all(|r| r.report.thread_id == per_turn[0].report.thread_id));
-    let last = |rows: &[ctxbridge::cli_commands::DemoRow]| rows.last().unwrap().clone();
+    let last = |rows: &[ctxbridge::cli::demo::DemoRow]| rows.last().unwrap().clone();
     assert!(last(&epoch).cumulative_model_chars * 3 < last(&per_turn).cumulative_model_chars);
     assert!(last(&epoch).cumulative_backend_chars < last(&per_turn).cumulative_backend_chars);
 }

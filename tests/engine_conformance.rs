@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ctxbridge::capabilities::Capability;
 use ctxbridge::contract::*;
 use ctxbridge::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
+use ctxbridge::host::capabilities::Capability;
 use serde_json::json;
 
 // ------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use super::{
     BackendError, BackendKind, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
     TurnRequest,
 };
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 
 async fn turn(
     backend: &dyn ThreadedBackend,

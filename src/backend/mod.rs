@@ -12,9 +12,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 
 pub mod codex;
+pub mod codex_config;
 /// The shared conformance suite: compiled for this crate's tests, and for other crates' tests
 /// through the `conformance` feature (the integration tests enable it).
 #[cfg(any(test, feature = "conformance"))]

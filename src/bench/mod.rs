@@ -1,4 +1,5 @@
-//! `ctxbridge bench`: what projection costs, what the harness adds per turn, and how it scales.
+//! The measurements behind `ctxbridge bench` (whose arguments and report live in the CLI): what
+//! projection costs, what the harness adds per turn, and how it scales.
 //!
 //! Layout:
 //! - [`engine`]: the bench engine — about 20 KB of assembled context growing by one exchange a
@@ -26,10 +27,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 
 use crate::backend::{BackendError, ThreadedBackend};
-use crate::cli::{CliError, CommandContext, EXIT_OK};
 use crate::contract::{ContextEngine, ProjectionMode};
 use crate::harness::{Harness, HarnessConfig, HarnessError};
 use crate::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
@@ -48,33 +48,6 @@ pub const BENCH_BASE_INSTRUCTIONS: &str =
 /// Configured developer instructions of every bench harness.
 pub const BENCH_DEVELOPER_INSTRUCTIONS: &str =
     "Follow the project's conventions and say which part of the context you relied on.";
-
-/// `ctxbridge bench` arguments.
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    /// Turns of the scripted session (projection cost) and per overhead session.
-    #[arg(long, default_value_t = 30)]
-    pub turns: usize,
-    /// The backend of the projection-cost run (overhead and scale always use the in-process mock).
-    #[arg(long, value_enum, default_value_t = BenchBackend::Mock)]
-    pub backend: BenchBackend,
-    /// Where the CSV and SVG go.
-    #[arg(long, default_value = "bench-out")]
-    pub out: PathBuf,
-    /// Sessions of the scale run (5 turns each).
-    #[arg(long, default_value_t = 10_000)]
-    pub sessions: usize,
-    /// Skip the scale run.
-    #[arg(long)]
-    pub skip_scale: bool,
-    /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
-    /// what the CLI uses.
-    #[arg(long, value_enum, default_value_t = scale::ScaleStore::Memory)]
-    pub scale_store: scale::ScaleStore,
-    /// Sessions per mode of the overhead run (0 skips it).
-    #[arg(long, default_value_t = 100)]
-    pub overhead_sessions: usize,
-}
 
 /// The backend of the projection-cost run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -230,64 +203,6 @@ pub fn percentile(sorted: &[Duration], p: usize) -> Option<Duration> {
     }
     let rank = (p.min(100) * sorted.len()).div_ceil(100).max(1);
     sorted.get(rank - 1).copied()
-}
-
-/// `ctxbridge bench`.
-pub async fn run_bench(_context: &CommandContext, args: BenchArgs) -> Result<u8, CliError> {
-    run(args).await.map_err(|e| CliError::Runtime {
-        operation: "bench",
-        message: e.to_string(),
-    })?;
-    Ok(EXIT_OK)
-}
-
-async fn run(args: BenchArgs) -> Result<(), BenchError> {
-    let turns = args.turns.max(1);
-    std::fs::create_dir_all(&args.out).map_err(|source| BenchError::Io {
-        operation: "create the output directory",
-        path: args.out.clone(),
-        source,
-    })?;
-    // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
-    let binding_memory = if args.skip_scale {
-        None
-    } else {
-        Some(scale::measure_binding_cache(args.sessions.max(1)).await?)
-    };
-
-    let run = match args.backend {
-        BenchBackend::Mock => projection_cost::run_mock(turns).await?,
-        BenchBackend::Codex => projection_cost::run_codex(turns).await?,
-    };
-    print!("{}", projection_cost::format_table(&run));
-    let csv = args
-        .out
-        .join(format!("projection-{}.csv", run.backend.as_str()));
-    projection_cost::write_csv(&run, &csv)?;
-    let svg = args
-        .out
-        .join(format!("projection-{}.svg", run.backend.as_str()));
-    chart::write_svg(&run, &svg)?;
-    println!("wrote {} and {}", csv.display(), svg.display());
-
-    if args.overhead_sessions > 0 {
-        let report = overhead::run(args.overhead_sessions, turns).await?;
-        print!(
-            "{}",
-            overhead::format_table(&report, args.overhead_sessions, turns)
-        );
-    }
-
-    if let Some(memory) = binding_memory {
-        let mut results = Vec::new();
-        for workers in [1, 2] {
-            results.push(
-                scale::run_on_own_runtime(args.sessions.max(1), workers, args.scale_store).await?,
-            );
-        }
-        print!("{}", scale::format_report(&results, &memory));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::contract::{
     TurnMaintenanceMode,
 };
 use crate::engines::LEGACY_ENGINE_ID;
-use crate::host_params::project_host_params;
+use crate::host::params::project_host_params;
 use crate::quarantine::QuarantineEngine;
 use crate::store::{OutboxRow, QuarantineRecord};
 

@@ -39,7 +39,7 @@ use crate::contract::{
     RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
 };
 use crate::engines::LegacyEngine;
-use crate::host::HostRequirementError;
+use crate::host::requirements::HostRequirementError;
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;

@@ -5,7 +5,7 @@ use crate::contract::{
     ContextEngine, EngineMethod, HostOperation, OnSubagentEndedParams, PrepareSubagentSpawnParams,
     RollbackSubagentSpawnParams, SubagentContextMode, SubagentEndReason,
 };
-use crate::host::check_host_requirements;
+use crate::host::requirements::check_host_requirements;
 
 impl Harness {
     /// Spawns a subagent (SPEC §7): `prepareSubagentSpawn` (skipped for a light isolated spawn),

@@ -44,7 +44,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
-use crate::capabilities::Capability;
+use crate::host::capabilities::Capability;
 use crate::contract::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,

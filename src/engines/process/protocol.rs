@@ -5,8 +5,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::capabilities::Capability;
 use crate::contract::{json_kind, EngineInfo, EngineMethod, MethodSet};
+use crate::host::capabilities::Capability;
 
 /// The protocol version this host speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

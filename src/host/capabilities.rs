@@ -97,13 +97,3 @@ impl HostKind {
         }
     }
 }
-
-impl From<crate::backend::BackendKind> for HostKind {
-    fn from(kind: crate::backend::BackendKind) -> Self {
-        match kind {
-            crate::backend::BackendKind::Mock => HostKind::Mock,
-            crate::backend::BackendKind::Codex => HostKind::Codex,
-            crate::backend::BackendKind::Responses => HostKind::Responses,
-        }
-    }
-}

@@ -2,12 +2,13 @@
 //! `hostRequirements[operation]` are compared with what the host advertises. A miss fails closed
 //! before anything runs, and is not a quarantine.
 
-use crate::capabilities::Capability;
 use crate::contract::{EngineInfo, HostOperation};
+use crate::host::capabilities::Capability;
 
 /// An engine requires host capabilities this host does not have. `Display` is the SPEC §3 text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.message())]
+#[non_exhaustive]
 pub struct HostRequirementError {
     pub engine_id: String,
     pub operation: HostOperation,
@@ -112,8 +113,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::capabilities::HostKind;
     use crate::contract::HostRequirement;
+    use crate::host::capabilities::HostKind;
 
     fn engine(requirements: &[(HostOperation, &[&str], Option<&str>)]) -> EngineInfo {
         let mut info = EngineInfo::new("lossless", "Lossless");

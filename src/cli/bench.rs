@@ -1,0 +1,95 @@
+//! `ctxbridge bench`: the arguments, and the order in which the measurements of
+//! [`crate::bench`] run and are printed; CSV and SVG go to `--out`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::bench::scale::{self, ScaleStore};
+use crate::bench::{chart, overhead, projection_cost, BenchBackend, BenchError};
+use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+
+/// `ctxbridge bench` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Turns of the scripted session (projection cost) and per overhead session.
+    #[arg(long, default_value_t = 30)]
+    pub turns: usize,
+    /// The backend of the projection-cost run (overhead and scale always use the in-process mock).
+    #[arg(long, value_enum, default_value_t = BenchBackend::Mock)]
+    pub backend: BenchBackend,
+    /// Where the CSV and SVG go.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Sessions of the scale run (5 turns each).
+    #[arg(long, default_value_t = 10_000)]
+    pub sessions: usize,
+    /// Skip the scale run.
+    #[arg(long)]
+    pub skip_scale: bool,
+    /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
+    /// what the CLI uses.
+    #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
+    pub scale_store: ScaleStore,
+    /// Sessions per mode of the overhead run (0 skips it).
+    #[arg(long, default_value_t = 100)]
+    pub overhead_sessions: usize,
+}
+
+/// Runs the benchmarks `args` ask for and prints their figures.
+pub async fn run(_context: &CommandContext, args: BenchArgs) -> Result<u8, CliError> {
+    measure(args).await.map_err(|source| CliError::Bench {
+        source: Box::new(source),
+    })?;
+    Ok(EXIT_OK)
+}
+
+/// Projection cost (table, CSV, SVG), then overhead, then scale, as configured.
+async fn measure(args: BenchArgs) -> Result<(), BenchError> {
+    let turns = args.turns.max(1);
+    std::fs::create_dir_all(&args.out).map_err(|source| BenchError::Io {
+        operation: "create the output directory",
+        path: args.out.clone(),
+        source,
+    })?;
+    // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
+    let binding_memory = if args.skip_scale {
+        None
+    } else {
+        Some(scale::measure_binding_cache(args.sessions.max(1)).await?)
+    };
+
+    let run = match args.backend {
+        BenchBackend::Mock => projection_cost::run_mock(turns).await?,
+        BenchBackend::Codex => projection_cost::run_codex(turns).await?,
+    };
+    print!("{}", projection_cost::format_table(&run));
+    let csv = args
+        .out
+        .join(format!("projection-{}.csv", run.backend.as_str()));
+    projection_cost::write_csv(&run, &csv)?;
+    let svg = args
+        .out
+        .join(format!("projection-{}.svg", run.backend.as_str()));
+    chart::write_svg(&run, &svg)?;
+    println!("wrote {} and {}", csv.display(), svg.display());
+
+    if args.overhead_sessions > 0 {
+        let report = overhead::run(args.overhead_sessions, turns).await?;
+        print!(
+            "{}",
+            overhead::format_table(&report, args.overhead_sessions, turns)
+        );
+    }
+
+    if let Some(memory) = binding_memory {
+        let mut results = Vec::new();
+        for workers in [1, 2] {
+            results.push(
+                scale::run_on_own_runtime(args.sessions.max(1), workers, args.scale_store).await?,
+            );
+        }
+        print!("{}", scale::format_report(&results, &memory));
+    }
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! `ctxbridge compact --session KEY [--json]`: manual compaction of a session.
+
+use clap::Args;
+
+use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+
+/// `ctxbridge compact` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct CompactArgs {
+    /// The session key.
+    #[arg(long)]
+    pub session: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Compacts the session and prints the result; exit 1 when the compaction did not succeed.
+pub async fn run(context: &CommandContext, args: CompactArgs) -> Result<u8, CliError> {
+    let config = context.load_config()?;
+    let app = context.open_app(&config).await?;
+    let result = app.harness.compact(&args.session).await;
+    app.harness.shutdown().await;
+    let report = result.map_err(CliError::harness("compact"))?;
+    if args.json {
+        let json = serde_json::to_string(&report).map_err(CliError::json("compact"))?;
+        println!("{json}");
+    } else {
+        println!(
+            "compacted: {} (engine {}, native compaction: {}){}",
+            report.result.compacted,
+            report.engine_id,
+            report.native_compaction,
+            report
+                .result
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(if report.result.ok {
+        EXIT_OK
+    } else {
+        EXIT_RUNTIME_FAILURE
+    })
+}

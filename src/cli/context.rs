@@ -1,0 +1,160 @@
+//! What every command shares: the exit codes, the command context (the global options) and
+//! [`CliError`], the error a command fails with, which keeps the error it came from as its source.
+
+use std::path::PathBuf;
+
+use ctxbridge_mock_model::MockModelError;
+
+use crate::app::{self, App, AppError};
+use crate::bench::BenchError;
+use crate::config::{Config, ConfigError};
+use crate::harness::HarnessError;
+use crate::store::StoreError;
+
+/// Everything went well.
+pub const EXIT_OK: u8 = 0;
+/// The command ran and failed (or found a problem, like `doctor`).
+pub const EXIT_RUNTIME_FAILURE: u8 = 1;
+/// Bad arguments or a bad configuration file.
+pub const EXIT_USAGE: u8 = 2;
+
+/// A command that could not do its job. Each variant knows its exit code; the runtime failures
+/// name the operation and keep the underlying error as their source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The configuration file could not be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The command line asks for something that cannot be done.
+    #[error("{0}")]
+    Usage(String),
+    /// The application (store, backend, engine) could not be assembled.
+    #[error("open: {source}")]
+    Open {
+        #[source]
+        source: AppError,
+    },
+    /// A turn or a compaction failed.
+    #[error("{operation}: {source}")]
+    Harness {
+        operation: &'static str,
+        #[source]
+        source: Box<HarnessError>,
+    },
+    /// The state store failed.
+    #[error("{operation}: {source}")]
+    Store {
+        operation: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    /// A value could not be turned into JSON.
+    #[error("{operation}: {source}")]
+    Json {
+        operation: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Reading the terminal or creating a scratch directory failed.
+    #[error("{operation}: {source}")]
+    Io {
+        operation: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The mock model server failed.
+    #[error("mock-model: {source}")]
+    MockModel {
+        #[source]
+        source: MockModelError,
+    },
+    /// A benchmark could not run.
+    #[error("bench: {source}")]
+    Bench {
+        #[source]
+        source: Box<BenchError>,
+    },
+}
+
+impl CliError {
+    /// The process exit code for this error: usage and configuration errors exit
+    /// [`EXIT_USAGE`], everything else [`EXIT_RUNTIME_FAILURE`].
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Config(_) | CliError::Usage(_) => EXIT_USAGE,
+            CliError::Open { .. }
+            | CliError::Harness { .. }
+            | CliError::Store { .. }
+            | CliError::Json { .. }
+            | CliError::Io { .. }
+            | CliError::MockModel { .. }
+            | CliError::Bench { .. } => EXIT_RUNTIME_FAILURE,
+        }
+    }
+
+    /// Maps a harness error of `operation`.
+    pub fn harness(operation: &'static str) -> impl FnOnce(HarnessError) -> CliError {
+        move |source| CliError::Harness {
+            operation,
+            source: Box::new(source),
+        }
+    }
+
+    /// Maps a JSON serialization error of `operation`.
+    pub fn json(operation: &'static str) -> impl FnOnce(serde_json::Error) -> CliError {
+        move |source| CliError::Json { operation, source }
+    }
+
+    /// Maps an I/O error of `operation`.
+    pub fn io(operation: &'static str) -> impl FnOnce(std::io::Error) -> CliError {
+        move |source| CliError::Io { operation, source }
+    }
+
+    /// Maps a state-store error of `operation`.
+    pub fn store(operation: &'static str) -> impl FnOnce(StoreError) -> CliError {
+        move |source| CliError::Store { operation, source }
+    }
+}
+
+/// What every command gets: the global options.
+#[derive(Debug, Clone)]
+pub struct CommandContext {
+    /// `--config PATH`, when given.
+    pub config_path: Option<PathBuf>,
+}
+
+impl CommandContext {
+    /// Loads the configuration (commands that need none simply do not call this).
+    pub fn load_config(&self) -> Result<Config, CliError> {
+        Ok(Config::load(self.config_path.as_deref())?)
+    }
+
+    /// Opens the application `config` describes: store, backend and the selected engine.
+    pub async fn open_app(&self, config: &Config) -> Result<App, CliError> {
+        app::open(config)
+            .await
+            .map_err(|source| CliError::Open { source })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// Configuration and usage errors exit 2, runtime failures exit 1, and a runtime failure
+    /// names its operation and keeps the error it came from as its source.
+    #[test]
+    fn exit_codes_and_sources() {
+        let config = Config::parse("{ colour: 1 }", "c.json5").unwrap_err();
+        assert_eq!(CliError::from(config).exit_code(), EXIT_USAGE);
+        assert_eq!(CliError::Usage("bad".into()).exit_code(), EXIT_USAGE);
+        let io = CliError::io("read stdin")(std::io::Error::other("closed"));
+        assert_eq!(io.exit_code(), EXIT_RUNTIME_FAILURE);
+        assert_eq!(io.to_string(), "read stdin: closed");
+        assert_eq!(io.source().unwrap().to_string(), "closed");
+    }
+}

@@ -1,0 +1,33 @@
+//! `ctxbridge doctor`: the engine report of this process plus what earlier runs left in the
+//! configured state store (read only when the file exists).
+
+use clap::Args;
+
+use crate::app;
+use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+use crate::doctor;
+
+/// `ctxbridge doctor` arguments (none).
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {}
+
+/// Prints the report. Exit 1 when the selected engine cannot run on the backend or the state
+/// store exists and cannot be used.
+pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
+    let config = context.load_config()?;
+    let registry = app::registry(&config);
+    let host = config.backend.host_kind();
+    let persisted = doctor::inspect_store(
+        &config.store.path,
+        &doctor::note_engine_ids(&config, &registry),
+    );
+    let report = doctor::report(&config, &registry, &host.capabilities(), host.label())
+        .await
+        .with_persisted_state(persisted);
+    print!("{report}");
+    Ok(if report.passes() {
+        EXIT_OK
+    } else {
+        EXIT_RUNTIME_FAILURE
+    })
+}

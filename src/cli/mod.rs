@@ -1,0 +1,123 @@
+//! The `ctxbridge` command line (SPEC §14): parsing and dispatch.
+//!
+//! Every subcommand is one variant of [`Command`] and one file here with its arguments and a
+//! `run` taking the shared [`CommandContext`] and those arguments, returning the process exit
+//! code. [`context`] holds what the commands share: the exit codes (0 ok, 1 runtime failure,
+//! 2 usage or configuration error), the context and [`CliError`]. Commands depend on
+//! `context`, never on this dispatcher.
+
+pub mod bench;
+pub mod chat;
+pub mod compact;
+pub mod context;
+pub mod demo;
+pub mod doctor;
+pub mod mock_model;
+pub mod turn;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use self::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE, EXIT_USAGE};
+
+/// Bridges context engines into threaded agent backends.
+#[derive(Debug, Parser)]
+#[command(name = "ctxbridge", version, about)]
+pub struct Cli {
+    /// Configuration file (JSON5). Default: ./ctxbridge.json5 when it exists.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// The subcommand to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the selected context engine, quarantines (this run's and earlier runs') and
+    /// host-capability checks; exits 1 when the engine cannot run on the configured backend or
+    /// the state store is unusable.
+    Doctor(doctor::DoctorArgs),
+    /// Run one turn of a session (state persists between invocations).
+    Turn(turn::TurnArgs),
+    /// Interactive session: one turn per line; `/compact` runs manual compaction.
+    Chat(chat::ChatArgs),
+    /// Manual compaction of a session.
+    Compact(compact::CompactArgs),
+    /// Scripted multi-turn session on the embedded mock backend with the sample engine.
+    Demo(demo::DemoArgs),
+    /// Run the Responses-compatible mock model server on 127.0.0.1.
+    MockModel(mock_model::MockModelArgs),
+    /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
+    Bench(bench::BenchArgs),
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<u8, CliError> {
+    let context = CommandContext {
+        config_path: cli.config,
+    };
+    match cli.command {
+        Command::Doctor(args) => doctor::run(&context, args).await,
+        Command::Turn(args) => turn::run(&context, args).await,
+        Command::Chat(args) => chat::run(&context, args).await,
+        Command::Compact(args) => compact::run(&context, args).await,
+        Command::Demo(args) => demo::run(&context, args).await,
+        Command::MockModel(args) => mock_model::run(&context, args).await,
+        Command::Bench(args) => bench::run(&context, args).await,
+    }
+}
+
+/// Logs go to stderr; `CTXBRIDGE_LOG` (or `RUST_LOG`) sets the filter, default `warn`.
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("CTXBRIDGE_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("warn"));
+    // A second initialisation (tests embedding the CLI) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// The binary's entry point: parse, run on a tokio runtime, map errors to exit codes.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr (exit 2).
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_OK
+            });
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_RUNTIME_FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! Loading the configuration file: reading it, parsing the JSON5, deserializing the typed
+//! sections, and turning every failure into a [`ConfigError`] that names the file, the line, the
+//! column and the key path.
+//!
+//! Loading happens in three steps: `json5` parses the text into a `serde_json::Value` (its syntax
+//! errors carry a location), `serde_path_to_error` deserializes the typed structs from that value
+//! (its errors carry the key path), and the [`locator`](super::locator) finds where that key path
+//! sits in the text, walking it with `json5`'s own parser.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::locator::{display_path, locate, PathSegment, Target};
+use super::schema::{
+    AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
+    StoreConfig,
+};
+
+/// The file read when no `--config` is given. Its absence means "all defaults".
+pub const DEFAULT_CONFIG_PATH: &str = "ctxbridge.json5";
+
+impl Config {
+    /// Reads the configuration. `None` reads [`DEFAULT_CONFIG_PATH`] if it exists (a missing
+    /// default file means all defaults); an explicitly given file must exist.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(source) => Config::parse(&source, &path.display().to_string()),
+            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    /// Parses JSON5 `source`; `file` names it in error messages.
+    pub fn parse(source: &str, file: &str) -> Result<Config, ConfigError> {
+        let value: Value = json5::from_str(source).map_err(|e| syntax_error(file, e))?;
+        if value.is_null() {
+            return Ok(Config::default());
+        }
+        let raw: RawConfig = deserialize_at(value, &[]).map_err(|e| e.locate(source, file))?;
+        let backend = match raw.backend {
+            None => BackendConfig::default(),
+            Some(v) => parse_backend(v).map_err(|e| e.locate(source, file))?,
+        };
+        Ok(Config {
+            plugins: raw.plugins,
+            agent: raw.agent,
+            backend,
+            store: raw.store,
+            projection: raw.projection,
+        })
+    }
+}
+
+/// Pass one: everything typed except `backend`, whose shape depends on its `kind`. Internally
+/// tagged enums buffer their content and would lose the key path of errors inside them, so the
+/// backend is deserialized in a second pass by [`parse_backend`].
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[derive(Default)]
+struct RawConfig {
+    plugins: PluginsConfig,
+    agent: AgentConfig,
+    backend: Option<Value>,
+    store: StoreConfig,
+    projection: ProjectionConfig,
+}
+
+fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
+    let backend_path = [PathSegment::Key("backend".to_string())];
+    let Value::Object(mut map) = value else {
+        return Err(UnlocatedError {
+            path: backend_path.to_vec(),
+            message: format!(
+                "invalid type: {}, expected a map with a `kind`",
+                crate::contract::json_kind(&value)
+            ),
+            source: None,
+        });
+    };
+    let kind = match map.remove("kind") {
+        Some(Value::String(kind)) => kind,
+        Some(other) => {
+            return Err(UnlocatedError {
+                path: vec![
+                    PathSegment::Key("backend".into()),
+                    PathSegment::Key("kind".into()),
+                ],
+                message: format!(
+                    "invalid type: {}, expected one of `mock`, `codex`, `responses`",
+                    crate::contract::json_kind(&other)
+                ),
+                source: None,
+            })
+        }
+        None => {
+            return Err(UnlocatedError {
+                path: backend_path.to_vec(),
+                message: "missing field `kind`".to_string(),
+                source: None,
+            })
+        }
+    };
+    let rest = Value::Object(map);
+    match kind.as_str() {
+        "mock" => {
+            deserialize_at::<MockBackendConfig>(rest, &backend_path).map(|_| BackendConfig::Mock)
+        }
+        "codex" => deserialize_at(rest, &backend_path).map(BackendConfig::Codex),
+        "responses" => deserialize_at(rest, &backend_path).map(BackendConfig::Responses),
+        other => Err(UnlocatedError {
+            path: vec![
+                PathSegment::Key("backend".into()),
+                PathSegment::Key("kind".into()),
+            ],
+            message: format!(
+                "unknown variant `{other}`, expected one of `mock`, `codex`, `responses`"
+            ),
+            source: None,
+        }),
+    }
+}
+
+/// Deserializes `value` as `T`, reporting errors with their key path under `prefix`.
+fn deserialize_at<T: serde::de::DeserializeOwned>(
+    value: Value,
+    prefix: &[PathSegment],
+) -> Result<T, UnlocatedError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut path = prefix.to_vec();
+        for segment in e.path().iter() {
+            match segment {
+                serde_path_to_error::Segment::Map { key } => {
+                    path.push(PathSegment::Key(key.clone()))
+                }
+                serde_path_to_error::Segment::Seq { index } => {
+                    path.push(PathSegment::Index(*index))
+                }
+                // Enum variants and unknown segments name no place in the file.
+                serde_path_to_error::Segment::Enum { .. }
+                | serde_path_to_error::Segment::Unknown => {}
+            }
+        }
+        let source = e.into_inner();
+        UnlocatedError {
+            path,
+            message: source.to_string(),
+            source: Some(source),
+        }
+    })
+}
+
+/// A typed-deserialization error before its place in the file is known.
+#[derive(Debug)]
+struct UnlocatedError {
+    path: Vec<PathSegment>,
+    message: String,
+    /// The deserializer's error, when serde raised it (not for the backend's own checks).
+    source: Option<serde_json::Error>,
+}
+
+impl UnlocatedError {
+    fn locate(self, source: &str, file: &str) -> ConfigError {
+        // serde reports an unknown key at the map that holds it; name the key itself, so both
+        // the key path and the position point at the offending key.
+        let mut path = self.path;
+        let unknown_key = unknown_field_name(&self.message);
+        if let Some(key) = &unknown_key {
+            if path.last() != Some(&PathSegment::Key(key.clone())) {
+                path.push(PathSegment::Key(key.clone()));
+            }
+        }
+        let target = if unknown_key.is_some() {
+            Target::Key
+        } else {
+            Target::Value
+        };
+        let (line, column) = locate(source, &path, target);
+        ConfigError::Invalid {
+            file: file.to_string(),
+            line,
+            column,
+            key_path: display_path(&path),
+            message: self.message,
+            source: self.source,
+        }
+    }
+}
+
+/// The key named by serde's "unknown field `x`, expected …" message.
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let end = rest.find('`')?;
+    Some(rest[..end].to_string())
+}
+
+fn syntax_error(file: &str, error: json5::Error) -> ConfigError {
+    let json5::Error::Message { msg, location } = &error;
+    let (line, column) = location.as_ref().map_or((1, 1), |l| (l.line, l.column));
+    ConfigError::Syntax {
+        file: file.to_string(),
+        line,
+        column,
+        message: summarize_parser_message(msg),
+        source: error,
+    }
+}
+
+/// pest renders a multi-line report (`--> 3:5`, the source line, a caret, `= expected …`);
+/// keep the one-line summary, since the location is reported separately.
+fn summarize_parser_message(msg: &str) -> String {
+    msg.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("= "))
+        .unwrap_or_else(|| msg.lines().next().unwrap_or(msg).trim())
+        .to_string()
+}
+
+/// A configuration that cannot be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read (an explicitly given file that does not exist, …).
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not JSON5.
+    #[error("{file}:{line}:{column}: not valid JSON5: {message}")]
+    Syntax {
+        file: String,
+        line: usize,
+        column: usize,
+        /// The parser's one-line summary (the full report is the source).
+        message: String,
+        #[source]
+        source: json5::Error,
+    },
+    /// A key has the wrong type, is unknown, or a required key is missing.
+    #[error("{file}:{line}:{column}: {key_path}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        column: usize,
+        /// Dotted key path (`plugins.entries.my-engine.enabled`, `agent.list[2]`).
+        key_path: String,
+        message: String,
+        /// The deserializer's error the message comes from, if any.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::{DeveloperInstructionDrift, ResponsesBackendConfig};
+    use crate::host::capabilities::HostKind;
+
+    fn err(source: &str) -> String {
+        Config::parse(source, "ctxbridge.json5")
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// An empty file, an empty object and a `null` document all mean the defaults.
+    #[test]
+    fn empty_inputs_mean_defaults() {
+        for src in ["{}", "  // nothing\n{ }\n", "null"] {
+            let config = Config::parse(src, "c.json5").unwrap();
+            assert_eq!(config, Config::default(), "{src:?}");
+        }
+        let d = Config::default();
+        assert_eq!(d.agent.id, "main");
+        assert_eq!(d.store.path, PathBuf::from(".ctxbridge/state.db"));
+        assert_eq!(d.backend, BackendConfig::Mock);
+        assert_eq!(
+            d.projection.developer_instruction_drift,
+            DeveloperInstructionDrift::Inject
+        );
+    }
+
+    /// The SPEC §14 example parses into the typed structs, comments and trailing commas included.
+    #[test]
+    fn spec_example_parses() {
+        let src = r#"{
+  plugins: {
+    slots: { contextEngine: "my-engine" },            // default "legacy"
+    entries: { "my-engine": { enabled: true, command: ["python3", "engine.py"], config: {} } },
+  },
+  agent: { id: "main", tokenBudget: 400000, developerInstructions: "…", baseInstructions: "…" },
+  backend: { kind: "mock" },
+  store: { path: ".ctxbridge/state.db" },
+  projection: { developerInstructionDrift: "inject" },// or "rotate"
+}"#;
+        let c = Config::parse(src, "c.json5").unwrap();
+        assert_eq!(c.plugins.slots.context_engine.as_deref(), Some("my-engine"));
+        let entry = &c.plugins.entries["my-engine"];
+        assert_eq!(entry.enabled, Some(true));
+        assert_eq!(
+            entry.command.as_deref(),
+            Some(&["python3".to_string(), "engine.py".to_string()][..])
+        );
+        assert_eq!(entry.config, Some(serde_json::json!({})));
+        assert_eq!(c.agent.token_budget, Some(400_000));
+        assert_eq!(c.agent.developer_instructions.as_deref(), Some("…"));
+        assert_eq!(c.backend, BackendConfig::Mock);
+    }
+
+    /// Codex and Responses backends parse with defaults and their keys.
+    #[test]
+    fn backend_kinds_parse() {
+        let c = Config::parse(
+            r#"{backend: {kind: "codex", codexHome: "/tmp/ch", config: {"model_provider": "mock", "model_providers.mock.request_max_retries": 0, "features.x": true, "t": 0.5}}}"#,
+            "c.json5",
+        )
+        .unwrap();
+        let BackendConfig::Codex(codex) = &c.backend else {
+            panic!("not codex: {:?}", c.backend)
+        };
+        assert_eq!(codex.command, vec!["codex", "app-server"]);
+        assert_eq!(codex.codex_home, Some(PathBuf::from("/tmp/ch")));
+        // How the overrides render as `-c key=<TOML>` arguments is the Codex backend's job:
+        // `backend::codex_config` tests it on this same configuration.
+        assert_eq!(codex.config.len(), 4);
+        let c = Config::parse(
+            r#"{backend: {kind: "responses", baseUrl: "http://127.0.0.1:9", model: "m", apiKeyEnv: "K"}}"#,
+            "c.json5",
+        )
+        .unwrap();
+        assert_eq!(
+            c.backend,
+            BackendConfig::Responses(ResponsesBackendConfig {
+                base_url: "http://127.0.0.1:9".into(),
+                model: "m".into(),
+                api_key_env: Some("K".into()),
+            })
+        );
+        assert_eq!(c.backend.host_kind(), HostKind::Responses);
+    }
+
+    /// A wrong type reports file, line and column of the value and the dotted key path.
+    #[test]
+    fn wrong_type_reports_location_and_path() {
+        let src = "{\n  plugins: {\n    entries: {\n      \"my-engine\": { enabled: \"yes\" },\n    },\n  },\n}\n";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:4:31: plugins.entries.my-engine.enabled: invalid type: string \"yes\", expected a boolean"
+        );
+    }
+
+    /// Errors inside the backend (second pass) keep the `backend.` prefix and their location.
+    #[test]
+    fn backend_errors_have_paths() {
+        let src = "{\n backend: {\n  kind: 'codex',\n  command: 'codex',\n }\n}";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:4:12: backend.command: invalid type: string \"codex\", expected a sequence"
+        );
+        let src = "{ backend: { kind: 'codex', config: { 'a.b': [1] } } }";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:1:46: backend.config.a.b: invalid type: sequence, expected a string, number or boolean"
+        );
+        let src = "{ backend: { kind: 'responses', model: 'm' } }";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:1:12: backend: missing field `baseUrl`"
+        );
+        let src = "{ backend: { kind: 'carrier-pigeon' } }";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:1:20: backend.kind: unknown variant `carrier-pigeon`, expected one of `mock`, `codex`, `responses`"
+        );
+        let src = "{ backend: { model: 'm' } }";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:1:12: backend: missing field `kind`"
+        );
+        let src = "{ backend: { kind: 'mock', model: 'm' } }";
+        assert!(err(src).starts_with("ctxbridge.json5:1:28: backend.model: unknown field `model`"));
+    }
+
+    /// Unknown keys are rejected with their path and the key's position, but free-form maps
+    /// accept anything.
+    #[test]
+    fn unknown_keys_rejected_outside_free_form_maps() {
+        let src = "{\n  agent: { id: 'a', tokenBudgte: 5 },\n}";
+        let e = err(src);
+        assert!(
+            e.starts_with("ctxbridge.json5:2:21: agent.tokenBudgte: unknown field `tokenBudgte`"),
+            "{e}"
+        );
+        let src = "{ colour: 1 }";
+        assert!(err(src).starts_with("ctxbridge.json5:1:3: colour: unknown field `colour`"));
+        let ok = Config::parse(
+            "{ plugins: { entries: { e: { config: { anything: [1, {deep: true}] } } } }, backend: {kind: 'codex', config: {'x.y': 'z'}} }",
+            "c.json5",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    /// The OpenClaw-only keys of the plugins section are accepted unchanged.
+    #[test]
+    fn openclaw_plugins_section_accepted() {
+        let src = r#"{ plugins: { enabled: true, allow: ["a"], deny: [], load: { paths: ["/x"] },
+            slots: { memory: "memory-core", contextEngine: "lossless-claw" },
+            entries: { "lossless-claw": { enabled: true, config: { k: 1 } } }, installs: {} } }"#;
+        let c = Config::parse(src, "c.json5").unwrap();
+        assert_eq!(c.engine_slot().engine_id, "lossless-claw");
+    }
+
+    /// Text that is not JSON5 reports the parser's line and column and a one-line message.
+    #[test]
+    fn syntax_errors_have_location() {
+        // A missing comma: pest reports the furthest position it tried, on line 2.
+        let e = err("{\n  agent: { id: 'a' }\n  store: {}\n}");
+        assert!(e.starts_with("ctxbridge.json5:2:"), "{e}");
+        assert!(e.contains(": not valid JSON5: expected "), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        let e = err("{ agent: ");
+        assert!(e.starts_with("ctxbridge.json5:1:"), "{e}");
+    }
+
+    /// An explicitly named file that does not exist is an error naming it.
+    #[test]
+    fn explicit_missing_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.json5");
+        let e = Config::load(Some(&missing)).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }));
+        assert!(e.to_string().contains("nope.json5"), "{e}");
+    }
+
+    /// A file on disk is read and its errors carry its path.
+    #[test]
+    fn load_reads_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json5");
+        std::fs::write(&path, "{ store: { path: 5 } }").unwrap();
+        let e = Config::load(Some(&path)).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}:1:18: store.path:", path.display())),
+            "{e}"
+        );
+    }
+
+    /// A typed-deserialization error keeps serde's error as its source, and a syntax error
+    /// keeps the parser's full report; the one-line messages stay as they were.
+    #[test]
+    fn errors_keep_their_sources() {
+        use std::error::Error as _;
+        let e = Config::parse("{ store: { path: 5 } }", "c.json5").unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { .. }));
+        assert_eq!(
+            e.source().unwrap().to_string(),
+            "invalid type: integer `5`, expected path string"
+        );
+        let e = Config::parse("{ agent: ", "c.json5").unwrap_err();
+        assert!(matches!(e, ConfigError::Syntax { .. }));
+        assert!(e.source().unwrap().to_string().contains('\n'));
+    }
+}

@@ -1,0 +1,360 @@
+//! The configuration's schema (SPEC §14): the typed sections, their defaults and the engine slot
+//! they select. Config owns these types; the harness, the projection and the backends are built
+//! from them by the application wiring.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::SelectionSource;
+use crate::engines::LEGACY_ENGINE_ID;
+use crate::host::capabilities::HostKind;
+
+/// `agent.id` when none is configured.
+pub const DEFAULT_AGENT_ID: &str = "main";
+/// `store.path` when none is configured.
+pub const DEFAULT_STORE_PATH: &str = ".ctxbridge/state.db";
+
+/// The whole configuration. `Config::default()` is what an empty (or absent default) file means.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    pub plugins: PluginsConfig,
+    pub agent: AgentConfig,
+    pub backend: BackendConfig,
+    pub store: StoreConfig,
+    pub projection: ProjectionConfig,
+}
+
+/// The OpenClaw `plugins` section. ctxbridge acts on `slots.contextEngine` and `entries`; the
+/// other OpenClaw keys (`enabled`, `allow`, `deny`, `load`, `installs`, `slots.memory`) are
+/// accepted so an OpenClaw section can be pasted unchanged, and otherwise ignored.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    pub slots: SlotsConfig,
+    pub entries: BTreeMap<String, PluginEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installs: Option<Value>,
+}
+
+/// `plugins.slots`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SlotsConfig {
+    /// The selected context engine id; missing, empty or `"legacy"` selects legacy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_engine: Option<String>,
+    /// OpenClaw's memory slot (accepted, not used by ctxbridge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+/// `plugins.entries.<id>`: whether the engine is enabled, and how to run it out of process.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PluginEntry {
+    /// `false` disables the engine (legacy runs instead; not a failure). Default `true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The command of an out-of-process engine (SPEC §13): program and arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Extra environment for the engine process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory of the engine process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// Per-call timeout for this engine's lifecycle calls, in milliseconds (all methods).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The engine's own configuration, handed to its factory unchanged (free-form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+}
+
+impl PluginEntry {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+}
+
+/// `agent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AgentConfig {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_instructions: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            id: DEFAULT_AGENT_ID.to_string(),
+            token_budget: None,
+            developer_instructions: None,
+            base_instructions: None,
+            model: None,
+        }
+    }
+}
+
+/// `backend`, tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BackendConfig {
+    /// The embedded in-process mock backend (the default).
+    #[default]
+    Mock,
+    /// The Codex app-server over stdio.
+    Codex(CodexBackendConfig),
+    /// The OpenAI Responses API.
+    Responses(ResponsesBackendConfig),
+}
+
+impl BackendConfig {
+    /// The host kind whose capabilities this backend offers (SPEC §3).
+    pub fn host_kind(&self) -> HostKind {
+        match self {
+            BackendConfig::Mock => HostKind::Mock,
+            BackendConfig::Codex(_) => HostKind::Codex,
+            BackendConfig::Responses(_) => HostKind::Responses,
+        }
+    }
+}
+
+/// `backend: {kind: "mock"}` has no other keys.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MockBackendConfig {}
+
+/// `backend: {kind: "codex", …}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CodexBackendConfig {
+    /// Program and arguments; default `["codex", "app-server"]`.
+    pub command: Vec<String>,
+    /// `CODEX_HOME` for the child, if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codex_home: Option<PathBuf>,
+    /// Dotted Codex config keys, each passed as `-c key=<TOML value>`.
+    pub config: BTreeMap<String, CodexConfigValue>,
+}
+
+impl Default for CodexBackendConfig {
+    fn default() -> Self {
+        CodexBackendConfig {
+            command: vec!["codex".to_string(), "app-server".to_string()],
+            codex_home: None,
+            config: BTreeMap::new(),
+        }
+    }
+}
+
+/// A value of `backend.config` (Codex): a string, a number or a boolean.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CodexConfigValue {
+    String(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl<'de> Deserialize<'de> for CodexConfigValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+        impl Visitor<'_> for ScalarVisitor {
+            type Value = CodexConfigValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, number or boolean")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(CodexConfigValue::Bool(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(CodexConfigValue::Integer(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                i64::try_from(v)
+                    .map(CodexConfigValue::Integer)
+                    .map_err(|_| E::custom(format!("integer {v} is too large for TOML")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(CodexConfigValue::Float(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CodexConfigValue::String(v.to_string()))
+            }
+        }
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// `backend: {kind: "responses", baseUrl, model, apiKeyEnv?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResponsesBackendConfig {
+    pub base_url: String,
+    pub model: String,
+    /// The environment variable holding the API key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+/// `store`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// The state database; relative paths are relative to the working directory.
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: PathBuf::from(DEFAULT_STORE_PATH),
+        }
+    }
+}
+
+/// `projection`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ProjectionConfig {
+    pub developer_instruction_drift: DeveloperInstructionDrift,
+}
+
+/// How drifted developer instructions reach a thread that already has some (SPEC §9.6):
+/// `inject` (a developer message through `thread/inject_items`) or `rotate` (a new thread).
+/// The harness reads it as the projection's drift policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeveloperInstructionDrift {
+    /// Deliver the new instructions as a `developer` message (`thread/inject_items`).
+    #[default]
+    Inject,
+    /// Start a new thread with the new instructions.
+    Rotate,
+}
+
+/// Where the selected engine id came from (SPEC §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSlot {
+    /// The id that runs when nothing fails: the configured id, or `legacy`.
+    pub engine_id: String,
+    /// `true` when `plugins.slots.contextEngine` names an engine (even `"legacy"`).
+    pub configured: bool,
+    /// Set when the configured engine is disabled by `plugins.entries.<id>.enabled: false`:
+    /// the id that was configured (legacy runs instead).
+    pub disabled_id: Option<String>,
+}
+
+impl EngineSlot {
+    /// `configured` when the slot names an engine, else `default` (for runtimeSettings, doctor).
+    pub fn source(&self) -> SelectionSource {
+        if self.configured {
+            SelectionSource::Configured
+        } else {
+            SelectionSource::Default
+        }
+    }
+}
+
+impl Config {
+    /// The engine slot (SPEC §2): missing, empty or `"legacy"` selects legacy; an engine
+    /// disabled in `plugins.entries` yields legacy too (not a failure).
+    pub fn engine_slot(&self) -> EngineSlot {
+        let configured_id = self
+            .plugins
+            .slots
+            .context_engine
+            .as_deref()
+            .map(str::trim)
+            .filter(|id| !id.is_empty());
+        match configured_id {
+            None => EngineSlot {
+                engine_id: LEGACY_ENGINE_ID.to_string(),
+                configured: false,
+                disabled_id: None,
+            },
+            Some(id) if id != LEGACY_ENGINE_ID && !self.plugin_entry_enabled(id) => EngineSlot {
+                engine_id: LEGACY_ENGINE_ID.to_string(),
+                configured: true,
+                disabled_id: Some(id.to_string()),
+            },
+            Some(id) => EngineSlot {
+                engine_id: id.to_string(),
+                configured: true,
+                disabled_id: None,
+            },
+        }
+    }
+
+    /// `plugins.entries.<id>.enabled`, default `true` (also when there is no entry).
+    pub fn plugin_entry_enabled(&self, id: &str) -> bool {
+        self.plugins
+            .entries
+            .get(id)
+            .map_or(true, PluginEntry::is_enabled)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// Slot resolution: missing / empty / "legacy" / configured / disabled.
+    #[test]
+    fn engine_slot_rules() {
+        let slot = |src: &str| Config::parse(src, "c").unwrap().engine_slot();
+        assert_eq!(
+            slot("{}"),
+            EngineSlot {
+                engine_id: "legacy".into(),
+                configured: false,
+                disabled_id: None
+            }
+        );
+        assert!(!slot("{plugins: {slots: {contextEngine: ''}}}").configured);
+        assert_eq!(
+            slot("{plugins: {slots: {contextEngine: '  '}}}").engine_id,
+            "legacy"
+        );
+        let s = slot("{plugins: {slots: {contextEngine: 'legacy'}}}");
+        assert_eq!((s.engine_id.as_str(), s.configured), ("legacy", true));
+        let s = slot("{plugins: {slots: {contextEngine: 'x'}}}");
+        assert_eq!((s.engine_id.as_str(), s.configured), ("x", true));
+        let s = slot("{plugins: {slots: {contextEngine: 'x'}, entries: {x: {enabled: false}}}}");
+        assert_eq!(
+            s,
+            EngineSlot {
+                engine_id: "legacy".into(),
+                configured: true,
+                disabled_id: Some("x".into())
+            }
+        );
+    }
+}
