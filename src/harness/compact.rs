@@ -9,8 +9,8 @@ use crate::contract::{
     CompactParams, CompactionTarget, ContextEngine, HostOperation, MaintainReason,
     RuntimeCallbacks, RuntimeContext,
 };
-use crate::host::requirements::check_host_requirements;
 use crate::host::params::project_host_params;
+use crate::host::requirements::check_host_requirements;
 use crate::projection::ThreadBinding;
 
 impl Harness {

@@ -14,8 +14,8 @@ use crate::contract::{
     EngineMethod, HostOperation, MaintainReason, PromptAuthority,
 };
 use crate::engines::LEGACY_ENGINE_ID;
-use crate::host::requirements::check_host_requirements;
 use crate::host::params::project_host_params;
+use crate::host::requirements::check_host_requirements;
 use crate::projection::{
     context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint,
     tools_fingerprint, EffectiveMode, InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding,

@@ -44,7 +44,6 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
-use crate::host::capabilities::Capability;
 use crate::contract::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
@@ -52,6 +51,7 @@ use crate::contract::{
     MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
     PrepareSubagentSpawnResult, RollbackSubagentSpawnParams, RuntimeContext,
 };
+use crate::host::capabilities::Capability;
 
 /// Default per-call timeout.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
