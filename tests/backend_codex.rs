@@ -58,6 +58,7 @@ async fn codex_backend_restarts_and_resumes() {
         input: input.into(),
         developer_instructions: None,
         base_instructions: None,
+        tools: Default::default(),
     };
     backend
         .run_turn(req("remember the word pelican"), tx.clone())

@@ -41,6 +41,7 @@ fn req(thread: &ThreadId, input: &str) -> TurnRequest {
         input: input.into(),
         developer_instructions: None,
         base_instructions: None,
+        tools: Default::default(),
     }
 }
 

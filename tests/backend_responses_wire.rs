@@ -167,6 +167,7 @@ fn turn_request(thread: &ThreadId, input: &str) -> TurnRequest {
         input: input.into(),
         developer_instructions: Some("engine context rules".into()),
         base_instructions: Some("You are helpful.".into()),
+        tools: Default::default(),
     }
 }
 
@@ -176,6 +177,7 @@ async fn start(backend: &ResponsesBackend) -> ThreadId {
             base_instructions: Some("You are helpful.".into()),
             developer_instructions: Some("engine context rules".into()),
             model: None,
+            tools: Vec::new(),
         })
         .await
         .unwrap()
@@ -617,6 +619,7 @@ async fn model_override_follows_the_chain() {
     let thread = backend
         .start_thread(StartThread {
             model: Some("override-model".into()),
+            tools: Vec::new(),
             ..StartThread::default()
         })
         .await

@@ -29,6 +29,7 @@ async fn turn(
                 input: input.to_string(),
                 developer_instructions: developer_instructions.map(str::to_string),
                 base_instructions: None,
+                tools: Default::default(),
             },
             tx,
         )
@@ -48,6 +49,7 @@ pub async fn start_and_turn(backend: &dyn ThreadedBackend) -> ThreadId {
             base_instructions: Some("You are a test assistant.".into()),
             developer_instructions: Some("conformance developer instructions".into()),
             model: None,
+            tools: Vec::new(),
         })
         .await
         .unwrap_or_else(|e| panic!("{label}: start_thread failed: {e}"));

@@ -7,9 +7,11 @@ pub mod responses;
 pub use responses::{ResponsesBackend, ResponsesBackendConfig};
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::host::capabilities::Capability;
@@ -62,6 +64,130 @@ impl BackendKind {
     }
 }
 
+/// A tool offered to the model: a function the model may call, executed by ctxbridge through a
+/// [`ToolExecutor`] (backends know nothing of where the tool comes from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// The function name the model calls.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The JSON Schema of the tool's arguments.
+    pub parameters: Value,
+}
+
+/// One call of a tool by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInvocation {
+    /// The backend's id of the call (Codex `callId`, Responses `call_id`).
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, parsed (the model's text when it is not JSON).
+    pub arguments: Value,
+}
+
+/// What a tool call gave back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text the model receives.
+    pub text: String,
+    /// The call failed (the text explains why).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful output.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed call, explained to the model.
+    pub fn error(message: impl Into<String>) -> Self {
+        ToolOutput {
+            text: message.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Executes the tools the model calls during a turn. A failure is an output with
+/// `is_error: true` (the model sees it); it never fails the turn.
+#[async_trait]
+pub trait ToolExecutor: Send + Sync {
+    /// Runs one call.
+    async fn call(&self, invocation: ToolInvocation) -> ToolOutput;
+}
+
+/// The tools of one turn: what is offered, and who executes the calls.
+#[derive(Clone, Default)]
+pub struct TurnTools {
+    /// The tools offered to the model (per-request backends send them with every request;
+    /// thread backends offered them at [`StartThread::tools`]).
+    pub specs: Vec<ToolSpec>,
+    /// Executes the calls; `None` answers every call with an error output.
+    pub executor: Option<Arc<dyn ToolExecutor>>,
+}
+
+impl TurnTools {
+    /// The given tools, executed by `executor`.
+    pub fn new(specs: Vec<ToolSpec>, executor: Arc<dyn ToolExecutor>) -> Self {
+        TurnTools {
+            specs,
+            executor: Some(executor),
+        }
+    }
+
+    /// Runs one call through the executor (an error output when there is none, or when the
+    /// tool was not offered this turn).
+    pub async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
+        let offered = self.specs.is_empty() || self.specs.iter().any(|s| s.name == invocation.name);
+        match &self.executor {
+            Some(executor) if offered => executor.call(invocation).await,
+            Some(_) => ToolOutput::error(format!("unknown tool {:?}", invocation.name)),
+            None => ToolOutput::error(format!(
+                "tool {:?} cannot be executed: no tools are available in this turn",
+                invocation.name
+            )),
+        }
+    }
+}
+
+impl fmt::Debug for TurnTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnTools")
+            .field("specs", &self.specs)
+            .field("executor", &self.executor.is_some())
+            .finish()
+    }
+}
+
+/// Equal when the same tools are offered and the same executor (by identity) runs them.
+impl PartialEq for TurnTools {
+    fn eq(&self, other: &Self) -> bool {
+        self.specs == other.specs
+            && match (&self.executor, &other.executor) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+impl Eq for TurnTools {}
+
+/// Parses a model's tool-call arguments text: JSON when it is, else the text as a string (an
+/// empty text is an empty object).
+pub fn parse_tool_arguments(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(serde_json::Map::new());
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
 /// What a thread starts with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StartThread {
@@ -71,6 +197,9 @@ pub struct StartThread {
     pub developer_instructions: Option<String>,
     /// Model override, if any.
     pub model: Option<String>,
+    /// The tools offered to the model for the thread's life (Codex `dynamicTools`); their
+    /// catalogue is part of the binding, so a changed list starts a new thread.
+    pub tools: Vec<ToolSpec>,
 }
 
 /// One turn's request.
@@ -85,6 +214,9 @@ pub struct TurnRequest {
     pub developer_instructions: Option<String>,
     /// Base instructions (re-sent by backends that need them per request).
     pub base_instructions: Option<String>,
+    /// The tools of this turn and their executor (Codex offered the specs at thread start and
+    /// only executes here; Responses sends the specs with every request).
+    pub tools: TurnTools,
 }
 
 /// Streamed while a turn runs.

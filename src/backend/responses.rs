@@ -593,6 +593,7 @@ mod tests {
             input: input.into(),
             developer_instructions: Some("dev".into()),
             base_instructions: Some("base".into()),
+            tools: Default::default(),
         }
     }
 

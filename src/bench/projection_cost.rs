@@ -192,6 +192,7 @@ impl CodexProbe {
                 base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
                 developer_instructions: developer_instructions.clone(),
                 model: None,
+                tools: Vec::new(),
             })
             .await
             .map_err(|source| BenchError::Backend {
@@ -207,6 +208,7 @@ impl CodexProbe {
                     input,
                     developer_instructions,
                     base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+                    tools: Default::default(),
                 },
                 tx,
             )

@@ -144,6 +144,7 @@ mod tests {
                     input: "hello".into(),
                     developer_instructions: None,
                     base_instructions: None,
+                    tools: Default::default(),
                 },
                 tx,
             )

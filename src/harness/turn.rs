@@ -441,6 +441,7 @@ impl Harness {
                         base_instructions: self.cfg.base_instructions.clone(),
                         developer_instructions: plan.effective_instructions.clone(),
                         model: self.cfg.model.clone(),
+                        tools: Vec::new(),
                     })
                     .await
                     .map_err(failed(true))?;
@@ -487,6 +488,7 @@ impl Harness {
                     input: plan.input.clone(),
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
+                    tools: Default::default(),
                 },
                 tx,
             ),
