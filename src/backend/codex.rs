@@ -9,17 +9,31 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use codex_app_server_client::{
-    AppServerClient, AppServerConfig, AppServerError, ConfigValue, ItemKind, ThreadStartParams,
-    TurnEvent as CodexEvent, TurnStatus,
+    AppServerClient, AppServerConfig, AppServerError, ConfigValue, DynamicToolCallResponse,
+    DynamicToolSpec, ItemKind, ThreadStartParams, TurnEvent as CodexEvent, TurnStatus,
 };
 use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
 
 use super::{
     is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
-    Usage,
+    NativeCompaction, StartThread, ThreadId, ThreadedBackend, ToolInvocation, ToolSpec, TurnEvent,
+    TurnOutcome, TurnRequest, Usage,
 };
+
+/// `thread/start.dynamicTools` for the thread's tools (`None` when there are none, so a thread
+/// without tools starts exactly as before).
+fn dynamic_tools(tools: &[ToolSpec]) -> Option<Vec<DynamicToolSpec>> {
+    if tools.is_empty() {
+        return None;
+    }
+    Some(
+        tools
+            .iter()
+            .map(|t| DynamicToolSpec::function(&t.name, &t.description, t.parameters.clone()))
+            .collect(),
+    )
+}
 
 /// How to run the app-server.
 #[derive(Debug, Clone)]
@@ -199,6 +213,7 @@ impl ThreadedBackend for CodexBackend {
                 model: request.model,
                 base_instructions: request.base_instructions,
                 developer_instructions: request.developer_instructions,
+                dynamic_tools: dynamic_tools(&request.tools),
                 ..ThreadStartParams::default()
             })
             .await
@@ -302,6 +317,24 @@ impl ThreadedBackend for CodexBackend {
                             }
                         }
                     };
+                }
+                CodexEvent::ToolCall(call) => {
+                    tracing::info!(thread = %thread, tool = %call.tool, call_id = %call.call_id, "the model called a tool");
+                    let output = request
+                        .tools
+                        .call(ToolInvocation {
+                            call_id: call.call_id.clone(),
+                            name: call.tool.clone(),
+                            arguments: call.arguments.clone(),
+                        })
+                        .await;
+                    handle.respond_tool_call(
+                        &call,
+                        &DynamicToolCallResponse {
+                            text: output.text,
+                            success: !output.is_error,
+                        },
+                    );
                 }
                 CodexEvent::Started { .. }
                 | CodexEvent::ItemStarted { .. }
