@@ -87,3 +87,93 @@ async fn codex_backend_restarts_and_resumes() {
     );
     backend.shutdown().await;
 }
+
+/// Records every tool call and answers with a fixed text.
+struct RecordingTools {
+    calls: std::sync::Mutex<Vec<ctxbridge::backend::ToolInvocation>>,
+}
+
+#[async_trait::async_trait]
+impl ctxbridge::backend::ToolExecutor for RecordingTools {
+    async fn call(
+        &self,
+        invocation: ctxbridge::backend::ToolInvocation,
+    ) -> ctxbridge::backend::ToolOutput {
+        self.calls.lock().unwrap().push(invocation);
+        ctxbridge::backend::ToolOutput::text("the otter count is 42")
+    }
+}
+
+/// Tools offered at thread start reach the model as function tools (`dynamicTools`); when the
+/// model calls one, Codex asks ctxbridge (`item/tool/call`), the turn's executor runs it with
+/// the model's arguments, and the next model request carries the tool's output.
+#[tokio::test]
+async fn codex_backend_runs_dynamic_tools_for_the_model() {
+    use ctxbridge::backend::{ToolSpec, TurnTools};
+    use ctxbridge_mock_model::ScriptedReply;
+    use std::sync::Arc;
+    let Some((backend, mock, _dir)) = setup("codex_backend_runs_dynamic_tools_for_the_model").await
+    else {
+        return;
+    };
+    let spec = ToolSpec {
+        name: "count_otters".into(),
+        description: "Counts the otters in a river.".into(),
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {"river": {"type": "string"}},
+            "required": ["river"],
+            "additionalProperties": false
+        }),
+    };
+    let thread = backend
+        .start_thread(StartThread {
+            tools: vec![spec.clone()],
+            ..StartThread::default()
+        })
+        .await
+        .unwrap();
+    mock.push_reply(ScriptedReply::tool_call(
+        "count_otters",
+        r#"{"river":"Thames"}"#,
+    ));
+    let executor = Arc::new(RecordingTools {
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let (tx, _rx) = mpsc::channel(256);
+    let outcome = backend
+        .run_turn(
+            TurnRequest {
+                thread_id: thread.clone(),
+                input: "how many otters are in the Thames?".into(),
+                developer_instructions: None,
+                base_instructions: None,
+                tools: TurnTools::new(vec![spec], executor.clone()),
+            },
+            tx,
+        )
+        .await
+        .unwrap();
+    let calls = executor.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "the tool ran once: {calls:?}");
+    assert_eq!(calls[0].name, "count_otters");
+    assert_eq!(calls[0].arguments, serde_json::json!({"river": "Thames"}));
+    let requests = mock.response_requests();
+    assert!(
+        requests[0].body_contains("count_otters") && requests[0].body_contains("Counts the otters"),
+        "the first model request offers the tool"
+    );
+    let follow_up = requests.last().unwrap();
+    assert!(
+        follow_up.body_contains("function_call_output")
+            && follow_up.body_contains("the otter count is 42"),
+        "the model received the tool output: {}",
+        follow_up.body
+    );
+    assert!(
+        outcome.reply.contains("the otter count is 42"),
+        "reply: {}",
+        outcome.reply
+    );
+    backend.shutdown().await;
+}
