@@ -23,6 +23,7 @@ mod compact;
 mod lifecycle;
 mod session;
 mod subagent;
+mod tools;
 mod turn;
 
 use std::collections::{HashMap, HashSet};

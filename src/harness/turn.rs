@@ -7,8 +7,9 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{now_ms, SessionGuard};
+use super::tools::{catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
-use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
+use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest, TurnTools};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
     EngineMethod, HostOperation, MaintainReason, PromptAuthority,
@@ -17,9 +18,9 @@ use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
 use crate::projection::{
-    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint,
-    tools_fingerprint, EffectiveMode, InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding,
-    ThreadChoice, TurnPlan, BINDING_SCHEMA_VERSION,
+    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint, EffectiveMode,
+    InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding, ThreadChoice, TurnPlan,
+    BINDING_SCHEMA_VERSION,
 };
 use crate::quarantine::QuarantineEngine;
 use crate::store::TranscriptEntry;
@@ -41,8 +42,10 @@ pub(super) struct TurnContext<'a> {
     pub(super) engine_active: bool,
     /// The serving engine's policy fingerprint.
     pub(super) policy_fingerprint: String,
-    /// The host's tool catalogue fingerprint.
+    /// The host's tool catalogue fingerprint (configured tools and the engine's tools).
     pub(super) tools_fingerprint: String,
+    /// The engine's tools offered to the model this turn, and their executor.
+    pub(super) tools: TurnTools,
 }
 
 impl TurnContext<'_> {
@@ -160,13 +163,27 @@ impl Harness {
         // is not enough: a harness configured with legacy has its own legacy wrapper.
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
+        // The engine's tools (SPEC §13): only an active engine offers any (legacy has none, a
+        // quarantined engine lists none); they go into the catalogue fingerprint, so a changed
+        // tool list starts a new thread (`dynamic-tools-mismatch`).
+        let engine_tool_specs = if engine_active {
+            tool_specs(&serving.tools())
+        } else {
+            Vec::new()
+        };
         let ctx = TurnContext {
             spec: &spec,
+            policy_fingerprint: self.policy_fingerprint(&serving_info),
+            tools_fingerprint: catalogue_fingerprint(&self.cfg.tools, &engine_tool_specs),
+            tools: turn_tools(
+                &self.engine,
+                engine_tool_specs,
+                &session_id,
+                &spec.session_key,
+            ),
             session_id,
             guard: &guard,
             serving,
-            policy_fingerprint: self.policy_fingerprint(&serving_info),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
             info: serving_info,
             engine_active,
         };
@@ -177,7 +194,10 @@ impl Harness {
         let mut retried = false;
         let (plan, executed) = loop {
             let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
-            match self.execute(&plan, stored.is_some(), events.clone()).await {
+            match self
+                .execute(&plan, &ctx.tools, stored.is_some(), events.clone())
+                .await
+            {
                 Ok(executed) => break (plan, executed),
                 Err(FailedTurn {
                     error,
@@ -423,6 +443,7 @@ impl Harness {
     async fn execute(
         &self,
         plan: &TurnPlan,
+        tools: &TurnTools,
         had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
@@ -441,7 +462,7 @@ impl Harness {
                         base_instructions: self.cfg.base_instructions.clone(),
                         developer_instructions: plan.effective_instructions.clone(),
                         model: self.cfg.model.clone(),
-                        tools: Vec::new(),
+                        tools: tools.specs.clone(),
                     })
                     .await
                     .map_err(failed(true))?;
@@ -488,7 +509,7 @@ impl Harness {
                     input: plan.input.clone(),
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
-                    tools: Default::default(),
+                    tools: tools.clone(),
                 },
                 tx,
             ),

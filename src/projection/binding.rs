@@ -21,7 +21,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::fingerprint::{push_u64, sha256_hex_bytes, write_json_string};
+use super::fingerprint::{
+    canonical_json, push_u64, sha256_hex, sha256_hex_bytes, write_json_string,
+};
 use super::mode::EffectiveMode;
 use crate::backend::{BackendKind, ThreadId};
 use crate::contract::{ProjectionMode, TurnMaintenanceMode};
@@ -197,6 +199,23 @@ pub fn tools_fingerprint<S: AsRef<str>>(tool_names: &[S]) -> String {
     sha256_hex_bytes(json.as_bytes())
 }
 
+/// The catalogue entry of a tool offered with its schema (an engine tool, SPEC §13) for
+/// [`tools_fingerprint`]: `<name>#<sha256 of the canonical JSON of {description, parameters}>`,
+/// so a changed description or schema changes the catalogue as a changed name does. The tool
+/// declaration is the engine's static catalogue, not engine output (no turn result goes in).
+/// Without such tools the fingerprint is the plain names' one, as before.
+pub fn tool_catalogue_entry(
+    name: &str,
+    description: &str,
+    parameters: &serde_json::Value,
+) -> String {
+    let spec = canonical_json(&serde_json::json!({
+        "description": description,
+        "parameters": parameters,
+    }));
+    format!("{name}#{}", sha256_hex(&spec))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -362,5 +381,32 @@ mod tests {
         assert_eq!(a, sha256_hex(r#"["apply_patch","read","shell"]"#));
         assert_ne!(a, tools_fingerprint(&["read", "shell"]));
         assert_eq!(tools_fingerprint::<&str>(&[]), sha256_hex("[]"));
+    }
+
+    /// A tool's catalogue entry changes with its name, description or schema, and not with the
+    /// order of the schema's keys.
+    #[test]
+    fn tool_catalogue_entries_follow_the_declaration() {
+        let schema = serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        let same = serde_json::json!({"properties": {"q": {"type": "string"}}, "type": "object"});
+        let entry = tool_catalogue_entry("lookup", "Looks up.", &schema);
+        assert!(entry.starts_with("lookup#"));
+        assert_eq!(entry, tool_catalogue_entry("lookup", "Looks up.", &same));
+        assert_ne!(
+            entry,
+            tool_catalogue_entry("lookup", "Looks it up.", &schema)
+        );
+        assert_ne!(
+            entry,
+            tool_catalogue_entry(
+                "lookup",
+                "Looks up.",
+                &serde_json::json!({"type": "object"})
+            )
+        );
+        assert_ne!(
+            tools_fingerprint(&["shell".to_owned(), entry.clone()]),
+            tools_fingerprint(&["shell"])
+        );
     }
 }
