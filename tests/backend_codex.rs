@@ -177,3 +177,69 @@ async fn codex_backend_runs_dynamic_tools_for_the_model() {
     );
     backend.shutdown().await;
 }
+
+/// A thread's dynamic tools survive an app-server restart: after the child died and the thread
+/// was resumed by a new one (`thread/resume` has no `dynamicTools`), the model can still call
+/// the tool and the turn's executor runs it.
+#[tokio::test]
+async fn codex_backend_keeps_dynamic_tools_across_a_restart() {
+    use ctxbridge::backend::{ToolSpec, TurnTools};
+    use ctxbridge_mock_model::ScriptedReply;
+    use std::sync::Arc;
+    let Some((backend, mock, _dir)) =
+        setup("codex_backend_keeps_dynamic_tools_across_a_restart").await
+    else {
+        return;
+    };
+    let spec = ToolSpec {
+        name: "count_otters".into(),
+        description: "Counts the otters in a river.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"river": {"type": "string"}}}),
+    };
+    let thread = backend
+        .start_thread(StartThread {
+            tools: vec![spec.clone()],
+            ..StartThread::default()
+        })
+        .await
+        .unwrap();
+    let executor = Arc::new(RecordingTools {
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let request = |input: &str| TurnRequest {
+        thread_id: thread.clone(),
+        input: input.into(),
+        developer_instructions: None,
+        base_instructions: None,
+        tools: TurnTools::new(vec![spec.clone()], executor.clone()),
+    };
+    let (tx, _rx) = mpsc::channel(256);
+    backend
+        .run_turn(request("hello"), tx.clone())
+        .await
+        .unwrap();
+    let first_pid = backend.child_pid().await;
+    backend.kill_child().await;
+    mock.push_reply(ScriptedReply::tool_call(
+        "count_otters",
+        r#"{"river":"Severn"}"#,
+    ));
+    let outcome = backend
+        .run_turn(request("how many otters in the Severn?"), tx)
+        .await
+        .unwrap();
+    assert_ne!(
+        backend.child_pid().await,
+        first_pid,
+        "a new child serves the thread"
+    );
+    let calls = executor.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].arguments, serde_json::json!({"river": "Severn"}));
+    assert!(
+        outcome.reply.contains("the otter count is 42"),
+        "{}",
+        outcome.reply
+    );
+    backend.shutdown().await;
+}
