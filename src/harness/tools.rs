@@ -35,6 +35,20 @@ pub(super) fn catalogue_fingerprint(configured: &[String], engine_tools: &[ToolS
     tools_fingerprint(&entries)
 }
 
+/// `availableTools` for `assemble`: the configured tools and the engine's own, each once.
+pub(super) fn available_tool_names(
+    configured: &[String],
+    engine_tools: &[EngineTool],
+) -> Vec<String> {
+    let mut names = configured.to_vec();
+    for tool in engine_tools {
+        if !names.contains(&tool.name) {
+            names.push(tool.name.clone());
+        }
+    }
+    names
+}
+
 /// Runs the model's tool calls of one session's turn through the engine.
 struct EngineToolExecutor {
     engine: Arc<QuarantineEngine>,
@@ -91,6 +105,7 @@ pub(super) fn turn_tools(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -111,6 +126,19 @@ mod tests {
         assert_ne!(
             catalogue_fingerprint(&configured, std::slice::from_ref(&tool)),
             tools_fingerprint(&configured)
+        );
+    }
+
+    /// `availableTools` lists the configured tools, then the engine's, without duplicates.
+    #[test]
+    fn available_tools_add_the_engine_tools_once() {
+        let engine_tools: Vec<EngineTool> = serde_json::from_value(serde_json::json!([
+            {"name": "lookup"}, {"name": "shell"}
+        ]))
+        .unwrap();
+        assert_eq!(
+            available_tool_names(&["shell".to_owned()], &engine_tools),
+            vec!["shell".to_owned(), "lookup".to_owned()]
         );
     }
 }

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{now_ms, SessionGuard};
-use super::tools::{catalogue_fingerprint, tool_specs, turn_tools};
+use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest, TurnTools};
 use crate::contract::{
@@ -323,7 +323,7 @@ impl Harness {
                 session_key: Some(spec.session_key.clone()),
                 messages: messages.to_vec(),
                 token_budget: self.cfg.token_budget,
-                available_tools: Some(self.cfg.tools.clone()),
+                available_tools: Some(available_tool_names(&self.cfg.tools, &serving.tools())),
                 citations_mode: self.cfg.citations_mode.clone(),
                 model: self.cfg.model.clone(),
                 prompt: Some(spec.prompt.clone()),
