@@ -51,6 +51,8 @@ pub enum Command {
     MockModel(MockModelArgs),
     /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
     Bench(crate::bench::BenchArgs),
+    /// Serve the Codex app-server protocol in front of the configured Codex backend.
+    Serve(crate::serve::command::ServeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -112,6 +114,18 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Demo(args) => run_demo(&context, args).await,
         Command::MockModel(args) => run_mock_model(&context, args).await,
         Command::Bench(args) => crate::bench::run_bench(&context, args).await,
+        Command::Serve(args) => {
+            let config = context.load_config()?;
+            let options = crate::serve::command::options(&config, &args)
+                .map_err(|e| CliError::Usage(crate::serve::error_chain(&e)))?;
+            crate::serve::run(options)
+                .await
+                .map_err(|e| CliError::Runtime {
+                    operation: "serve",
+                    message: crate::serve::error_chain(&e),
+                })?;
+            Ok(EXIT_OK)
+        }
     }
 }
 

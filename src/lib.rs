@@ -27,6 +27,7 @@
 //! - [`doctor`]: the `doctor` report (SPEC §2, §3).
 //! - [`app`]: wiring a configuration into a running harness.
 //! - [`cli`]: the `ctxbridge` command line (SPEC §14).
+//! - [`serve`]: `ctxbridge serve`, the app-server proxy (SPEC §16).
 //! - [`bench`]: `ctxbridge bench` — projection cost, per-turn overhead and scale figures.
 
 pub mod app;
@@ -46,4 +47,5 @@ pub mod projection;
 pub mod quarantine;
 pub mod registry;
 pub mod runtime_settings;
+pub mod serve;
 pub mod store;
