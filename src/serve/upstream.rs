@@ -24,6 +24,8 @@ use crate::serve::framing::{read_bounded_line, Line};
 const STDERR_TAIL_LINES: usize = 10;
 /// How long a shutdown waits for the child to exit after its stdin closes.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// After the process exits, how long its stdout may still drain before the death is reported.
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
 /// The upstream id of ctxbridge's own `initialize`; relayed requests use ids from 1 up.
 const HANDSHAKE_ID: i64 = 0;
 
@@ -152,13 +154,13 @@ pub(crate) async fn spawn(
     tokio::spawn(read_stdout(
         stdout,
         config.max_line_bytes,
-        event_tx,
+        event_tx.clone(),
         tail.clone(),
-        label,
+        label.clone(),
     ));
     tokio::spawn(write_stdin(stdin, writer_rx));
-    tokio::spawn(forward_stderr(stderr, tail));
-    tokio::spawn(keep_child(child, keeper_rx));
+    tokio::spawn(forward_stderr(stderr, tail.clone()));
+    tokio::spawn(keep_child(child, keeper_rx, event_tx, tail, label));
     let live = Live {
         initialize_result: Value::Null,
         writer,
@@ -214,7 +216,15 @@ pub(crate) async fn spawn(
     Ok((live, events))
 }
 
-async fn keep_child(mut child: Child, mut orders: mpsc::UnboundedReceiver<Keep>) {
+/// Owns the process: kills it on order, reaps it, and reports its exit as the connection's
+/// end (a grandchild holding stdout open must not hide a death from the reader).
+async fn keep_child(
+    mut child: Child,
+    mut orders: mpsc::UnboundedReceiver<Keep>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    tail: Tail,
+    label: String,
+) {
     let mut waiters = Vec::new();
     let status = loop {
         tokio::select! {
@@ -238,10 +248,22 @@ async fn keep_child(mut child: Child, mut orders: mpsc::UnboundedReceiver<Keep>)
             },
         }
     };
-    match status {
-        Ok(status) => tracing::info!(%status, "serve: upstream codex app-server exited"),
-        Err(error) => tracing::warn!(%error, "serve: waiting for the upstream failed"),
-    }
+    let reason = match status {
+        Ok(status) => {
+            tracing::info!(%status, "serve: upstream codex app-server exited");
+            format!("the process exited ({status})")
+        }
+        Err(error) => {
+            tracing::warn!(%error, "serve: waiting for the upstream failed");
+            format!("waiting for the process failed: {error}")
+        }
+    };
+    // Let stdout deliver what the process wrote before it died; the reader may report first.
+    tokio::time::sleep(EXIT_DRAIN).await;
+    let _ = events.send(UpstreamEvent::Closed(format!(
+        "{label}: {reason}{}",
+        tail_summary(&tail)
+    )));
     for waiter in waiters {
         let _ = waiter.send(());
     }
@@ -288,16 +310,20 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     };
     // Give stderr a moment to deliver the last words of a dying process.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let tail = {
-        let tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-        if tail.is_empty() {
-            String::new()
-        } else {
-            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-            format!("; last stderr: {}", lines.join(" | "))
-        }
-    };
-    let _ = tx.send(UpstreamEvent::Closed(format!("{label}: {reason}{tail}")));
+    let _ = tx.send(UpstreamEvent::Closed(format!(
+        "{label}: {reason}{}",
+        tail_summary(&tail)
+    )));
+}
+
+fn tail_summary(tail: &Tail) -> String {
+    let tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+    if tail.is_empty() {
+        String::new()
+    } else {
+        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+        format!("; last stderr: {}", lines.join(" | "))
+    }
 }
 
 async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>) {
