@@ -151,8 +151,11 @@ impl ServeHandle {
 pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     check_exposure(&options.listen, options.auth.as_ref())?;
     let threads = ThreadMap::new(options.store.clone());
-    let (hub, hub_task) =
-        router::start(options.upstream.clone(), threads, options.sessions.clone());
+    let (hub, hub_task) = router::start(
+        Arc::new(upstream::ChildConnector(options.upstream.clone())),
+        threads,
+        options.sessions.clone(),
+    );
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,

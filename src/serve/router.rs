@@ -20,13 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use codex_app_server_client::AppServerConfig;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
-use crate::serve::upstream::{self, Live, UpstreamEvent};
+use crate::serve::upstream::{Connector, Live, UpstreamEvent};
 
 /// A client connection's number, unique in this process.
 pub type ConnId = u64;
@@ -291,7 +290,7 @@ struct Shutdown {
 
 /// The hub's state. See the module doc.
 pub(crate) struct Hub {
-    config: AppServerConfig,
+    connector: Arc<dyn Connector>,
     tx: mpsc::UnboundedSender<HubMsg>,
     sessions: Arc<dyn SessionTurns>,
     live: Option<Live>,
@@ -313,13 +312,13 @@ pub(crate) struct Hub {
 
 /// Starts the hub task; returns its channel.
 pub(crate) fn start(
-    config: AppServerConfig,
+    connector: Arc<dyn Connector>,
     threads: ThreadMap,
     sessions: Arc<dyn SessionTurns>,
 ) -> (mpsc::UnboundedSender<HubMsg>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let hub = Hub {
-        config,
+        connector,
         tx: tx.clone(),
         sessions,
         live: None,
@@ -486,13 +485,10 @@ impl Hub {
         if self.live.is_none() {
             self.generation += 1;
             let generation = self.generation;
-            let (live, mut events) =
-                upstream::spawn(&self.config, generation)
-                    .await
-                    .map_err(|error| {
-                        tracing::warn!(%error, "serve: could not start the upstream");
-                        RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&error))
-                    })?;
+            let (live, mut events) = self.connector.connect(generation).await.map_err(|error| {
+                tracing::warn!(%error, "serve: could not start the upstream");
+                RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&error))
+            })?;
             let tx = self.tx.clone();
             tokio::spawn(async move {
                 while let Some(event) = events.recv().await {
@@ -862,5 +858,233 @@ impl Hub {
                 json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::serve::upstream::{MemoryPeer, UpstreamError};
+
+    /// Hands out one prepared in-memory connection.
+    struct MemoryConnector(
+        std::sync::Mutex<Option<(Live, mpsc::UnboundedReceiver<UpstreamEvent>)>>,
+    );
+
+    #[async_trait]
+    impl Connector for MemoryConnector {
+        async fn connect(
+            &self,
+            _generation: u64,
+        ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+            self.0
+                .lock()
+                .unwrap()
+                .take()
+                .ok_or(UpstreamError::NoCommand)
+        }
+    }
+
+    struct Rig {
+        hub: mpsc::UnboundedSender<HubMsg>,
+        peer: MemoryPeer,
+    }
+
+    impl Rig {
+        fn new(threads: ThreadMap) -> Rig {
+            let (live, events, peer) =
+                Live::in_memory(json!({"userAgent": "codex/1", "codexHome": "/h"}));
+            let connector = Arc::new(MemoryConnector(std::sync::Mutex::new(Some((live, events)))));
+            let (hub, _task) = start(connector, threads, Arc::new(PassThroughSessions));
+            Rig { hub, peer }
+        }
+
+        async fn client(&self, conn: ConnId) -> mpsc::UnboundedReceiver<Outbound> {
+            let (out, rx) = mpsc::unbounded_channel();
+            let (reply, answer) = oneshot::channel();
+            self.hub
+                .send(HubMsg::Initialize { conn, out, reply })
+                .unwrap();
+            let result = answer.await.unwrap().unwrap();
+            assert_eq!(
+                result["userAgent"],
+                format!("codex/1 ctxbridge/{}", env!("CARGO_PKG_VERSION"))
+            );
+            rx
+        }
+
+        fn request(&self, conn: ConnId, id: Value, method: &str, params: Value) {
+            self.hub
+                .send(HubMsg::Request {
+                    conn,
+                    id,
+                    method: method.to_owned(),
+                    params: Some(params),
+                })
+                .unwrap();
+        }
+
+        /// The next message the router wrote upstream.
+        async fn upstream_got(&mut self) -> Value {
+            let line = self.peer.written.recv().await.unwrap();
+            serde_json::from_str(&line).unwrap()
+        }
+
+        fn upstream_says(&self, message: Value) {
+            let Value::Object(map) = message else {
+                panic!("not an object")
+            };
+            self.peer.events.send(UpstreamEvent::Message(map)).unwrap();
+        }
+    }
+
+    async fn got(rx: &mut mpsc::UnboundedReceiver<Outbound>) -> Value {
+        match rx.recv().await.unwrap() {
+            Outbound::Message(message) => message,
+            Outbound::Close(code, reason) => panic!("closed {code} {reason}"),
+        }
+    }
+
+    /// Two clients using the same request id get their own answers, whatever order the
+    /// upstream answers in; upstream ids never collide.
+    #[tokio::test]
+    async fn client_ids_never_mix() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut one = rig.client(1).await;
+        let mut two = rig.client(2).await;
+        rig.request(1, json!("a"), "x/echo", json!({"who": 1}));
+        rig.request(2, json!("a"), "x/echo", json!({"who": 2}));
+        let first = rig.upstream_got().await;
+        let second = rig.upstream_got().await;
+        assert_ne!(first["id"], second["id"]);
+        assert_eq!(first["params"]["who"], 1);
+        rig.upstream_says(json!({"id": second["id"], "result": {"n": 2}}));
+        rig.upstream_says(json!({"id": first["id"], "error": {"code": -32600, "message": "no"}}));
+        assert_eq!(got(&mut two).await, json!({"id": "a", "result": {"n": 2}}));
+        assert_eq!(
+            got(&mut one).await,
+            json!({"id": "a", "error": {"code": -32600, "message": "no"}})
+        );
+    }
+
+    /// A server request goes to the client that started the turn, under that client's own id,
+    /// and its answer reaches the upstream under the upstream's id; when that client leaves an
+    /// unanswered request moves to another subscriber; when nobody is left the request is
+    /// declined and the turn interrupted.
+    #[tokio::test]
+    async fn server_requests_follow_the_turn() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut owner = rig.client(1).await;
+        let mut watcher = rig.client(2).await;
+        rig.request(2, json!(1), "thread/read", json!({"threadId": "th"}));
+        let read = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": read["id"], "result": {"thread": {"id": "th"}}}));
+        got(&mut watcher).await;
+        rig.request(
+            1,
+            json!(9),
+            "turn/start",
+            json!({"threadId": "th", "input": []}),
+        );
+        let start = rig.upstream_got().await;
+        assert_eq!(start["method"], "turn/start");
+        rig.upstream_says(
+            json!({"id": start["id"], "result": {"turn": {"id": "tu", "status": "inProgress"}}}),
+        );
+        assert_eq!(got(&mut owner).await["id"], 9);
+        rig.upstream_says(
+            json!({"method": "turn/started", "params": {"threadId": "th", "turn": {"id": "tu"}}}),
+        );
+        assert_eq!(got(&mut owner).await["method"], "turn/started");
+        assert_eq!(got(&mut watcher).await["method"], "turn/started");
+
+        rig.upstream_says(json!({"id": "srv-1", "method": "item/commandExecution/requestApproval", "params": {"threadId": "th"}}));
+        let asked = got(&mut owner).await;
+        assert_eq!(asked["method"], "item/commandExecution/requestApproval");
+        rig.hub
+            .send(HubMsg::Response {
+                conn: 1,
+                id: asked["id"].clone(),
+                outcome: Ok(json!({"decision": "accept"})),
+            })
+            .unwrap();
+        assert_eq!(
+            rig.upstream_got().await,
+            json!({"id": "srv-1", "result": {"decision": "accept"}})
+        );
+
+        rig.upstream_says(json!({"id": "srv-2", "method": "item/fileChange/requestApproval", "params": {"threadId": "th"}}));
+        assert_eq!(
+            got(&mut owner).await["method"],
+            "item/fileChange/requestApproval"
+        );
+        rig.hub.send(HubMsg::Disconnect { conn: 1 }).unwrap();
+        let moved = got(&mut watcher).await;
+        assert_eq!(moved["method"], "item/fileChange/requestApproval");
+        rig.hub.send(HubMsg::Disconnect { conn: 2 }).unwrap();
+        let declined = rig.upstream_got().await;
+        assert_eq!(declined["id"], "srv-2");
+        assert!(declined["error"]["message"].is_string(), "{declined}");
+        let interrupt = rig.upstream_got().await;
+        assert_eq!(interrupt["method"], "turn/interrupt");
+        assert_eq!(
+            interrupt["params"],
+            json!({"threadId": "th", "turnId": "tu"})
+        );
+    }
+
+    /// Thread notifications reach only the thread's subscribers; thread-less ones reach every
+    /// initialized client.
+    #[tokio::test]
+    async fn notifications_follow_subscriptions() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut subscribed = rig.client(1).await;
+        let mut other = rig.client(2).await;
+        rig.request(1, json!(1), "thread/resume", json!({"threadId": "th"}));
+        let resume = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
+        got(&mut subscribed).await;
+        rig.upstream_says(json!({"method": "item/agentMessage/delta", "params": {"threadId": "th", "delta": "x"}}));
+        rig.upstream_says(json!({"method": "account/rateLimits/updated", "params": {}}));
+        assert_eq!(
+            got(&mut subscribed).await["method"],
+            "item/agentMessage/delta"
+        );
+        assert_eq!(
+            got(&mut subscribed).await["method"],
+            "account/rateLimits/updated"
+        );
+        // In order: had the delta gone to `other`, it would come first.
+        assert_eq!(
+            got(&mut other).await["method"],
+            "account/rateLimits/updated"
+        );
+    }
+
+    /// With a session rotated onto another backend thread, the client only ever sees its own
+    /// thread id: requests are rewritten to the backend id, notifications and list results back.
+    #[tokio::test]
+    async fn thread_ids_are_rewritten_both_ways() {
+        let mut threads = ThreadMap::new(None);
+        threads.bind("client-th", "backend-th").unwrap();
+        let mut rig = Rig::new(threads);
+        let mut c = rig.client(1).await;
+        rig.request(
+            1,
+            json!(1),
+            "turn/start",
+            json!({"threadId": "client-th", "input": []}),
+        );
+        let start = rig.upstream_got().await;
+        assert_eq!(start["params"]["threadId"], "backend-th");
+        rig.upstream_says(json!({"id": start["id"], "result": {"turn": {"id": "tu"}}}));
+        got(&mut c).await;
+        rig.upstream_says(json!({"method": "turn/completed", "params": {"threadId": "backend-th", "turn": {"id": "tu", "status": "completed"}}}));
+        assert_eq!(got(&mut c).await["params"]["threadId"], "client-th");
+        rig.request(1, json!(2), "thread/loaded/list", json!({}));
+        let list = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": list["id"], "result": {"data": ["backend-th"]}}));
+        assert_eq!(got(&mut c).await["result"]["data"], json!(["client-th"]));
     }
 }

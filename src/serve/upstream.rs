@@ -106,6 +106,56 @@ impl Live {
 
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
+/// How the router obtains an upstream connection: a `codex app-server` child
+/// ([`ChildConnector`]) in production; an in-memory peer in the router's tests; an already
+/// running app-server (`backend.url`) would be another implementation.
+#[async_trait::async_trait]
+pub(crate) trait Connector: Send + Sync {
+    /// A new, initialized connection; its events end with one `Closed`.
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError>;
+}
+
+/// Starts a `codex app-server` child per connection ([`spawn`]).
+pub(crate) struct ChildConnector(pub AppServerConfig);
+
+#[async_trait::async_trait]
+impl Connector for ChildConnector {
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+        spawn(&self.0, generation).await
+    }
+}
+
+/// An in-memory upstream for tests: what the router writes, and a way to answer it.
+#[cfg(test)]
+pub(crate) struct MemoryPeer {
+    pub written: mpsc::UnboundedReceiver<String>,
+    pub events: mpsc::UnboundedSender<UpstreamEvent>,
+}
+
+#[cfg(test)]
+impl Live {
+    /// A connection whose other end is a [`MemoryPeer`].
+    pub(crate) fn in_memory(
+        initialize_result: Value,
+    ) -> (Live, mpsc::UnboundedReceiver<UpstreamEvent>, MemoryPeer) {
+        let (writer, written) = mpsc::unbounded_channel();
+        let (keeper, _orders) = mpsc::unbounded_channel();
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let live = Live {
+            initialize_result,
+            writer,
+            keeper,
+        };
+        (live, events_rx, MemoryPeer { written, events })
+    }
+}
+
 /// Starts the child and performs the handshake. Returns the connection and its events.
 pub(crate) async fn spawn(
     config: &AppServerConfig,
