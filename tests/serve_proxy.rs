@@ -340,7 +340,8 @@ async fn ephemeral_thread_is_not_recorded() {
 }
 
 /// The upstream child dies mid-turn: the turn fails with an error naming the upstream; the
-/// next request starts a new child and `thread/resume` + a turn work on it.
+/// next request starts a new child and `thread/resume` + a turn work on it; after another
+/// death a bare `turn/start` resumes the thread by itself.
 #[tokio::test]
 async fn upstream_death_fails_the_turn_and_restarts() {
     let Some(env) = with_codex(|_| {}).await else {
@@ -390,6 +391,27 @@ async fn upstream_death_fails_the_turn_and_restarts() {
     .await;
     let done = c.until("turn/completed").await;
     assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+
+    // Killed again between turns: the next turn alone restarts the child and resumes the
+    // thread on it.
+    let pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    let third = json!({"threadId": thread, "input": [{"type": "text", "text": "third"}]});
+    let mut answer = c.call(json!(6), "turn/start", third.clone()).await;
+    if answer["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("upstream codex app-server"))
+    {
+        // The request raced the death: it failed naming the upstream; the next one restarts.
+        answer = c.call(json!(7), "turn/start", third).await;
+    }
+    assert!(answer["result"]["turn"]["id"].is_string(), "{answer}");
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    assert_ne!(pid, std::fs::read_to_string(env.pid_file()).unwrap());
     env.handle.shutdown().await;
 }
 

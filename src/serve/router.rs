@@ -136,6 +136,10 @@ pub struct SessionRequest {
     pub conn: ConnId,
     /// The request's params, thread ids already rewritten to backend ids.
     pub params: Value,
+    /// The backend thread is not loaded in the current upstream child (it was restarted, or
+    /// this process never touched the thread): a turn or compaction must `thread/resume` it
+    /// first, as Codex requires.
+    pub needs_resume: bool,
 }
 
 /// The seam between the proxy and whatever serves a session's turns. Its result is the
@@ -163,6 +167,14 @@ impl SessionTurns for PassThroughSessions {
         request: SessionRequest,
         upstream: UpstreamHandle,
     ) -> Result<Value, RpcError> {
+        if request.needs_resume && request.op != SessionOp::Resume {
+            upstream
+                .request(
+                    "thread/resume",
+                    json!({"threadId": request.backend_thread_id}),
+                )
+                .await?;
+        }
         upstream.request(request.op.method(), request.params).await
     }
 }
@@ -307,6 +319,8 @@ pub(crate) struct Hub {
     /// (connection, id given to it) → a server request it was asked to answer.
     server_requests: HashMap<(ConnId, i64), ServerRequest>,
     threads: ThreadMap,
+    /// Backend threads loaded in the current child (started, resumed or forked through it).
+    attached: std::collections::HashSet<String>,
     shutdown: Option<Shutdown>,
 }
 
@@ -331,6 +345,7 @@ pub(crate) fn start(
         active_turns: HashMap::new(),
         server_requests: HashMap::new(),
         threads,
+        attached: std::collections::HashSet::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -502,6 +517,7 @@ impl Hub {
                 }
             });
             self.live = Some(live);
+            self.attached.clear();
         }
         self.live.as_ref().ok_or_else(|| {
             RpcError::new(INTERNAL_ERROR, "upstream codex app-server is not running")
@@ -585,6 +601,7 @@ impl Hub {
                     backend_thread_id: thread.clone(),
                     conn,
                     params,
+                    needs_resume: !self.attached.contains(thread),
                 };
                 let sessions = self.sessions.clone();
                 let handle = UpstreamHandle {
@@ -727,6 +744,16 @@ impl Hub {
                     Some(error) => Err(RpcError::from_value(error)),
                     None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
                 };
+                if let Ok(result) = &outcome {
+                    if matches!(
+                        pending.method.as_str(),
+                        "thread/start" | "thread/resume" | "thread/fork"
+                    ) {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            self.attached.insert(thread.to_owned());
+                        }
+                    }
+                }
                 if let (Ok(result), Origin::Client { conn, .. }) = (&outcome, &pending.origin) {
                     if matches!(pending.method.as_str(), "thread/start" | "thread/fork") {
                         if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
@@ -840,6 +867,7 @@ impl Hub {
     fn upstream_died(&mut self, reason: String) {
         tracing::warn!(%reason, "serve: upstream connection closed");
         self.live = None;
+        self.attached.clear();
         let message = format!("{reason}; it will be restarted on the next request");
         for (_, pending) in std::mem::take(&mut self.pending) {
             let error = RpcError::new(INTERNAL_ERROR, message.clone());
@@ -968,7 +996,8 @@ mod tests {
         );
     }
 
-    /// A server request goes to the client that started the turn, under that client's own id,
+    /// A turn on a thread the upstream has not loaded resumes it first. A server request goes
+    /// to the client that started the turn, under that client's own id,
     /// and its answer reaches the upstream under the upstream's id; when that client leaves an
     /// unanswered request moves to another subscriber; when nobody is left the request is
     /// declined and the turn interrupted.
@@ -987,6 +1016,11 @@ mod tests {
             "turn/start",
             json!({"threadId": "th", "input": []}),
         );
+        // The thread was never loaded through this upstream: it is resumed first.
+        let resume = rig.upstream_got().await;
+        assert_eq!(resume["method"], "thread/resume");
+        assert_eq!(resume["params"], json!({"threadId": "th"}));
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
         let start = rig.upstream_got().await;
         assert_eq!(start["method"], "turn/start");
         rig.upstream_says(
@@ -1076,6 +1110,9 @@ mod tests {
             "turn/start",
             json!({"threadId": "client-th", "input": []}),
         );
+        let resume = rig.upstream_got().await;
+        assert_eq!(resume["params"]["threadId"], "backend-th");
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "backend-th"}}}));
         let start = rig.upstream_got().await;
         assert_eq!(start["params"]["threadId"], "backend-th");
         rig.upstream_says(json!({"id": start["id"], "result": {"turn": {"id": "tu"}}}));
