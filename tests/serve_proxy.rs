@@ -556,3 +556,130 @@ async fn non_loopback_without_auth_is_refused() {
     let error = serve::start(options).await.unwrap_err().to_string();
     assert!(error.contains("non-loopback"), "{error}");
 }
+
+fn pid_alive(pid: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Shutdown with a turn still running: after the grace period the turn is interrupted (its
+/// client sees `turn/completed` with `interrupted`) and the upstream child is stopped.
+#[tokio::test]
+async fn shutdown_interrupts_running_turns_and_stops_the_child() {
+    let Some(env) = with_codex(|o| o.shutdown_grace = Duration::from_millis(300)).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let thread = start_thread(&mut c, json!(2), false).await;
+    env.mock
+        .as_ref()
+        .unwrap()
+        .push_reply(ScriptedReply::text("never").with_delay(Duration::from_secs(120)));
+    c.call(
+        json!(3),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "hang"}]}),
+    )
+    .await;
+    c.until("turn/started").await;
+    let pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    let shutdown = tokio::spawn(env.handle.shutdown());
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "interrupted", "{done}");
+    tokio::time::timeout(PATIENCE, shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!pid_alive(&pid), "the upstream child is gone");
+}
+
+/// The `serve` command: a non-loopback address without auth is a usage error (exit 2); on a
+/// loopback port it serves clients, and SIGTERM stops it cleanly (exit 0) with the upstream
+/// child reaped.
+#[tokio::test]
+async fn serve_command_runs_and_stops_on_sigterm() {
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args(["serve", "--listen", "ws://0.0.0.0:4599"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("non-loopback"));
+
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_command: no codex binary !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream(&binary, dir.path(), &mock.base_url());
+    let mut overrides = serde_json::Map::new();
+    for (key, value) in &up.config_overrides {
+        let value = match value {
+            codex_app_server_client::ConfigValue::String(s) => json!(s),
+            codex_app_server_client::ConfigValue::Bool(b) => json!(b),
+            codex_app_server_client::ConfigValue::Integer(i) => json!(i),
+            codex_app_server_client::ConfigValue::Float(f) => json!(f),
+            other => panic!("unexpected override {other:?}"),
+        };
+        overrides.insert(key.clone(), value);
+    }
+    let config = json!({
+        "backend": {"kind": "codex", "command": up.command, "codexHome": up.codex_home, "config": overrides},
+        "store": {"path": dir.path().join("state.db")},
+    });
+    let config_path = dir.path().join("ctxbridge.json5");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .arg("--config")
+        .arg(&config_path)
+        .args(["serve", "--listen", &format!("ws://127.0.0.1:{port}")])
+        .current_dir(dir.path())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("ws://127.0.0.1:{port}");
+    let mut c = loop {
+        match tokio_tungstenite::connect_async(url.as_str()).await {
+            Ok((ws, _)) => {
+                break Client {
+                    ws,
+                    seen: Vec::new(),
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let init = c.initialize(json!(1)).await;
+    assert!(
+        init["result"]["userAgent"]
+            .as_str()
+            .unwrap()
+            .contains("ctxbridge/"),
+        "{init}"
+    );
+    let pid = std::fs::read_to_string(dir.path().join("upstream.pid")).unwrap();
+    assert!(pid_alive(&pid));
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!pid_alive(&pid), "the upstream child was reaped");
+}
