@@ -584,10 +584,15 @@ impl Hub {
             }
             if method == "thread/unsubscribe" {
                 if let Some(set) = self.subscribers.get_mut(thread) {
-                    set.remove(&conn);
+                    let was_subscribed = set.remove(&conn);
                     if !set.is_empty() {
                         // Others still watch it: the upstream must keep the thread loaded.
-                        self.send_to(conn, response(id, Ok(json!({"status": "unsubscribed"}))));
+                        let status = if was_subscribed {
+                            "unsubscribed"
+                        } else {
+                            "notSubscribed"
+                        };
+                        self.send_to(conn, response(id, Ok(json!({"status": status}))));
                         return;
                     }
                 }
