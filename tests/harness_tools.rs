@@ -211,3 +211,116 @@ async fn codex_calls_an_engine_tool() {
         report.reply
     );
 }
+
+/// On the Responses backend: the engine's tool goes with the request as a function tool; the
+/// model's `function_call` runs in the engine, and a follow-up request chained on that response
+/// carries the `function_call_output`; the turn's reply is the model's answer to it.
+#[tokio::test]
+async fn responses_calls_an_engine_tool() {
+    use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(
+        ResponsesBackend::new(ResponsesBackendConfig {
+            base_url: mock.base_url(),
+            model: "mock-model".into(),
+            api_key_env: None,
+        })
+        .unwrap(),
+    );
+    let engine = ScriptEngine::plain();
+    engine.set_tools(vec![otter_tool()]);
+    let harness = Harness::new(
+        cfg(),
+        Arc::new(QuarantineEngine::new(
+            ENGINE_ID,
+            engine.clone() as Arc<dyn ContextEngine>,
+            Arc::new(QuarantineBook::new()),
+            CallTimeouts::default(),
+        )),
+        backend,
+        Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap()),
+    );
+    mock.push_reply(ScriptedReply::tool_call(
+        "count_otters",
+        r#"{"river":"Thames"}"#,
+    ));
+    let report = harness
+        .turn(TurnSpec::new("responses-tools", "how many otters?"))
+        .await
+        .unwrap();
+
+    let calls = engine.tool_calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].arguments, json!({"river": "Thames"}));
+    assert_eq!(calls[0].session_key.as_deref(), Some("responses-tools"));
+
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body["tools"][0]["type"], "function");
+    assert_eq!(requests[0].body["tools"][0]["name"], "count_otters");
+    assert_eq!(
+        requests[1].previous_response_id, requests[0].response_id,
+        "the follow-up is chained on the response that called the tool"
+    );
+    let output = &requests[1].input[0];
+    assert_eq!(output["type"], "function_call_output");
+    assert_eq!(
+        output["output"],
+        r#"tool count_otters ran with {"river":"Thames"}"#
+    );
+    assert_eq!(
+        report.reply,
+        r#"mock reply to tool output: tool count_otters ran with {"river":"Thames"}"#
+    );
+    assert_eq!(
+        report.thread_id,
+        requests[1].response_id.clone().unwrap(),
+        "the thread continues from the last response"
+    );
+}
+
+/// A model that never stops calling tools ends the turn with a clear error after the bounded
+/// number of responses, instead of looping.
+#[tokio::test]
+async fn responses_stops_a_model_that_keeps_calling_tools() {
+    use ctxbridge::backend::responses::MAX_TOOL_ROUNDS;
+    use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
+    let mock = MockModelServer::start(MockModelConfig {
+        default_reply: ScriptedReply::tool_call("count_otters", "{}"),
+        ..MockModelConfig::stateful()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(
+        ResponsesBackend::new(ResponsesBackendConfig {
+            base_url: mock.base_url(),
+            model: "mock-model".into(),
+            api_key_env: None,
+        })
+        .unwrap(),
+    );
+    let engine = ScriptEngine::plain();
+    engine.set_tools(vec![otter_tool()]);
+    let harness = Harness::new(
+        cfg(),
+        Arc::new(QuarantineEngine::new(
+            ENGINE_ID,
+            engine.clone() as Arc<dyn ContextEngine>,
+            Arc::new(QuarantineBook::new()),
+            CallTimeouts::default(),
+        )),
+        backend,
+        Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap()),
+    );
+    let error = harness
+        .turn(TurnSpec::new("responses-loop", "count forever"))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("still calling tools"), "{error}");
+    assert_eq!(mock.response_requests().len(), MAX_TOOL_ROUNDS);
+    assert_eq!(engine.tool_calls().len(), MAX_TOOL_ROUNDS - 1);
+}

@@ -64,6 +64,10 @@ pub struct CreateResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_response_id: Option<String>,
     pub store: bool,
+    /// Tools the model may call (`{"type": "function", name, description, parameters}`);
+    /// omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
 }
 
 /// `POST /responses/compact`: compacts either a stored chain (`previous_response_id`) or an
@@ -189,6 +193,7 @@ mod tests {
             ],
             previous_response_id: Some("resp_1".into()),
             store: true,
+            tools: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),

@@ -171,6 +171,7 @@ fn request(previous_response_id: Option<&str>) -> CreateResponse {
         input: vec![InputItem::user_text("hello")],
         previous_response_id: previous_response_id.map(str::to_owned),
         store: true,
+        tools: Vec::new(),
     }
 }
 
