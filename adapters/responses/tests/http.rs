@@ -170,6 +170,7 @@ fn request(previous_response_id: Option<&str>) -> CreateResponse {
         instructions: Some("be brief".into()),
         input: vec![InputItem::user_text("hello")],
         previous_response_id: previous_response_id.map(str::to_owned),
+        conversation: None,
         store: true,
     }
 }
