@@ -9,7 +9,7 @@ use std::time::Duration;
 use codex_app_server_client::locate_codex_binary;
 
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig};
+use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig, ResponsesThreads};
 use crate::backend::{MockBackend, ThreadedBackend};
 use crate::capabilities::HostKind;
 use crate::config::{BackendConfig, Config};
@@ -157,9 +157,10 @@ pub fn backend(
             })))
         }
         BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
-            base_url: r.base_url.clone(),
-            model: r.model.clone(),
             api_key_env: r.api_key_env.clone(),
+            // Chain threads until the config file carries `backend.threads`.
+            threads: ResponsesThreads::Chain,
+            ..ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone())
         })
         .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
         .map_err(|e| AppError::Backend(e.to_string())),

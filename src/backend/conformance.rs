@@ -83,7 +83,7 @@ pub async fn continue_thread(backend: &dyn ThreadedBackend) {
     .await;
     let outcome = outcome.unwrap_or_else(|e| panic!("{label}: second turn failed: {e}"));
     assert!(!outcome.reply.is_empty(), "{label}: empty second reply");
-    if backend.kind() != BackendKind::Responses {
+    if !backend.thread_id_advances_per_turn() {
         assert_eq!(
             outcome.thread_id, thread,
             "{label}: thread id changed on a thread backend"

@@ -209,6 +209,13 @@ pub trait ThreadedBackend: Send + Sync {
     /// at thread start (Codex, mock); then drift needs no delivery.
     fn sends_instructions_per_request(&self) -> bool;
 
+    /// Whether a turn moves the thread to a new id ([`TurnOutcome::thread_id`]): true for
+    /// Responses `previous_response_id` chains, false for stable threads (Codex, the mock,
+    /// Responses conversations).
+    fn thread_id_advances_per_turn(&self) -> bool {
+        false
+    }
+
     /// Starts a new thread.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;
 
