@@ -348,6 +348,26 @@ mod tests {
         assert!(failed.is_previous_response_not_found());
     }
 
+    /// A missing conversation is recognised by its code anywhere, and by a 404 only on a
+    /// request that named a conversation.
+    #[test]
+    fn conversation_not_found_predicate() {
+        let on_conversation = ResponsesError::Api {
+            operation: "create response",
+            url: "http://127.0.0.1:1/responses".into(),
+            status: 404,
+            code: None,
+            message: "Conversation with id 'conv_x' not found.".into(),
+            attempts: 1,
+            chained: false,
+            conversation: true,
+        };
+        assert!(on_conversation.is_conversation_not_found());
+        assert!(!on_conversation.is_previous_response_not_found());
+        assert!(!api(404, None, "Not Found", false).is_conversation_not_found());
+        assert!(api(400, Some(CONVERSATION_NOT_FOUND), "gone", false).is_conversation_not_found());
+    }
+
     /// Overflow is recognised by the code or by the wording of the server's message.
     #[test]
     fn context_overflow_predicate() {
