@@ -11,10 +11,10 @@ use codex_app_server_client::locate_codex_binary;
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
 use crate::backend::codex_config::codex_overrides;
 use crate::backend::responses::{
-    ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError,
+    ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError, ResponsesThreads,
 };
 use crate::backend::{MockBackend, ThreadedBackend};
-use crate::config::{BackendConfig, Config, DeveloperInstructionDrift};
+use crate::config::{self, BackendConfig, Config, DeveloperInstructionDrift, ResponsesThreadKind};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
@@ -155,13 +155,9 @@ pub fn backend(
                 env: Vec::new(),
             })))
         }
-        BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
-            base_url: r.base_url.clone(),
-            model: r.model.clone(),
-            api_key_env: r.api_key_env.clone(),
-        })
-        .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
-        .map_err(|source| AppError::Responses { source }),
+        BackendConfig::Responses(r) => ResponsesBackend::new(responses_backend_config(r))
+            .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
+            .map_err(|source| AppError::Responses { source }),
     }
 }
 
@@ -265,4 +261,28 @@ mod tests {
         config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
         assert_eq!(host_identity(&config).id, "ctxbridge-codex");
     }
+}
+
+/// The Responses backend's settings from the config file's `backend` section: the thread kind,
+/// and the stream limits where the file sets them (the backend's defaults otherwise).
+fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
+    let mut out = ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone());
+    out.api_key_env = r.api_key_env.clone();
+    out.threads = match r.threads {
+        ResponsesThreadKind::Conversation => ResponsesThreads::Conversation,
+        ResponsesThreadKind::Chain => ResponsesThreads::Chain,
+    };
+    if let Some(ms) = r.idle_timeout_ms {
+        out.idle_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = r.turn_timeout_ms {
+        out.turn_timeout = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = r.max_reply_bytes {
+        out.max_reply_bytes = bytes;
+    }
+    if let Some(bytes) = r.max_event_bytes {
+        out.max_event_bytes = bytes;
+    }
+    out
 }

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use codex_app_server_client::{locate_codex_binary, offline_overrides};
 use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
 use ctxbridge::backend::mock::{MockCall, MockFault, MockItem};
+use ctxbridge::backend::responses::ResponsesThreads;
+use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
 use ctxbridge::contract::{ContextEngine, EngineTool};
 use ctxbridge::harness::{Harness, ThreadAction, TurnSpec};
 use ctxbridge::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
@@ -212,21 +214,17 @@ async fn codex_calls_an_engine_tool() {
     );
 }
 
-/// On the Responses backend: the engine's tool goes with the request as a function tool; the
-/// model's `function_call` runs in the engine, and a follow-up request chained on that response
-/// carries the `function_call_output`; the turn's reply is the model's answer to it.
-#[tokio::test]
-async fn responses_calls_an_engine_tool() {
-    use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
-    let mock = MockModelServer::start(MockModelConfig::stateful())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+/// A harness running a [`ScriptEngine`] with the otter tool on a Responses backend of `threads`
+/// kind, against `mock`.
+fn responses_harness(
+    mock: &MockModelServer,
+    threads: ResponsesThreads,
+    dir: &tempfile::TempDir,
+) -> (Harness, Arc<ScriptEngine>) {
     let backend = Arc::new(
         ResponsesBackend::new(ResponsesBackendConfig {
-            base_url: mock.base_url(),
-            model: "mock-model".into(),
-            api_key_env: None,
+            threads,
+            ..ResponsesBackendConfig::new(mock.base_url(), "mock-model")
         })
         .unwrap(),
     );
@@ -243,43 +241,76 @@ async fn responses_calls_an_engine_tool() {
         backend,
         Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap()),
     );
-    mock.push_reply(ScriptedReply::tool_call(
-        "count_otters",
-        r#"{"river":"Thames"}"#,
-    ));
-    let report = harness
-        .turn(TurnSpec::new("responses-tools", "how many otters?"))
-        .await
-        .unwrap();
+    (harness, engine)
+}
 
-    let calls = engine.tool_calls();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(calls[0].arguments, json!({"river": "Thames"}));
-    assert_eq!(calls[0].session_key.as_deref(), Some("responses-tools"));
+/// On the Responses backend (both thread kinds): the engine's tool goes with the request as a
+/// function tool; the model's `function_call` runs in the engine, and a follow-up request
+/// carries the `function_call_output` — chained on the calling response, or in the same
+/// conversation; the turn's reply is the model's answer to it.
+#[tokio::test]
+async fn responses_calls_an_engine_tool() {
+    for threads in [ResponsesThreads::Chain, ResponsesThreads::Conversation] {
+        let mock = MockModelServer::start(MockModelConfig::stateful())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (harness, engine) = responses_harness(&mock, threads, &dir);
+        mock.push_reply(ScriptedReply::tool_call(
+            "count_otters",
+            r#"{"river":"Thames"}"#,
+        ));
+        let report = harness
+            .turn(TurnSpec::new("responses-tools", "how many otters?"))
+            .await
+            .unwrap();
 
-    let requests = mock.response_requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[0].body["tools"][0]["type"], "function");
-    assert_eq!(requests[0].body["tools"][0]["name"], "count_otters");
-    assert_eq!(
-        requests[1].previous_response_id, requests[0].response_id,
-        "the follow-up is chained on the response that called the tool"
-    );
-    let output = &requests[1].input[0];
-    assert_eq!(output["type"], "function_call_output");
-    assert_eq!(
-        output["output"],
-        r#"tool count_otters ran with {"river":"Thames"}"#
-    );
-    assert_eq!(
-        report.reply,
-        r#"mock reply to tool output: tool count_otters ran with {"river":"Thames"}"#
-    );
-    assert_eq!(
-        report.thread_id,
-        requests[1].response_id.clone().unwrap(),
-        "the thread continues from the last response"
-    );
+        let calls = engine.tool_calls();
+        assert_eq!(calls.len(), 1, "{threads:?}: {calls:?}");
+        assert_eq!(calls[0].arguments, json!({"river": "Thames"}));
+        assert_eq!(calls[0].session_key.as_deref(), Some("responses-tools"));
+
+        let requests = mock.response_requests();
+        assert_eq!(requests.len(), 2, "{threads:?}");
+        assert_eq!(requests[0].body["tools"][0]["type"], "function");
+        assert_eq!(requests[0].body["tools"][0]["name"], "count_otters");
+        assert_eq!(requests[1].body["tools"], requests[0].body["tools"]);
+        let output = &requests[1].input[0];
+        assert_eq!(output["type"], "function_call_output");
+        assert_eq!(
+            output["output"],
+            r#"tool count_otters ran with {"river":"Thames"}"#
+        );
+        assert_eq!(
+            report.reply,
+            r#"mock reply to tool output: tool count_otters ran with {"river":"Thames"}"#,
+            "{threads:?}"
+        );
+        match threads {
+            ResponsesThreads::Chain => {
+                assert_eq!(
+                    requests[1].previous_response_id, requests[0].response_id,
+                    "the follow-up is chained on the response that called the tool"
+                );
+                assert_eq!(
+                    report.thread_id,
+                    requests[1].response_id.clone().unwrap(),
+                    "the thread continues from the last response"
+                );
+            }
+            ResponsesThreads::Conversation => {
+                assert_eq!(requests[1].previous_response_id, None);
+                assert_eq!(
+                    requests[1].body["conversation"],
+                    requests[0].body["conversation"]
+                );
+                assert_eq!(
+                    requests[1].body["conversation"].as_str(),
+                    Some(report.thread_id.as_str())
+                );
+            }
+        }
+    }
 }
 
 /// A model that never stops calling tools ends the turn with a clear error after the bounded
@@ -287,7 +318,6 @@ async fn responses_calls_an_engine_tool() {
 #[tokio::test]
 async fn responses_stops_a_model_that_keeps_calling_tools() {
     use ctxbridge::backend::responses::MAX_TOOL_ROUNDS;
-    use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
     let mock = MockModelServer::start(MockModelConfig {
         default_reply: ScriptedReply::tool_call("count_otters", "{}"),
         ..MockModelConfig::stateful()
@@ -295,27 +325,7 @@ async fn responses_stops_a_model_that_keeps_calling_tools() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(
-        ResponsesBackend::new(ResponsesBackendConfig {
-            base_url: mock.base_url(),
-            model: "mock-model".into(),
-            api_key_env: None,
-        })
-        .unwrap(),
-    );
-    let engine = ScriptEngine::plain();
-    engine.set_tools(vec![otter_tool()]);
-    let harness = Harness::new(
-        cfg(),
-        Arc::new(QuarantineEngine::new(
-            ENGINE_ID,
-            engine.clone() as Arc<dyn ContextEngine>,
-            Arc::new(QuarantineBook::new()),
-            CallTimeouts::default(),
-        )),
-        backend,
-        Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap()),
-    );
+    let (harness, engine) = responses_harness(&mock, ResponsesThreads::Chain, &dir);
     let error = harness
         .turn(TurnSpec::new("responses-loop", "count forever"))
         .await
