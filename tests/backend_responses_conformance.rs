@@ -60,6 +60,7 @@ async fn conversation_requests_and_deletion() {
         input: input.into(),
         developer_instructions: Some("dev instructions".into()),
         base_instructions: None,
+        tools: Default::default(),
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())

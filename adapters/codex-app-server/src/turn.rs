@@ -753,12 +753,15 @@ mod tests {
         drop(tx);
     }
 
+    /// A server request's id and the answer sent for it.
+    type Answer = (Value, Result<Value, String>);
+
     /// An `item/tool/call` routed to a turn is surfaced as a `ToolCall` event with its fields,
     /// and answering it sends `{contentItems: [{type: "inputText", text}], success}` under the
     /// request's id; a turn driven by `collect` (no tool executor) answers with a failure.
     #[tokio::test]
     async fn tool_calls_are_surfaced_and_answered_by_request_id() {
-        let answers: Arc<Mutex<Vec<(Value, Result<Value, String>)>>> = Arc::default();
+        let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
         let seen = answers.clone();
         let responder: Responder = Arc::new(move |id: Value, result: Result<Value, String>| {
             seen.lock().unwrap().push((id, result));
