@@ -7,6 +7,9 @@
 //! every statement is a short local write or an indexed read, so the harness calls them
 //! directly instead of paying for a thread hop per call.
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+mod postgres;
 mod sqlite;
 
 use std::path::PathBuf;
@@ -15,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::AgentMessage;
 
+pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
@@ -69,6 +73,46 @@ pub enum StoreError {
         path: PathBuf,
         found: i64,
         supported: i64,
+    },
+    /// A PostgreSQL statement, transaction or URL failed; `detail` spells out the source chain
+    /// (the driver's own message names only the error kind). The URL has its password redacted.
+    #[error("state store {url}: {operation}: {detail}")]
+    Postgres {
+        url: String,
+        operation: &'static str,
+        detail: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// No PostgreSQL connection could be had (server down, refused, authentication failed).
+    #[error("state store {url}: {operation}: cannot get a PostgreSQL connection: {detail}")]
+    PostgresConnect {
+        url: String,
+        operation: &'static str,
+        detail: String,
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// A PostgreSQL call did not finish within its time bound.
+    #[error("state store {url}: {operation}: no answer from PostgreSQL within {waited_ms} ms")]
+    PostgresTimeout {
+        url: String,
+        operation: &'static str,
+        waited_ms: u64,
+    },
+    /// The PostgreSQL store cannot run: its options are unusable or its worker thread is gone.
+    #[error("state store {url}: {operation}: {message}")]
+    PostgresSetup {
+        url: String,
+        operation: &'static str,
+        message: String,
+    },
+    /// The PostgreSQL store's worker thread could not be started.
+    #[error("state store {url}: cannot start the PostgreSQL worker thread: {source}")]
+    PostgresWorker {
+        url: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
