@@ -20,7 +20,10 @@ use super::{
 pub const CHECKS: &[(&str, fn(&dyn StateStore))] = &[
     ("binding_round_trip", binding_round_trip),
     ("fenced_save_is_refused", fenced_save_is_refused),
-    ("record_turn_is_atomic_and_fenced", record_turn_is_atomic_and_fenced),
+    (
+        "record_turn_is_atomic_and_fenced",
+        record_turn_is_atomic_and_fenced,
+    ),
     ("transcript_appends_in_order", transcript_appends_in_order),
     ("transcript_rewrite_is_atomic", transcript_rewrite_is_atomic),
     ("outbox_queue", outbox_queue),
@@ -207,7 +210,9 @@ pub fn transcript_appends_in_order(store: &dyn StateStore) {
             }],
         )
         .unwrap();
-    store.append_transcript("t", &[entry("x", "other")]).unwrap();
+    store
+        .append_transcript("t", &[entry("x", "other")])
+        .unwrap();
     let loaded = store.load_transcript("s").unwrap();
     assert_eq!(
         loaded,
@@ -313,8 +318,12 @@ pub fn quarantine_records(store: &dyn StateStore) {
         reason: reason.into(),
         at_ms,
     };
-    store.record_quarantine(&record("zeta", "crashed", 5)).unwrap();
-    store.record_quarantine(&record("alpha", "timeout", 7)).unwrap();
+    store
+        .record_quarantine(&record("zeta", "crashed", 5))
+        .unwrap();
+    store
+        .record_quarantine(&record("alpha", "timeout", 7))
+        .unwrap();
     store
         .record_quarantine(&record("zeta", "crashed again", 1_700_000_000_000))
         .unwrap();
@@ -339,8 +348,14 @@ pub fn quarantine_records(store: &dyn StateStore) {
 pub fn bootstrap_marks(store: &dyn StateStore) {
     let at = store.location();
     assert!(!store.is_bootstrapped("s", "e").unwrap(), "{at}");
-    assert!(store.mark_bootstrapped("s", "e").unwrap(), "{at}: first mark");
-    assert!(!store.mark_bootstrapped("s", "e").unwrap(), "{at}: repeat mark");
+    assert!(
+        store.mark_bootstrapped("s", "e").unwrap(),
+        "{at}: first mark"
+    );
+    assert!(
+        !store.mark_bootstrapped("s", "e").unwrap(),
+        "{at}: repeat mark"
+    );
     assert!(store.is_bootstrapped("s", "e").unwrap(), "{at}");
     assert!(!store.is_bootstrapped("s", "other").unwrap(), "{at}");
     assert!(!store.is_bootstrapped("other", "e").unwrap(), "{at}");

@@ -1090,9 +1090,8 @@ mod tests {
         assert!(text.contains("u:***@127.0.0.1:1/db"), "{text}");
         assert!(!text.contains("secret"), "{text}");
 
-        let err =
-            PostgresStore::connect("postgres://h/db?bogus=1", PostgresOptions::default())
-                .unwrap_err();
+        let err = PostgresStore::connect("postgres://h/db?bogus=1", PostgresOptions::default())
+            .unwrap_err();
         assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
         assert!(err.to_string().contains("parse the URL"), "{err}");
     }
