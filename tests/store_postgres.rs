@@ -136,6 +136,7 @@ conformance_tests!(
     binding_round_trip,
     fenced_save_is_refused,
     record_turn_is_atomic_and_fenced,
+    record_turn_queues_its_commit,
     transcript_appends_in_order,
     transcript_rewrite_is_atomic,
     outbox_queue,

@@ -15,14 +15,21 @@ use super::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, TranscriptEntry,
 };
 
+/// One single-store check: panics when the store breaks the guarantee.
+pub type Check = fn(&dyn StateStore);
+
 /// Every single-store check, by name, for [`run_all`] and for test files that want one test
 /// per check.
-pub const CHECKS: &[(&str, fn(&dyn StateStore))] = &[
+pub const CHECKS: &[(&str, Check)] = &[
     ("binding_round_trip", binding_round_trip),
     ("fenced_save_is_refused", fenced_save_is_refused),
     (
         "record_turn_is_atomic_and_fenced",
         record_turn_is_atomic_and_fenced,
+    ),
+    (
+        "record_turn_queues_its_commit",
+        record_turn_queues_its_commit,
     ),
     ("transcript_appends_in_order", transcript_appends_in_order),
     ("transcript_rewrite_is_atomic", transcript_rewrite_is_atomic),
@@ -190,6 +197,67 @@ pub fn record_turn_is_atomic_and_fenced(store: &dyn StateStore) {
         store.load_binding("k").unwrap().unwrap().json,
         "{\"t\":2}",
         "{at}"
+    );
+}
+
+/// A turn recorded with its durable commit queues the commit with the entries and binding; a
+/// fenced holder's turn queues nothing; recording a commit's advancement key again keeps one
+/// queued row.
+pub fn record_turn_queues_its_commit(store: &dyn StateStore) {
+    let at = store.location();
+    let old = acquire(store, "k", "p1", 0, 10);
+    store
+        .record_turn_with_commit(
+            "sess",
+            &[entry("u1", "1"), entry("a1", "2")],
+            "k",
+            "{\"t\":1}",
+            old.generation,
+            &outbox_row("sess", "turn-1"),
+        )
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["u1", "a1"], "{at}");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap(),
+        vec![outbox_row("sess", "turn-1")],
+        "{at}"
+    );
+    let new = acquire(store, "k", "p2", 100, 10);
+    let result = store.record_turn_with_commit(
+        "sess",
+        &[entry("u2", "late")],
+        "k",
+        "{\"t\":\"stale\"}",
+        old.generation,
+        &outbox_row("sess", "turn-stale"),
+    );
+    assert_stale(store, result, old.generation, new.generation);
+    assert_eq!(ids(store, "sess"), ["u1", "a1"], "{at}: fenced entries");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap(),
+        vec![outbox_row("sess", "turn-1")],
+        "{at}: a fenced holder queued a commit"
+    );
+    assert_eq!(
+        store.load_binding("k").unwrap().unwrap().json,
+        "{\"t\":1}",
+        "{at}"
+    );
+    store
+        .record_turn_with_commit(
+            "sess",
+            &[entry("u3", "3")],
+            "k",
+            "{\"t\":3}",
+            new.generation,
+            &outbox_row("sess", "turn-1"),
+        )
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["u1", "a1", "u3"], "{at}");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap().len(),
+        1,
+        "{at}: duplicate advancement key"
     );
 }
 

@@ -2,10 +2,10 @@
 //! outbox, quarantine records, session leases, engine bootstrap marks and the mock backend's
 //! threads.
 //!
-//! [`StateStore`] is the port; [`SqliteStore`] (embedded, WAL) is the implementation shipped
-//! today. A server database can implement the same trait later. The methods are synchronous:
-//! every statement is a short local write or an indexed read, so the harness calls them
-//! directly instead of paying for a thread hop per call.
+//! [`StateStore`] is the port; [`SqliteStore`] (embedded, WAL) is the default implementation and
+//! [`PostgresStore`] gives the same guarantees to instances on several machines. The methods
+//! are synchronous: every statement is a short write or an indexed read, so the harness calls
+//! them directly (the PostgreSQL store hands each call to its own worker thread).
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
@@ -200,6 +200,30 @@ pub trait StateStore: Send + Sync {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError>;
+
+    /// As [`StateStore::record_turn`], and queues the turn's durable commit (`commit`, SPEC §6)
+    /// in the same atomic, fenced step: a crash cannot leave a recorded turn without its queued
+    /// commit, and a fenced holder queues nothing. A duplicate advancement key keeps the queued
+    /// row. The default runs the two steps one after the other, for stores that cannot do
+    /// better; both shipped stores override it.
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        self.record_turn(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+        )?;
+        self.enqueue_outbox(commit)
+    }
 
     // --- transcript
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;

@@ -24,8 +24,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime as PoolRuntime,
-    Transaction,
+    GenericClient, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod,
+    Runtime as PoolRuntime, Transaction,
 };
 use tokio::sync::oneshot;
 use tokio_postgres::{NoTls, Row};
@@ -279,6 +279,14 @@ impl Drop for Worker {
     }
 }
 
+/// The turn part of a fenced write.
+struct TurnWrite {
+    session: String,
+    /// `(entry id, message JSON)`, in order.
+    entries: Vec<(String, String)>,
+    commit: Option<OutboxRow>,
+}
+
 /// Why a job failed on the worker.
 enum JobError {
     Pool(PoolError),
@@ -517,15 +525,15 @@ impl PostgresStore {
     }
 
     /// Runs a fenced write: the binding (and, for a turn, the session's new transcript
-    /// entries) is written in one transaction, only when the session's lease generation is not
-    /// newer than `lease_generation`.
+    /// entries and queued commit) is written in one transaction, only when the session's lease
+    /// generation is not newer than `lease_generation`.
     fn fenced(
         &self,
         operation: &'static str,
         binding_key: &str,
         json: &str,
         lease_generation: u64,
-        turn: Option<(String, Vec<(String, String)>)>,
+        turn: Option<TurnWrite>,
     ) -> Result<(), StoreError> {
         let key = binding_key.to_string();
         let json = json.to_string();
@@ -552,8 +560,11 @@ impl PostgresStore {
                 &[&key, &json, &to_db(lease_generation)],
             )
             .await?;
-            if let Some((session, encoded)) = &turn {
-                insert_entries(&tx, session, encoded).await?;
+            if let Some(turn) = &turn {
+                insert_entries(&tx, &turn.session, &turn.entries).await?;
+                if let Some(commit) = &turn.commit {
+                    insert_outbox(&tx, commit).await?;
+                }
             }
             tx.commit().await?;
             Ok(None)
@@ -626,6 +637,29 @@ async fn insert_entries(
             .await?;
     }
     Ok(())
+}
+
+/// Queues an outbox row (a duplicate advancement key keeps the queued row).
+async fn insert_outbox<C: GenericClient>(
+    client: &C,
+    row: &OutboxRow,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO ctxbridge_outbox (session_id, advancement_key, engine_id, params, attempts, last_error)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (session_id, advancement_key) DO NOTHING",
+            &[
+                &row.session_id,
+                &row.advancement_key,
+                &row.engine_id,
+                &row.params_json,
+                &i64::from(row.attempts),
+                &row.last_error,
+            ],
+        )
+        .await
+        .map(|_| ())
 }
 
 fn outbox_row(row: &Row) -> Result<OutboxRow, tokio_postgres::Error> {
@@ -703,7 +737,34 @@ impl StateStore for PostgresStore {
             binding_key,
             binding_json,
             lease_generation,
-            Some((session_id.to_string(), encoded)),
+            Some(TurnWrite {
+                session: session_id.to_string(),
+                entries: encoded,
+                commit: None,
+            }),
+        )
+    }
+
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        self.fenced(
+            "record turn",
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(TurnWrite {
+                session: session_id.to_string(),
+                entries: encoded,
+                commit: Some(commit.clone()),
+            }),
         )
     }
 
@@ -786,22 +847,7 @@ impl StateStore for PostgresStore {
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
         let row = row.clone();
         self.run("enqueue outbox row", move |client| async move {
-            client
-                .execute(
-                    "INSERT INTO ctxbridge_outbox (session_id, advancement_key, engine_id, params, attempts, last_error)
-                     VALUES ($1, $2, $3, $4, $5, $6)
-                     ON CONFLICT (session_id, advancement_key) DO NOTHING",
-                    &[
-                        &row.session_id,
-                        &row.advancement_key,
-                        &row.engine_id,
-                        &row.params_json,
-                        &i64::from(row.attempts),
-                        &row.last_error,
-                    ],
-                )
-                .await
-                .map(|_| ())
+            insert_outbox(&client, &row).await
         })
     }
 

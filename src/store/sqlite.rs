@@ -259,6 +259,24 @@ fn insert_entries(
     Ok(())
 }
 
+/// Queues an outbox row (a duplicate advancement key keeps the queued row).
+fn insert_outbox(conn: &Connection, row: &OutboxRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
+         ON CONFLICT(session_id, advancement_key) DO NOTHING",
+    )?
+    .execute(params![
+        row.session_id,
+        row.advancement_key,
+        row.engine_id,
+        row.params_json,
+        row.attempts,
+        row.last_error
+    ])
+    .map(|_| ())
+}
+
 /// Writes a binding unless a newer lease generation fences the writer; returns that newer
 /// generation when fenced (inside the caller's transaction, which must then not commit).
 fn upsert_binding(
@@ -399,6 +417,29 @@ impl StateStore for SqliteStore {
         stale_check("record turn", binding_key, lease_generation, fenced)
     }
 
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        let fenced = self.with_conn("record turn", |conn| {
+            let tx = conn.transaction()?;
+            let fenced = upsert_binding(&tx, binding_key, binding_json, lease_generation)?;
+            if fenced.is_none() {
+                insert_entries(&tx, session_id, &encoded)?;
+                insert_outbox(&tx, commit)?;
+                tx.commit()?;
+            }
+            Ok(fenced)
+        })?;
+        stale_check("record turn", binding_key, lease_generation, fenced)
+    }
+
     fn replace_transcript_entries(
         &self,
         session_id: &str,
@@ -439,21 +480,7 @@ impl StateStore for SqliteStore {
     }
 
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.with_conn("enqueue outbox row", |conn| {
-            conn.prepare_cached("INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
-                 ON CONFLICT(session_id, advancement_key) DO NOTHING")?
-                .execute(params![
-                    row.session_id,
-                    row.advancement_key,
-                    row.engine_id,
-                    row.params_json,
-                    row.attempts,
-                    row.last_error
-                ],
-            )
-            .map(|_| ())
-        })
+        self.with_conn("enqueue outbox row", |conn| insert_outbox(conn, row))
     }
 
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
