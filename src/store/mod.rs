@@ -274,3 +274,26 @@ pub trait StateStore: Send + Sync {
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
 }
+
+/// Which store to open: what the config's `store` section selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreTarget {
+    /// The embedded SQLite file (`store: {path}`, the default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (`store: {kind: "postgres", url}`).
+    Postgres {
+        url: String,
+        options: PostgresOptions,
+    },
+}
+
+/// Opens the selected store (for a PostgreSQL one: connects and applies pending migrations).
+pub fn open_store(target: &StoreTarget) -> Result<std::sync::Arc<dyn StateStore>, StoreError> {
+    Ok(match target {
+        StoreTarget::Sqlite(path) => std::sync::Arc::new(SqliteStore::open(path)?),
+        StoreTarget::Postgres { url, options } => {
+            std::sync::Arc::new(PostgresStore::connect(url, options.clone())?)
+        }
+    })
+}

@@ -1142,6 +1142,24 @@ mod tests {
         assert!(err.to_string().contains("parse the URL"), "{err}");
     }
 
+    /// `open_store` opens the selected kind: a SQLite file, or PostgreSQL (here an unusable
+    /// URL, refused before any connection).
+    #[test]
+    fn open_store_selects_the_kind() {
+        use crate::store::{open_store, StoreTarget};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = open_store(&StoreTarget::Sqlite(path.clone())).unwrap();
+        assert_eq!(store.location(), path.display().to_string());
+        let err = open_store(&StoreTarget::Postgres {
+            url: "postgres://h/db?bogus=1".into(),
+            options: PostgresOptions::default(),
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
+    }
+
     /// The migrations are ordered, start at 1, and end at the version this build reports.
     #[test]
     fn migrations_are_ordered() {
