@@ -317,6 +317,9 @@ impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a key/value connection
     /// string), creates the schema if one is configured and applies pending migrations. Errors
     /// name the operation and the URL (password redacted).
+    ///
+    /// Connections are made without TLS (a URL asking for `sslmode=require` is refused when
+    /// connecting); reach a remote server over a trusted network or a local TLS tunnel.
     pub fn connect(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
         let shown = redact_url(url);
         let mut config =
