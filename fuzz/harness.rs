@@ -16,17 +16,15 @@ use std::time::Duration;
 use codex_app_server_client::fuzzing::read_stdout_messages;
 use ctxbridge::config::Config;
 use ctxbridge::contract::{
-    AssembleResult, BootstrapResult, CommitTurnResult, CompactParams, CompactResult,
-    EngineMethod, IngestBatchResult, IngestResult, MaintainResult, PrepareSubagentSpawnResult,
-    SessionTarget,
+    AssembleResult, BootstrapResult, CommitTurnResult, CompactParams, CompactResult, EngineMethod,
+    IngestBatchResult, IngestResult, MaintainResult, PrepareSubagentSpawnResult, SessionTarget,
 };
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::{
     check_unit_result, decode_initialize, parse_incoming, preview, LineBuffer,
 };
 use ctxbridge::quarantine::{
-    validate_assemble_result, validate_compact_result, validate_ingest_batch_result,
-    CallerSession,
+    validate_assemble_result, validate_compact_result, validate_ingest_batch_result, CallerSession,
 };
 use futures::StreamExt;
 use responses_client::sse::ResponseStream;

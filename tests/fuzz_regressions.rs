@@ -12,8 +12,11 @@ use ctxbridge::contract::{CommitTurnResult, EngineError, EngineMethod, IngestRes
 use ctxbridge::engines::process::decode_result;
 use serde_json::json;
 
+/// What a fuzz target does with one input.
+type Target = fn(&[u8]);
+
 /// The harness function of each fuzz target, by name.
-const TARGETS: [(&str, fn(&[u8])); 5] = [
+const TARGETS: [(&str, Target); 5] = [
     ("config_json5", harness::config_json5),
     ("codex_jsonrpc_line", harness::codex_jsonrpc_line),
     ("engine_jsonrpc_line", harness::engine_jsonrpc_line),
@@ -49,7 +52,13 @@ fn engine_results_must_be_objects() {
     );
     let err = decode_result::<IngestResult>(EngineMethod::Ingest, json!([true])).unwrap_err();
     assert!(
-        matches!(err, EngineError::Malformed { method: EngineMethod::Ingest, .. }),
+        matches!(
+            err,
+            EngineError::Malformed {
+                method: EngineMethod::Ingest,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let ok = decode_result::<IngestResult>(EngineMethod::Ingest, json!({"ingested": true}));
