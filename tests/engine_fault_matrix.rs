@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ctxbridge::capabilities::Capability;
+use ctxbridge::host::capabilities::Capability;
 use ctxbridge::contract::*;
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::check_unit_result;

@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
 use crate::contract::{
-    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
     EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult,
     MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
