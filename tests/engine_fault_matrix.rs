@@ -24,11 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ctxbridge::host::capabilities::Capability;
 use ctxbridge::contract::*;
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::check_unit_result;
 use ctxbridge::engines::{HostIdentity, LegacyEngine, ProcessEngine, ProcessEngineConfig};
+use ctxbridge::host::capabilities::Capability;
 use ctxbridge::quarantine::{CallTimeouts, FailedOperation, QuarantineBook, QuarantineEngine};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
