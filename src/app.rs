@@ -14,14 +14,16 @@ use crate::backend::responses::{
     ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError, ResponsesThreads,
 };
 use crate::backend::{MockBackend, ThreadedBackend};
-use crate::config::{self, BackendConfig, Config, DeveloperInstructionDrift, ResponsesThreadKind};
+use crate::config::{
+    self, BackendConfig, Config, DeveloperInstructionDrift, ResponsesThreadKind, StoreKind,
+};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig};
 use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
-use crate::store::{SqliteStore, StateStore, StoreError};
+use crate::store::{open_store, PostgresOptions, StateStore, StoreError, StoreTarget};
 
 /// The owner of engines declared in the configuration file.
 pub const CONFIG_OWNER: &str = "config";
@@ -36,6 +38,11 @@ pub enum AppError {
     /// `backend.command` of the Codex backend names no program.
     #[error("backend: backend.command is empty")]
     EmptyCodexCommand,
+    /// `store.kind: "postgres"` without `store.url`.
+    #[error(
+        "store: store.url is required with store.kind \"postgres\" (postgres://user@host:5432/db)"
+    )]
+    MissingStoreUrl,
     /// The Responses backend could not be built from its configuration.
     #[error("backend: {source}")]
     Responses {
@@ -194,7 +201,7 @@ pub struct App {
 
 /// Opens the store, builds the backend, resolves the selected engine and returns the harness.
 pub async fn open(config: &Config) -> Result<App, AppError> {
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&config.store.path)?);
+    let store = open_store(&store_target(config)?)?;
     open_with_store(config, store).await
 }
 
@@ -285,4 +292,20 @@ fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBack
         out.max_event_bytes = bytes;
     }
     out
+}
+
+/// Where the configured state lives: the SQLite file at `store.path`, or the PostgreSQL
+/// database at `store.url` (in `store.schema` when set).
+pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
+    match config.store.kind {
+        StoreKind::Sqlite => Ok(StoreTarget::Sqlite(config.store.path.clone())),
+        StoreKind::Postgres => {
+            let url = config.store.url.clone().ok_or(AppError::MissingStoreUrl)?;
+            let mut options = PostgresOptions::default();
+            if let Some(schema) = &config.store.schema {
+                options = options.with_schema(schema.clone());
+            }
+            Ok(StoreTarget::Postgres { url, options })
+        }
+    }
 }

@@ -252,16 +252,39 @@ pub enum ResponsesThreadKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// The state database; relative paths are relative to the working directory.
+    /// Which store keeps the state: the embedded SQLite file (default) or PostgreSQL.
+    pub kind: StoreKind,
+    /// The SQLite state database; relative paths are relative to the working directory.
     pub path: PathBuf,
+    /// The PostgreSQL connection URL (`postgres://user:pass@host:5432/db`), for `kind: "postgres"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The PostgreSQL schema holding ctxbridge's tables (created if missing; default: the
+    /// server's search path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            kind: StoreKind::Sqlite,
             path: PathBuf::from(DEFAULT_STORE_PATH),
+            url: None,
+            schema: None,
         }
     }
+}
+
+/// `store.kind`: which store keeps bindings, transcripts, the outbox and leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// The embedded SQLite file at `store.path` (one machine).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database at `store.url`, shared by a fleet of bridges.
+    Postgres,
 }
 
 /// `projection`.

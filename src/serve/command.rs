@@ -6,10 +6,11 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use codex_app_server_client::{locate_codex_binary, AppServerConfig};
 
+use crate::app::store_target;
 use crate::backend::codex_config::codex_overrides;
 use crate::config::{BackendConfig, Config};
 use crate::serve::{CapabilityToken, ListenAddr, ServeOptions, DEFAULT_MAX_MESSAGE_BYTES};
-use crate::store::{SqliteStore, StateStore};
+use crate::store::{open_store, StateStore};
 
 /// `ctxbridge serve` arguments.
 #[derive(Debug, Clone, Args)]
@@ -51,6 +52,9 @@ pub enum ServeSetupError {
     /// The state store cannot be opened.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The store section is incomplete (`store.kind: "postgres"` without `store.url`).
+    #[error(transparent)]
+    StoreConfig(#[from] crate::app::AppError),
 }
 
 /// The options a configuration and the command line describe.
@@ -100,7 +104,7 @@ pub fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeS
             tracing::warn!(%error, dir = %parent.display(), "serve: cannot create the state directory");
         }
     }
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&config.store.path)?);
+    let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
     let mut options = ServeOptions::new(listen, upstream);
     options.auth = auth;
     options.max_message_bytes = args.max_message_bytes;
