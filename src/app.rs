@@ -230,46 +230,6 @@ pub async fn open_with_backend(
     App { harness, resolved }
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    /// Each configured `developerInstructionDrift` maps to the projection policy of the same
-    /// name (the two enums serialize alike).
-    #[test]
-    fn drift_setting_maps_to_the_policy_of_the_same_name() {
-        for drift in [
-            DeveloperInstructionDrift::Inject,
-            DeveloperInstructionDrift::Rotate,
-        ] {
-            assert_eq!(
-                serde_json::to_value(drift).unwrap(),
-                serde_json::to_value(drift_policy(drift)).unwrap()
-            );
-        }
-        assert_eq!(
-            drift_policy(DeveloperInstructionDrift::Rotate),
-            DriftPolicy::Rotate
-        );
-        assert_eq!(
-            drift_policy(DeveloperInstructionDrift::default()),
-            DriftPolicy::default()
-        );
-    }
-
-    /// The host identity engines see is named after the configured backend's host kind.
-    #[test]
-    fn host_identity_names_the_backend_kind() {
-        let mut config = Config::default();
-        let mock = host_identity(&config);
-        assert_eq!(mock.id, "ctxbridge-mock");
-        assert_eq!(mock.label, "the mock backend");
-        config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
-        assert_eq!(host_identity(&config).id, "ctxbridge-codex");
-    }
-}
-
 /// The Responses backend's settings from the config file's `backend` section: the thread kind,
 /// and the stream limits where the file sets them (the backend's defaults otherwise).
 fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
@@ -307,5 +267,45 @@ pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
             }
             Ok(StoreTarget::Postgres { url, options })
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// Each configured `developerInstructionDrift` maps to the projection policy of the same
+    /// name (the two enums serialize alike).
+    #[test]
+    fn drift_setting_maps_to_the_policy_of_the_same_name() {
+        for drift in [
+            DeveloperInstructionDrift::Inject,
+            DeveloperInstructionDrift::Rotate,
+        ] {
+            assert_eq!(
+                serde_json::to_value(drift).unwrap(),
+                serde_json::to_value(drift_policy(drift)).unwrap()
+            );
+        }
+        assert_eq!(
+            drift_policy(DeveloperInstructionDrift::Rotate),
+            DriftPolicy::Rotate
+        );
+        assert_eq!(
+            drift_policy(DeveloperInstructionDrift::default()),
+            DriftPolicy::default()
+        );
+    }
+
+    /// The host identity engines see is named after the configured backend's host kind.
+    #[test]
+    fn host_identity_names_the_backend_kind() {
+        let mut config = Config::default();
+        let mock = host_identity(&config);
+        assert_eq!(mock.id, "ctxbridge-mock");
+        assert_eq!(mock.label, "the mock backend");
+        config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
+        assert_eq!(host_identity(&config).id, "ctxbridge-codex");
     }
 }
