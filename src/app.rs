@@ -9,12 +9,12 @@ use std::time::Duration;
 use codex_app_server_client::locate_codex_binary;
 
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::codex_config::codex_overrides;
+use crate::backend::codex_config::{codex_overrides, turn_limits};
 use crate::backend::responses::{
     ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError,
 };
-use crate::backend::{MockBackend, ThreadedBackend};
-use crate::config::{BackendConfig, Config, DeveloperInstructionDrift};
+use crate::backend::{ContextDelivery, MockBackend, ThreadedBackend};
+use crate::config::{BackendConfig, CodexContextDelivery, Config, DeveloperInstructionDrift};
 use crate::contract::ContextEngine;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
@@ -153,6 +153,7 @@ pub fn backend(
                 overrides: codex_overrides(codex),
                 cwd: std::env::current_dir().ok(),
                 env: Vec::new(),
+                turn_limits: turn_limits(codex),
             })))
         }
         BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
@@ -174,6 +175,10 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         developer_instructions: config.agent.developer_instructions.clone(),
         model: config.agent.model.clone(),
         drift_policy: drift_policy(config.projection.developer_instruction_drift),
+        context_delivery: config
+            .projection
+            .codex_context_delivery
+            .map(context_delivery),
         selection_source: resolved.source(),
         cwd: std::env::current_dir()
             .ok()
@@ -187,6 +192,14 @@ pub fn drift_policy(drift: DeveloperInstructionDrift) -> DriftPolicy {
     match drift {
         DeveloperInstructionDrift::Inject => DriftPolicy::Inject,
         DeveloperInstructionDrift::Rotate => DriftPolicy::Rotate,
+    }
+}
+
+/// The delivery the configured `projection.codexContextDelivery` names.
+pub fn context_delivery(delivery: CodexContextDelivery) -> ContextDelivery {
+    match delivery {
+        CodexContextDelivery::TurnInput => ContextDelivery::TurnInput,
+        CodexContextDelivery::AdditionalContext => ContextDelivery::AdditionalContext,
     }
 }
 
@@ -253,6 +266,31 @@ mod tests {
             drift_policy(DeveloperInstructionDrift::default()),
             DriftPolicy::default()
         );
+    }
+
+    /// Each configured `codexContextDelivery` maps to the delivery of the same name, and an
+    /// unset one leaves the choice to the connected backend.
+    #[test]
+    fn context_delivery_setting_maps_to_the_delivery_of_the_same_name() {
+        for delivery in [
+            CodexContextDelivery::TurnInput,
+            CodexContextDelivery::AdditionalContext,
+        ] {
+            assert_eq!(
+                serde_json::to_value(delivery).unwrap(),
+                serde_json::to_value(context_delivery(delivery)).unwrap()
+            );
+        }
+        let config = Config::parse(
+            "{projection: {codexContextDelivery: 'additional-context'}}",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(
+            config.projection.codex_context_delivery.map(context_delivery),
+            Some(ContextDelivery::AdditionalContext)
+        );
+        assert_eq!(Config::default().projection.codex_context_delivery, None);
     }
 
     /// The host identity engines see is named after the configured backend's host kind.

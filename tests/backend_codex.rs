@@ -26,6 +26,7 @@ async fn setup(test: &str) -> Option<(CodexBackend, MockModelServer, tempfile::T
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     });
     Some((backend, mock, dir))
 }
@@ -58,6 +59,7 @@ async fn codex_backend_restarts_and_resumes() {
         input: input.into(),
         developer_instructions: None,
         base_instructions: None,
+        additional_context: None,
     };
     backend
         .run_turn(req("remember the word pelican"), tx.clone())

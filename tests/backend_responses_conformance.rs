@@ -44,6 +44,7 @@ async fn chain_requests_and_expiry() {
         input: input.into(),
         developer_instructions: Some("dev instructions".into()),
         base_instructions: None,
+        additional_context: None,
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())

@@ -257,6 +257,7 @@ async fn codex_harness(
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     }));
     let harness = Harness::new(
         HarnessConfig {

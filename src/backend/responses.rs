@@ -35,8 +35,8 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::{
-    is_overflow_message, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
-    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
+    is_overflow_message, BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread,
+    StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
 
 /// The backend's name in [`BackendError::Unsupported`].
@@ -437,7 +437,11 @@ impl ThreadedBackend for ResponsesBackend {
 
     /// No server call for response ids: a chain that is gone shows as
     /// [`BackendError::ThreadNotFound`] on its next turn.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        _resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         self.check_known("resume thread", thread_id)
     }
 
@@ -593,6 +597,7 @@ mod tests {
             input: input.into(),
             developer_instructions: Some("dev".into()),
             base_instructions: Some("base".into()),
+            additional_context: None,
         }
     }
 

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, TurnLimits};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
 use tokio::sync::mpsc;
 
@@ -207,6 +207,7 @@ impl CodexProbe {
                     input,
                     developer_instructions,
                     base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+                    additional_context: None,
                 },
                 tx,
             )
@@ -356,6 +357,7 @@ async fn codex_backend(
         overrides: offline_overrides(&server.base_url()),
         cwd: Some(home.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: TurnLimits::default(),
     });
     backend
         .connect()

@@ -18,6 +18,6 @@ mod schema;
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, Config,
-    DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
+    CodexContextDelivery, DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
     ResponsesBackendConfig, SlotsConfig, StoreConfig, DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
 };

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{store_err, CompactReport, Harness, HarnessError, DOCTOR_NAMESPACE, SESSION_NAMESPACE};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, ResumeThread};
 use crate::contract::{
     CompactParams, CompactionTarget, ContextEngine, HostOperation, MaintainReason,
     RuntimeCallbacks, RuntimeContext,
@@ -47,7 +47,11 @@ impl Harness {
         // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would
         // (resuming a loaded thread does nothing).
         if let Some(t) = thread.clone() {
-            match self.backend.resume_thread(&t).await {
+            let resume = ResumeThread {
+                base_instructions: self.cfg.base_instructions.clone(),
+                developer_instructions: stored.and_then(|b| b.developer_instructions.clone()),
+            };
+            match self.backend.resume_thread(&t, &resume).await {
                 Ok(()) => {}
                 Err(BackendError::ThreadNotFound { .. }) => {
                     tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");

@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
 use crate::contract::{
     AgentMessage, CompactResult, EngineError, EngineInfo, ReasonCode, RuntimeContext, RuntimeFacts,
     RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
@@ -80,6 +80,10 @@ pub struct HarnessConfig {
     pub selection_source: SelectionSource,
     /// The working directory reported to engines.
     pub cwd: Option<String>,
+    /// Where a projecting turn puts its rendered context (`projection.codexContextDelivery`);
+    /// `None`: additional context when the backend keeps it across compaction, else the turn
+    /// input. Backends without the channel always get the turn input.
+    pub context_delivery: Option<ContextDelivery>,
 }
 
 impl Default for HarnessConfig {
@@ -99,6 +103,7 @@ impl Default for HarnessConfig {
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
+            context_delivery: None,
         }
     }
 }
@@ -257,6 +262,9 @@ pub struct TurnReport {
     pub developer_instructions_chars: usize,
     /// How the instructions reached the thread: `thread-start`, `inject` or `unchanged`.
     pub developer_instructions_delivery: String,
+    /// How the rendered context reached the thread: `turn-input`, `additional-context`, or
+    /// `none` when the turn projected nothing.
+    pub context_delivery: String,
     /// The model's reply.
     pub reply: String,
     /// Figures of the turn (not serialised).

@@ -8,7 +8,9 @@ use tracing::Instrument;
 
 use super::session::{now_ms, SessionGuard};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
-use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
+use crate::backend::{
+    BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
+};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
     EngineMethod, HostOperation, MaintainReason, PromptAuthority,
@@ -173,10 +175,11 @@ impl Harness {
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
         // a fresh thread with the projection cleared.
+        let context_delivery = self.context_delivery().await;
         let mut stored_view = stored.clone();
         let mut retried = false;
         let (plan, executed) = loop {
-            let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
+            let plan = self.plan(&ctx, &assembled, stored_view.as_deref(), context_delivery);
             match self.execute(&plan, stored.is_some(), events.clone()).await {
                 Ok(executed) => break (plan, executed),
                 Err(FailedTurn {
@@ -360,12 +363,29 @@ impl Harness {
         estimate > budget as f64
     }
 
+    /// Where this turn's rendered context goes: the configured delivery on a backend with the
+    /// channel (else the turn input); unconfigured, additional context when the connected
+    /// backend keeps it across compaction (Codex from 0.171.0).
+    async fn context_delivery(&self) -> ContextDelivery {
+        if !self.backend.profile().additional_context {
+            return ContextDelivery::TurnInput;
+        }
+        match self.cfg.context_delivery {
+            Some(configured) => configured,
+            None if self.backend.keeps_additional_context().await => {
+                ContextDelivery::AdditionalContext
+            }
+            None => ContextDelivery::TurnInput,
+        }
+    }
+
     /// Plans the turn with [`plan_turn`] and logs its warning and the projection decision.
     fn plan(
         &self,
         ctx: &TurnContext<'_>,
         assembled: &AssembleResult,
         stored: Option<&ThreadBinding>,
+        context_delivery: ContextDelivery,
     ) -> TurnPlan {
         let plan = plan_turn(&PlanInput {
             prompt: &ctx.spec.prompt,
@@ -382,6 +402,7 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
+            context_delivery,
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
@@ -398,6 +419,7 @@ impl Harness {
             projected = decision.projected(),
             reason = %decision.reason,
             rendered_chars = plan.rendered_context_chars,
+            context_delivery = plan.context_delivery.map_or("none", ContextDelivery::as_str),
             bounded = plan.bounded,
             "projection decision"
         );
@@ -457,7 +479,13 @@ impl Harness {
             }
             ThreadChoice::Reuse(thread) => {
                 self.backend
-                    .resume_thread(thread)
+                    .resume_thread(
+                        thread,
+                        &ResumeThread {
+                            base_instructions: self.cfg.base_instructions.clone(),
+                            developer_instructions: plan.resume_instructions.clone(),
+                        },
+                    )
                     .await
                     .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
@@ -487,12 +515,17 @@ impl Harness {
                     input: plan.input.clone(),
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
+                    additional_context: plan.additional_context.clone(),
                 },
                 tx,
             ),
             forward
         );
-        backend_chars += plan.input.chars().count();
+        backend_chars += plan.input.chars().count()
+            + plan
+                .additional_context
+                .as_deref()
+                .map_or(0, |c| c.chars().count());
         let outcome = outcome.map_err(failed(fresh))?;
         Ok(ExecutedTurn {
             outcome,
@@ -532,6 +565,7 @@ impl Harness {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
             generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };
@@ -584,6 +618,10 @@ fn turn_report(
             .as_deref()
             .map_or(0, |s| s.chars().count()),
         developer_instructions_delivery: delivery.to_string(),
+        context_delivery: plan
+            .context_delivery
+            .map_or("none", ContextDelivery::as_str)
+            .to_string(),
         metrics: TurnMetrics {
             backend_chars: executed.backend_chars,
             rendered_context_chars: if decision.mode == EffectiveMode::None {

@@ -7,8 +7,11 @@
 //!   engine: { engineId, policyFingerprint,
 //!             projection?: { mode: "thread_bootstrap", epoch, fingerprint? },
 //!             projectionMode?: "none" | "per_turn" | "thread_bootstrap" },
-//!   toolsFingerprint, developerInstructionsSha256, generation, updatedAt }
+//!   toolsFingerprint, developerInstructionsSha256, developerInstructions?, generation,
+//!   updatedAt }
 //! ```
+//! `developerInstructions` (an extension) is the text whose hash `developerInstructionsSha256`
+//! is: the backend needs the text itself to re-send it when it resumes the thread.
 //! `projectionMode` records how the thread was fed (bare prompts, per-turn projections, or a
 //! bootstrap), so that a switch between per-turn and thread_bootstrap — which the SPEC's shape
 //! cannot tell from "no projection yet" — starts a new thread. A record without it (written by
@@ -49,6 +52,13 @@ pub struct ThreadBinding {
     pub tools_fingerprint: String,
     /// SHA-256 (hex) of the developer instructions the thread has received.
     pub developer_instructions_sha256: String,
+    /// The text of the developer instructions the thread has received: the effective
+    /// instructions last delivered (on thread start or injected as drift), whose hash is
+    /// `developerInstructionsSha256`. Re-sent on every resume of the thread (a Codex thread
+    /// resumed without them loses them at its next compaction). `None` when the thread has
+    /// none, or the record predates this field (extension of the SPEC's shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
     /// The session lease generation that wrote the record.
     pub generation: u64,
     /// Milliseconds since the Unix epoch.
@@ -222,6 +232,7 @@ mod tests {
             },
             tools_fingerprint: "t".into(),
             developer_instructions_sha256: sha256_hex(""),
+            developer_instructions: None,
             generation: 3,
             updated_at: 1_700_000_000_000,
         }

@@ -399,6 +399,7 @@ mod tests {
             },
             tools_fingerprint: TOOLS.into(),
             developer_instructions_sha256: String::new(),
+            developer_instructions: None,
             generation: 1,
             updated_at: 0,
         }

@@ -14,8 +14,9 @@ use super::decision::{decide, DecisionInput, ProjectionDecision, ThreadChoice};
 use super::instructions::{
     effective_developer_instructions, plan_instruction_delivery, DriftPolicy, InstructionDelivery,
 };
-use super::render::{render_turn_input, RenderMode, RenderOptions};
-use crate::backend::BackendKind;
+use super::instructions::developer_instructions_sha256;
+use super::render::{render_turn_input, split_framed_input, RenderMode, RenderOptions};
+use crate::backend::{BackendKind, ContextDelivery};
 use crate::contract::{AgentMessage, AssembleResult};
 
 /// Everything [`plan_turn`] needs to know about one turn.
@@ -49,6 +50,8 @@ pub struct PlanInput<'a> {
     pub token_budget: Option<u64>,
     /// The backend's limit on the whole turn input, in chars.
     pub turn_input_limit: usize,
+    /// Where a projecting turn puts its rendered context.
+    pub context_delivery: ContextDelivery,
 }
 
 /// What one turn sends, and why.
@@ -56,9 +59,15 @@ pub struct PlanInput<'a> {
 pub struct TurnPlan {
     /// The project-or-reuse decision, after a `rotate` override (then on a new thread).
     pub decision: ProjectionDecision,
-    /// The turn input: the rendered context and the prompt, or the bare prompt.
+    /// The turn input: the rendered context and the prompt, or the bare prompt (also when the
+    /// context goes as `additional_context`).
     pub input: String,
-    /// Chars of rendered context in `input` (0 without a frame).
+    /// The rendered context frame when it is delivered apart from the input
+    /// ([`ContextDelivery::AdditionalContext`]); `None` when the turn projects nothing.
+    pub additional_context: Option<String>,
+    /// How the rendered context was delivered; `None` when the turn projects nothing.
+    pub context_delivery: Option<ContextDelivery>,
+    /// Chars of rendered context (in `input` or `additional_context`; 0 without a frame).
     pub rendered_context_chars: usize,
     /// Whether the assembled result was cut to the transcript byte limit.
     pub bounded: bool,
@@ -67,6 +76,11 @@ pub struct TurnPlan {
     /// How the instructions reach the thread: never [`InstructionDelivery::Rotate`] (a
     /// rotation is planned as a new thread that receives them on start).
     pub delivery: InstructionDelivery,
+    /// The developer instructions the reused thread holds, re-sent when it is resumed: the
+    /// text its binding records, or — for a record that predates the text — the effective
+    /// instructions when their hash is the recorded one. `None` on a new thread or when the
+    /// thread's text is unknown.
+    pub resume_instructions: Option<String>,
 }
 
 /// Plans one turn: bound, decide, plan the instruction delivery (a `rotate` forces a new
@@ -124,13 +138,43 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
             turn_input_limit: input.turn_input_limit,
         },
     );
+    let framed = if rendered.context_chars > 0 {
+        split_framed_input(&rendered.text)
+    } else {
+        None
+    };
+    let (text, additional_context, context_delivery) = match (framed, input.context_delivery) {
+        (None, _) => (rendered.text, None, None),
+        (Some(_), ContextDelivery::TurnInput) => {
+            (rendered.text, None, Some(ContextDelivery::TurnInput))
+        }
+        (Some((fragment, prompt)), ContextDelivery::AdditionalContext) => (
+            prompt.to_string(),
+            Some(fragment.to_string()),
+            Some(ContextDelivery::AdditionalContext),
+        ),
+    };
+    let resume_instructions = match &decision.thread {
+        ThreadChoice::New => None,
+        ThreadChoice::Reuse(_) => input.stored.and_then(|b| {
+            b.developer_instructions.clone().or_else(|| {
+                let hash = developer_instructions_sha256(effective_instructions.as_deref());
+                (hash == b.developer_instructions_sha256)
+                    .then(|| effective_instructions.clone())
+                    .flatten()
+            })
+        }),
+    };
     TurnPlan {
         decision,
-        input: rendered.text,
+        input: text,
+        additional_context,
+        context_delivery,
         rendered_context_chars: rendered.context_chars,
         bounded: bounded.bounded,
         effective_instructions,
         delivery,
+        resume_instructions,
     }
 }
 
@@ -185,6 +229,7 @@ mod tests {
             sends_instructions_per_request: false,
             token_budget: None,
             turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
+            context_delivery: ContextDelivery::TurnInput,
         }
     }
 
@@ -200,6 +245,7 @@ mod tests {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
             generation: 1,
             updated_at: 0,
         }
@@ -219,6 +265,7 @@ mod tests {
             },
             tools_fingerprint: TOOLS.into(),
             developer_instructions_sha256: developer_instructions_sha256(Some(BASE)),
+            developer_instructions: None,
             generation: 1,
             updated_at: 0,
         }
