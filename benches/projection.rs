@@ -147,6 +147,7 @@ fn matching_binding(policy: &str, tools: &str) -> ThreadBinding {
         tools_fingerprint: tools.into(),
         developer_instructions_sha256: sha256_hex("base"),
         developer_instructions: None,
+        context_refresh: false,
         generation: 1,
         updated_at: 0,
     }

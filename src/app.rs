@@ -287,7 +287,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            config.projection.codex_context_delivery.map(context_delivery),
+            config
+                .projection
+                .codex_context_delivery
+                .map(context_delivery),
             Some(ContextDelivery::AdditionalContext)
         );
         assert_eq!(Config::default().projection.codex_context_delivery, None);

@@ -15,8 +15,8 @@ use axum::routing::post;
 use axum::Router;
 use ctxbridge::backend::responses::{ResponsesBackendConfigError, COMPACTED_CHAIN_PREFIX};
 use ctxbridge::backend::{
-    BackendError, ResponsesBackend, ResponsesBackendConfig, ResumeThread, StartThread, ThreadId, ThreadedBackend,
-    TurnEvent, TurnRequest, Usage,
+    BackendError, ResponsesBackend, ResponsesBackendConfig, ResumeThread, StartThread, ThreadId,
+    ThreadedBackend, TurnEvent, TurnRequest, Usage,
 };
 use responses_client::ResponsesConfig;
 use serde_json::{json, Value};
@@ -297,7 +297,10 @@ async fn lost_chain_is_thread_not_found() {
         let harness = Harness::start(Arc::new(move |_, _, _| reply.clone())).await;
         let backend = harness.backend();
         let thread = ThreadId("resp_old".into());
-        backend.resume_thread(&thread, &ResumeThread::default()).await.unwrap();
+        backend
+            .resume_thread(&thread, &ResumeThread::default())
+            .await
+            .unwrap();
         let (tx, _rx) = mpsc::channel(64);
         let error = backend
             .run_turn(turn_request(&thread, "hello?"), tx)
@@ -555,7 +558,10 @@ async fn compaction_continues_from_the_window() {
         harness.bodies("/responses/compact"),
         vec![json!({"model": "test-model", "previous_response_id": "resp_5"})]
     );
-    backend.resume_thread(&thread, &ResumeThread::default()).await.unwrap();
+    backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap();
     let (tx, _rx) = mpsc::channel(64);
     let outcome = backend
         .run_turn(turn_request(&thread, "after"), tx)
@@ -583,7 +589,10 @@ async fn unknown_compacted_thread_is_not_found() {
     let harness = Harness::start(echo_script()).await;
     let backend = harness.backend();
     let thread = ThreadId(format!("{COMPACTED_CHAIN_PREFIX}lost"));
-    let error = backend.resume_thread(&thread, &ResumeThread::default()).await.unwrap_err();
+    let error = backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap_err();
     assert!(matches!(error, BackendError::ThreadNotFound { .. }));
     let (tx, _rx) = mpsc::channel(64);
     let error = backend

@@ -331,7 +331,10 @@ async fn a_stalled_codex_turn_fails_clearly_and_records_nothing() {
     );
     let path = dir.path().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
-        ctxbridge(&path, &["turn", "--session", "stall", "--json", "this one stalls"])
+        ctxbridge(
+            &path,
+            &["turn", "--session", "stall", "--json", "this one stalls"],
+        )
     })
     .await
     .unwrap();

@@ -39,9 +39,11 @@ pub fn turn_limits(config: &CodexBackendConfig) -> TurnLimits {
         turn_deadline: config
             .turn_timeout_ms
             .map_or(defaults.turn_deadline, Duration::from_millis),
-        max_reply_bytes: config.max_reply_bytes.map_or(defaults.max_reply_bytes, |b| {
-            usize::try_from(b).unwrap_or(usize::MAX)
-        }),
+        max_reply_bytes: config
+            .max_reply_bytes
+            .map_or(defaults.max_reply_bytes, |b| {
+                usize::try_from(b).unwrap_or(usize::MAX)
+            }),
     }
 }
 

@@ -10,8 +10,8 @@
 use tokio::sync::mpsc;
 
 use super::{
-    BackendError, BackendKind, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
-    TurnRequest,
+    BackendError, BackendKind, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent,
+    TurnOutcome, TurnRequest,
 };
 use crate::host::capabilities::Capability;
 
@@ -104,7 +104,10 @@ pub async fn continue_thread(backend: &dyn ThreadedBackend) {
 /// A thread the backend never had fails as `ThreadNotFound`, at resume or at the turn.
 pub async fn unknown_thread_is_not_found(backend: &dyn ThreadedBackend, unknown: ThreadId) {
     let label = backend.label().to_string();
-    let err = match backend.resume_thread(&unknown, &ResumeThread::default()).await {
+    let err = match backend
+        .resume_thread(&unknown, &ResumeThread::default())
+        .await
+    {
         Err(e) => e,
         Ok(()) => match turn(backend, &unknown, "anyone there?", None).await.0 {
             Err(e) => e,

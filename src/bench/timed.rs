@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::backend::{
-    BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread, StartThread, ThreadId,
-    ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread, StartThread,
+    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read

@@ -45,6 +45,8 @@ pub(super) struct TurnContext<'a> {
     pub(super) policy_fingerprint: String,
     /// The host's tool catalogue fingerprint.
     pub(super) tools_fingerprint: String,
+    /// Where this turn's rendered context goes.
+    pub(super) context_delivery: ContextDelivery,
 }
 
 impl TurnContext<'_> {
@@ -154,7 +156,7 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref())
+            self.compact_locked(&spec.session_key, &session_id, stored.as_deref(), &guard)
                 .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
@@ -162,6 +164,7 @@ impl Harness {
         // is not enough: a harness configured with legacy has its own legacy wrapper.
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
+        let context_delivery = self.context_delivery().await;
         let ctx = TurnContext {
             spec: &spec,
             session_id,
@@ -171,15 +174,15 @@ impl Harness {
             tools_fingerprint: tools_fingerprint(&self.cfg.tools),
             info: serving_info,
             engine_active,
+            context_delivery,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
         // a fresh thread with the projection cleared.
-        let context_delivery = self.context_delivery().await;
         let mut stored_view = stored.clone();
         let mut retried = false;
         let (plan, executed) = loop {
-            let plan = self.plan(&ctx, &assembled, stored_view.as_deref(), context_delivery);
+            let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
             match self.execute(&plan, stored.is_some(), events.clone()).await {
                 Ok(executed) => break (plan, executed),
                 Err(FailedTurn {
@@ -366,7 +369,7 @@ impl Harness {
     /// Where this turn's rendered context goes: the configured delivery on a backend with the
     /// channel (else the turn input); unconfigured, additional context when the connected
     /// backend keeps it across compaction (Codex from 0.171.0).
-    async fn context_delivery(&self) -> ContextDelivery {
+    pub(super) async fn context_delivery(&self) -> ContextDelivery {
         if !self.backend.profile().additional_context {
             return ContextDelivery::TurnInput;
         }
@@ -385,7 +388,6 @@ impl Harness {
         ctx: &TurnContext<'_>,
         assembled: &AssembleResult,
         stored: Option<&ThreadBinding>,
-        context_delivery: ContextDelivery,
     ) -> TurnPlan {
         let plan = plan_turn(&PlanInput {
             prompt: &ctx.spec.prompt,
@@ -402,7 +404,7 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
-            context_delivery,
+            context_delivery: ctx.context_delivery,
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
@@ -566,6 +568,10 @@ impl Harness {
                 plan.effective_instructions.as_deref(),
             ),
             developer_instructions: plan.effective_instructions.clone(),
+            // A compaction during the turn dropped the additional context it holds.
+            context_refresh: outcome.auto_compaction.is_some()
+                && plan.decision.mode == EffectiveMode::ThreadBootstrap
+                && ctx.context_delivery == ContextDelivery::AdditionalContext,
             generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };

@@ -59,6 +59,11 @@ pub struct ThreadBinding {
     /// none, or the record predates this field (extension of the SPEC's shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub developer_instructions: Option<String>,
+    /// The thread was compacted after its bootstrap context went as additional context (a
+    /// developer item, which Codex's compaction drops unless the turn re-sends it): the next
+    /// reused turn re-sends the rendered context (extension of the SPEC's shape).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context_refresh: bool,
     /// The session lease generation that wrote the record.
     pub generation: u64,
     /// Milliseconds since the Unix epoch.
@@ -233,6 +238,7 @@ mod tests {
             tools_fingerprint: "t".into(),
             developer_instructions_sha256: sha256_hex(""),
             developer_instructions: None,
+            context_refresh: false,
             generation: 3,
             updated_at: 1_700_000_000_000,
         }
@@ -373,5 +379,23 @@ mod tests {
         assert_eq!(a, sha256_hex(r#"["apply_patch","read","shell"]"#));
         assert_ne!(a, tools_fingerprint(&["read", "shell"]));
         assert_eq!(tools_fingerprint::<&str>(&[]), sha256_hex("[]"));
+    }
+
+    /// The instruction text and the refresh mark are optional extensions: an older record
+    /// without them reads as none/false, and they round-trip when set.
+    #[test]
+    fn instruction_text_and_refresh_mark_are_optional() {
+        let mut value = serde_json::to_value(sample_binding()).unwrap();
+        assert!(value.get("developerInstructions").is_none());
+        assert!(value.get("contextRefresh").is_none());
+        let back: ThreadBinding = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.developer_instructions, None);
+        assert!(!back.context_refresh);
+        value["developerInstructions"] = json!("Be brief.");
+        value["contextRefresh"] = json!(true);
+        let back: ThreadBinding = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.developer_instructions.as_deref(), Some("Be brief."));
+        assert!(back.context_refresh);
+        assert_eq!(serde_json::to_value(&back).unwrap(), value);
     }
 }

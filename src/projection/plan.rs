@@ -11,10 +11,11 @@
 use super::binding::ThreadBinding;
 use super::bound::bound_assembled;
 use super::decision::{decide, DecisionInput, ProjectionDecision, ThreadChoice};
+use super::instructions::developer_instructions_sha256;
 use super::instructions::{
     effective_developer_instructions, plan_instruction_delivery, DriftPolicy, InstructionDelivery,
 };
-use super::instructions::developer_instructions_sha256;
+use super::mode::EffectiveMode;
 use super::render::{render_turn_input, split_framed_input, RenderMode, RenderOptions};
 use crate::backend::{BackendKind, ContextDelivery};
 use crate::contract::{AgentMessage, AssembleResult};
@@ -123,7 +124,18 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
         decision = decision.force_new_thread();
         delivery = InstructionDelivery::ThreadStart;
     }
-    let render_mode = decision.render_mode();
+    // A reused bootstrap thread whose additional context a compaction dropped gets it again
+    // (re-rendered from this turn's assembled view), still as additional context.
+    let refresh = input.context_delivery == ContextDelivery::AdditionalContext
+        && decision.render_mode().is_none()
+        && decision.mode == EffectiveMode::ThreadBootstrap
+        && matches!(decision.thread, ThreadChoice::Reuse(_))
+        && input.stored.is_some_and(|b| b.context_refresh);
+    let render_mode = if refresh {
+        Some(RenderMode::Bootstrap)
+    } else {
+        decision.render_mode()
+    };
     let messages: &[AgentMessage] = if render_mode.is_some() {
         bounded.messages
     } else {
@@ -246,6 +258,7 @@ mod tests {
                 plan.effective_instructions.as_deref(),
             ),
             developer_instructions: plan.effective_instructions.clone(),
+            context_refresh: false,
             generation: 1,
             updated_at: 0,
         }
@@ -266,6 +279,7 @@ mod tests {
             tools_fingerprint: TOOLS.into(),
             developer_instructions_sha256: developer_instructions_sha256(Some(BASE)),
             developer_instructions: None,
+            context_refresh: false,
             generation: 1,
             updated_at: 0,
         }
@@ -479,5 +493,90 @@ mod tests {
         assert!(plan.input.ends_with(PROMPT));
         let roomy = plan_turn(&input(&result, None));
         assert!(roomy.input.chars().count() > limit);
+    }
+
+    /// With additional-context delivery a projecting turn's input is the bare prompt and the
+    /// frame (without the "Current user request" part) goes apart, byte for byte the head of
+    /// the turn-input rendering; a reused turn sends none.
+    #[test]
+    fn additional_context_splits_the_frame_from_the_prompt() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let framed = plan_turn(&input(&result, None));
+        let split = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        assert_eq!(split.input, PROMPT);
+        assert_eq!(
+            split.context_delivery,
+            Some(ContextDelivery::AdditionalContext)
+        );
+        assert_eq!(framed.context_delivery, Some(ContextDelivery::TurnInput));
+        let fragment = split.additional_context.clone().unwrap();
+        assert!(fragment.starts_with(FRAME_HEAD), "{fragment}");
+        assert!(
+            fragment.ends_with("\n</conversation_context>"),
+            "{fragment}"
+        );
+        assert!(fragment.contains(HISTORY));
+        assert!(!fragment.contains("Current user request"));
+        assert!(framed.input.starts_with(&fragment));
+        assert_eq!(split.rendered_context_chars, framed.rendered_context_chars);
+        let stored = binding_after(&split, "thr-1");
+        let reused = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, Some(&stored))
+        });
+        assert_eq!(reused.decision.action, ProjectionAction::Reuse);
+        assert_eq!(reused.input, PROMPT);
+        assert_eq!(reused.additional_context, None);
+        assert_eq!(reused.context_delivery, None);
+    }
+
+    /// A reused bootstrap thread marked for a context refresh (compacted after receiving its
+    /// context as additional context) gets the context again, apart from the bare prompt,
+    /// without a new thread; under turn-input delivery the mark changes nothing.
+    #[test]
+    fn compacted_additional_context_is_sent_again() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        let mut stored = binding_after(&first, "thr-1");
+        stored.context_refresh = true;
+        let again = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, Some(&stored))
+        });
+        assert_eq!(again.decision.thread, reused("thr-1"));
+        assert_eq!(again.input, PROMPT);
+        assert_eq!(again.additional_context, first.additional_context);
+        let turn_input = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(turn_input.input, PROMPT);
+        assert_eq!(turn_input.additional_context, None);
+    }
+
+    /// A reused thread is resumed with the instructions its binding records; a record without
+    /// the text falls back to the effective instructions when their hash matches, else none;
+    /// a new thread needs no resume.
+    #[test]
+    fn resume_instructions_come_from_the_binding() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&result, None));
+        assert_eq!(first.resume_instructions, None);
+        let mut stored = binding_after(&first, "thr-1");
+        stored.developer_instructions = Some("What the thread got.".into());
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(
+            plan.resume_instructions.as_deref(),
+            Some("What the thread got.")
+        );
+        stored.developer_instructions = None;
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(plan.resume_instructions.as_deref(), Some(BASE));
+        stored.developer_instructions_sha256 = "unknown".into();
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(plan.resume_instructions, None);
     }
 }
