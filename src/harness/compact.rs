@@ -76,7 +76,7 @@ impl Harness {
                 session_target: self
                     .facts(session_key, session_id, thread.as_ref())
                     .session_target,
-                token_budget: self.cfg.token_budget,
+                token_budget: Some(self.cfg.engine_token_budget()),
                 force: Some(true),
                 current_token_count: None,
                 compaction_target: Some(CompactionTarget::Budget),

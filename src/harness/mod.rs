@@ -108,6 +108,20 @@ impl Default for HarnessConfig {
     }
 }
 
+/// The prompt token budget engines get when `agent.tokenBudget` is not configured (a
+/// conservative context window for an unknown model). Only the engine-facing calls use it;
+/// the projection's context cap and the pre-turn overflow check follow the configured value.
+pub const DEFAULT_TOKEN_BUDGET: u64 = 128_000;
+
+impl HarnessConfig {
+    /// The budget every engine call that takes one gets (`assemble`, `compact`, `afterTurn`,
+    /// `maintain`'s runtime facts, `runtimeSettings.limits.promptTokenBudget`): the configured
+    /// one, else [`DEFAULT_TOKEN_BUDGET`].
+    pub fn engine_token_budget(&self) -> u64 {
+        self.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET)
+    }
+}
+
 /// Errors of a turn or a manual compaction. Each names the operation.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -548,7 +562,7 @@ impl Harness {
             )
             .model_requested(self.cfg.model.clone())
             .model_resolved(self.cfg.model.clone())
-            .prompt_token_budget(self.cfg.token_budget);
+            .prompt_token_budget(Some(self.cfg.engine_token_budget()));
         if serving.is_quarantined() && !std::ptr::eq(serving, &*self.legacy) {
             b = b.degraded_reason(ReasonCode::RuntimeUnavailable);
         }
@@ -565,7 +579,7 @@ impl Harness {
         thread: Option<&ThreadId>,
     ) -> RuntimeFacts {
         RuntimeFacts {
-            token_budget: self.cfg.token_budget,
+            token_budget: Some(self.cfg.engine_token_budget()),
             current_token_count: None,
             cwd: self.cfg.cwd.clone(),
             session_target: Some(SessionTarget {

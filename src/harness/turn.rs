@@ -308,7 +308,7 @@ impl Harness {
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
                 messages: messages.to_vec(),
-                token_budget: self.cfg.token_budget,
+                token_budget: Some(self.cfg.engine_token_budget()),
                 available_tools: Some(self.cfg.tools.clone()),
                 citations_mode: self.cfg.citations_mode.clone(),
                 model: self.cfg.model.clone(),
