@@ -15,7 +15,7 @@ use crate::backend::responses::{
 };
 use crate::backend::{ContextDelivery, MockBackend, ThreadedBackend};
 use crate::config::{BackendConfig, CodexContextDelivery, Config, DeveloperInstructionDrift};
-use crate::contract::ContextEngine;
+use crate::contract::{ContextEngine, EngineError};
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig};
@@ -89,7 +89,7 @@ pub fn registry(config: &Config) -> EngineRegistry {
                 ProcessEngine::spawn(cfg)
                     .await
                     .map(|e| Arc::new(e) as Arc<dyn ContextEngine>)
-                    .map_err(|e| e.to_string())
+                    .map_err(load_failure)
             }
         });
         if let Err(e) = result {
@@ -97,6 +97,18 @@ pub fn registry(config: &Config) -> EngineRegistry {
         }
     }
     registry
+}
+
+/// The quarantine reason of an engine process that did not come up: an `initialize` the
+/// process answered with an error means its plugin failed to load or register (the host
+/// reports why); anything else is the process itself.
+fn load_failure(error: EngineError) -> String {
+    match error {
+        EngineError::Failed { message, .. } => format!(
+            "the engine process could not load or register the plugin (initialize failed): {message}"
+        ),
+        other => format!("the engine process did not start: {other}"),
+    }
 }
 
 /// The directory of the state store (engines get `<dir>/agents/<agentId>` as agent directory).

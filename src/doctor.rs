@@ -55,6 +55,28 @@ pub struct DoctorReport {
     pub persisted: PersistedState,
 }
 
+/// The selected engine's quarantine that makes legacy serve instead of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degradation {
+    /// What the engine was doing (`factory`, `resolve`, or a lifecycle method).
+    pub operation: String,
+    /// The error.
+    pub reason: String,
+    /// When an earlier run recorded it; `None` for a quarantine of this run.
+    pub recorded_at_ms: Option<u64>,
+}
+
+/// How doctor labels a quarantine: a failure to load (the factory, e.g. an engine process
+/// whose plugin did not load or register) is named as such; any other names the step or
+/// lifecycle method (`resolve` covers an engine that is not registered or breaks the
+/// contract).
+pub fn describe_failure(operation: &str, reason: &str) -> String {
+    match operation {
+        "factory" => format!("failed to load (factory): {reason}"),
+        method => format!("failed during {method}: {reason}"),
+    }
+}
+
 /// What doctor found in the state store that earlier runs wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PersistedState {
@@ -180,10 +202,42 @@ impl DoctorReport {
         self
     }
 
-    /// True when nothing keeps turns from running: the active engine can run on the backend
-    /// and the state store (if there is one) is usable. `ctxbridge doctor` exits 1 otherwise.
+    /// True when nothing keeps turns from running as configured: the active engine can run on
+    /// the backend, the state store (if there is one) is usable, and the selected engine is not
+    /// degraded to legacy by a quarantine. `ctxbridge doctor` exits 1 otherwise.
     pub fn passes(&self) -> bool {
-        self.can_run && self.persisted.is_usable()
+        self.can_run && self.persisted.is_usable() && self.degradation().is_none()
+    }
+
+    /// Why the selected engine is degraded to legacy, if it is: its quarantine in this run,
+    /// else one recorded by an earlier run (not cleared). `None` for legacy or a disabled
+    /// engine (legacy is then what the configuration asks for).
+    pub fn degradation(&self) -> Option<Degradation> {
+        if self.disabled || self.selected_id == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        if let Some(q) = self
+            .quarantines
+            .iter()
+            .find(|q| q.engine_id == self.selected_id)
+        {
+            return Some(Degradation {
+                operation: q.operation.as_str().to_string(),
+                reason: q.reason.clone(),
+                recorded_at_ms: None,
+            });
+        }
+        match &self.persisted {
+            PersistedState::Read { quarantines, .. } => quarantines
+                .iter()
+                .find(|q| q.engine_id == self.selected_id)
+                .map(|q| Degradation {
+                    operation: q.operation.clone(),
+                    reason: q.reason.clone(),
+                    recorded_at_ms: Some(q.at_ms),
+                }),
+            _ => None,
+        }
     }
 
     /// The `agent-run` check, if the engine declares one.
@@ -297,8 +351,9 @@ impl fmt::Display for DoctorReport {
             for q in &self.quarantines {
                 writeln!(
                     f,
-                    "  {}: failed during {}: {}",
-                    q.engine_id, q.operation, q.reason
+                    "  {}: {}",
+                    q.engine_id,
+                    describe_failure(q.operation.as_str(), &q.reason)
                 )?;
             }
         }
@@ -320,10 +375,9 @@ impl fmt::Display for DoctorReport {
                     for q in quarantines {
                         writeln!(
                             f,
-                            "  {}: failed during {}: {} (recorded {})",
+                            "  {}: {} (recorded {})",
                             q.engine_id,
-                            q.operation,
-                            q.reason,
+                            describe_failure(&q.operation, &q.reason),
                             format_utc_ms(q.at_ms)
                         )?;
                     }
@@ -369,6 +423,19 @@ impl fmt::Display for DoctorReport {
             writeln!(
                 f,
                 "status: the state store cannot be used; fix it or move it away before running turns"
+            )?;
+        }
+        if let Some(d) = self.degradation() {
+            let when = match d.recorded_at_ms {
+                None => "in this run".to_string(),
+                Some(ms) => format!("recorded by an earlier run at {}", format_utc_ms(ms)),
+            };
+            writeln!(
+                f,
+                "status: degraded: context engine \"{}\" is quarantined ({when}): {}; \"{}\" serves instead",
+                self.selected_id,
+                describe_failure(&d.operation, &d.reason),
+                crate::engines::LEGACY_ENGINE_ID
             )?;
         }
         Ok(())
