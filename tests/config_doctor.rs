@@ -271,7 +271,7 @@ sys.stdin.read()
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
-        text.contains("  p: failed to load (factory): the engine process could not load or register the plugin (initialize failed): invalid config for plugin \"p\": depth: must be a number\n"),
+        text.contains("  p: failed to load (factory): the engine process could not load or register the plugin (initialize failed): invalid config for plugin \"p\": depth: must be a number (JSON-RPC error -32010)\n"),
         "{text}"
     );
     assert!(!text.contains("info failed"), "{text}");
