@@ -137,6 +137,37 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// How to run the configured Codex app-server: the command (`codex` found in `node_modules`
+/// when not on `PATH`), `CODEX_HOME` (default: beside the state store), the `-c` overrides and
+/// the turn limits.
+pub fn codex_backend_config(
+    config: &Config,
+    codex: &crate::config::CodexBackendConfig,
+) -> Result<CodexBackendConfig, AppError> {
+    let mut command = codex.command.clone();
+    // `codex` installed by `npm ci` lives in node_modules, not on PATH.
+    if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
+        if let Some(binary) = locate_codex_binary() {
+            command[0] = binary.display().to_string();
+        }
+    }
+    if command.is_empty() {
+        return Err(AppError::EmptyCodexCommand);
+    }
+    let codex_home = codex
+        .codex_home
+        .clone()
+        .unwrap_or_else(|| state_dir(config).join("codex-home"));
+    Ok(CodexBackendConfig {
+        command,
+        codex_home,
+        overrides: codex_overrides(codex),
+        cwd: std::env::current_dir().ok(),
+        env: Vec::new(),
+        turn_limits: turn_limits(codex),
+    })
+}
+
 /// Builds the configured backend. The mock keeps its threads in `store`.
 pub fn backend(
     config: &Config,
@@ -144,30 +175,9 @@ pub fn backend(
 ) -> Result<Arc<dyn ThreadedBackend>, AppError> {
     match &config.backend {
         BackendConfig::Mock => Ok(Arc::new(MockBackend::with_store(store))),
-        BackendConfig::Codex(codex) => {
-            let mut command = codex.command.clone();
-            // `codex` installed by `npm ci` lives in node_modules, not on PATH.
-            if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
-                if let Some(binary) = locate_codex_binary() {
-                    command[0] = binary.display().to_string();
-                }
-            }
-            if command.is_empty() {
-                return Err(AppError::EmptyCodexCommand);
-            }
-            let codex_home = codex
-                .codex_home
-                .clone()
-                .unwrap_or_else(|| state_dir(config).join("codex-home"));
-            Ok(Arc::new(CodexBackend::new(CodexBackendConfig {
-                command,
-                codex_home,
-                overrides: codex_overrides(codex),
-                cwd: std::env::current_dir().ok(),
-                env: Vec::new(),
-                turn_limits: turn_limits(codex),
-            })))
-        }
+        BackendConfig::Codex(codex) => Ok(Arc::new(CodexBackend::new(codex_backend_config(
+            config, codex,
+        )?))),
         BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
             base_url: r.base_url.clone(),
             model: r.model.clone(),

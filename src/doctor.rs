@@ -13,6 +13,10 @@
 use std::fmt;
 use std::path::Path;
 
+use codex_app_server_client::{is_below_tested, CodexVersion, NEWEST_TESTED, OLDEST_TESTED};
+
+use crate::backend::codex::CodexBackend;
+use crate::backend::ThreadedBackend;
 use crate::config::Config;
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
 use crate::host::capabilities::Capability;
@@ -53,6 +57,32 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
+    /// The Codex app-server's version check (Codex backend only).
+    pub codex: Option<CodexCheck>,
+}
+
+/// What doctor learned from the Codex app-server's `initialize`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodexCheck {
+    /// The version Codex reported.
+    Version(CodexVersion),
+    /// Codex answered, with a user agent that names no version.
+    Unknown,
+    /// The app-server did not start or did not answer `initialize`.
+    Unreachable { error: String },
+}
+
+/// Spawns the app-server once, reads the version from `initialize`, and shuts it down.
+pub async fn check_codex(backend: &CodexBackend) -> CodexCheck {
+    let check = match backend.codex_version().await {
+        Ok(Some(version)) => CodexCheck::Version(version),
+        Ok(None) => CodexCheck::Unknown,
+        Err(error) => CodexCheck::Unreachable {
+            error: error.to_string(),
+        },
+    };
+    backend.shutdown().await;
+    check
 }
 
 /// The selected engine's quarantine that makes legacy serve instead of it.
@@ -193,6 +223,25 @@ impl DoctorReport {
         self.warn(no_op_compact_warning(engine_id));
     }
 
+    /// Attaches the Codex version check; a version below the oldest tested one, an unknown
+    /// version or an app-server that did not start is also a warning.
+    pub fn with_codex_check(mut self, check: CodexCheck) -> Self {
+        match &check {
+            CodexCheck::Version(v) if is_below_tested(v) => self.warn(format!(
+                "Codex {v} is older than {OLDEST_TESTED}, the oldest version ctxbridge is tested with; upgrade @openai/codex"
+            )),
+            CodexCheck::Version(_) => {}
+            CodexCheck::Unknown => self.warn(format!(
+                "the Codex app-server reported no version; ctxbridge is tested with {OLDEST_TESTED} to {NEWEST_TESTED}"
+            )),
+            CodexCheck::Unreachable { error } => {
+                self.warn(format!("the Codex app-server did not start: {error}"))
+            }
+        }
+        self.codex = Some(check);
+        self
+    }
+
     /// Attaches what earlier runs left in the store; its notes become warnings.
     pub fn with_persisted_state(mut self, persisted: PersistedState) -> Self {
         if let PersistedState::Read { notes, .. } = &persisted {
@@ -297,6 +346,7 @@ pub async fn report(
         warnings: Vec::new(),
         can_run,
         persisted: PersistedState::NotInspected,
+        codex: None,
     }
 }
 
@@ -344,6 +394,14 @@ impl fmt::Display for DoctorReport {
                 capabilities.join(", ")
             }
         )?;
+        match &self.codex {
+            None => {}
+            Some(CodexCheck::Version(v)) => {
+                writeln!(f, "codex: {v} (tested: {OLDEST_TESTED} to {NEWEST_TESTED})")?
+            }
+            Some(CodexCheck::Unknown) => writeln!(f, "codex: version unknown")?,
+            Some(CodexCheck::Unreachable { .. }) => writeln!(f, "codex: not reachable")?,
+        }
         if self.quarantines.is_empty() {
             writeln!(f, "quarantined engines: none")?;
         } else {

@@ -277,3 +277,65 @@ sys.stdin.read()
     assert!(!text.contains("info failed"), "{text}");
     assert!(text.contains("status: degraded: context engine \"p\" is quarantined (in this run): failed to load (factory): "), "{text}");
 }
+
+/// Issue 13.2: on the Codex backend doctor spawns the app-server once and reports the version
+/// `initialize` gave (the pinned 0.171.0), with the tested range, and no warning about it.
+#[test]
+fn doctor_reports_the_codex_version() {
+    let Some(binary) = codex_app_server_client::locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED: no codex binary (run `npm ci`) !!!!!!!!\n");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "backend": {"kind": "codex", "command": [binary.display().to_string(), "app-server"]}
+    });
+    let path = write(dir.path(), "c.json5", &config.to_string());
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("\ncodex: 0.171.0 (tested: 0.169.0 to 0.171.0)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("warning: "), "{text}");
+    assert!(text.ends_with("status: ok\n"), "{text}");
+}
+
+/// Issue 13.2: a Codex older than the oldest tested version is reported with a warning naming
+/// both versions (a stand-in app-server answers `initialize` with an old user agent).
+#[test]
+fn doctor_warns_about_a_codex_older_than_tested() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("\n!!!!!!!! SKIPPED: no python3 !!!!!!!!\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"import sys, json
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        print(json.dumps({"id": message["id"], "result": {"userAgent": "codex_cli_rs/0.160.0 (Linux; x86_64)", "codexHome": "/tmp", "platformFamily": "unix", "platformOs": "linux"}}), flush=True)
+"#;
+    std::fs::write(dir.path().join("old_codex.py"), script).unwrap();
+    let path = write(
+        dir.path(),
+        "c.json5",
+        "{ backend: { kind: 'codex', command: ['python3', 'old_codex.py'] } }",
+    );
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("\ncodex: 0.160.0 (tested: 0.169.0 to 0.171.0)\n"),
+        "{text}{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("\nwarning: Codex 0.160.0 is older than 0.169.0, the oldest version ctxbridge is tested with; upgrade @openai/codex\n"),
+        "{text}"
+    );
+}

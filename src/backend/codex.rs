@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use codex_app_server_client::{
-    AdditionalContext, AppServerClient, AppServerConfig, AppServerError, ConfigValue, ItemKind,
-    ThreadResumeParams, ThreadStartParams, TurnEvent as CodexEvent, TurnLimitKind, TurnLimits,
-    TurnStartParams, TurnStatus,
+    AdditionalContext, AppServerClient, AppServerConfig, AppServerError, CodexVersion, ConfigValue,
+    ItemKind, ThreadResumeParams, ThreadStartParams, TurnEvent as CodexEvent, TurnLimitKind,
+    TurnLimits, TurnStartParams, TurnStatus,
 };
 use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
@@ -132,6 +132,13 @@ impl CodexBackend {
     /// Spawns the child now (to fail early on a bad command).
     pub async fn connect(&self) -> Result<(), BackendError> {
         self.client("initialize").await.map(|_| ())
+    }
+
+    /// The Codex version the app-server reported on `initialize` (spawning it if needed);
+    /// `None` when its user agent has no parsable version.
+    pub async fn codex_version(&self) -> Result<Option<CodexVersion>, BackendError> {
+        let client = self.client("initialize").await?;
+        Ok(client.codex_version().cloned())
     }
 
     /// The pid of the current child, if one runs.
