@@ -532,9 +532,12 @@ async fn additional_context_delivers_the_projection_once_per_epoch_on_codex() {
     client.shutdown().await;
 }
 
-/// A thread_bootstrap engine with one fixed epoch and fixed context, that leaves compaction to
-/// the backend (its `compact` is a no-op, it does not own compaction).
-struct FixedContextEngine;
+/// A thread_bootstrap engine with one fixed epoch and fixed context (`filler` extra exchanges
+/// of ~2 KB each), that leaves compaction to the backend (its `compact` is a no-op, it does not
+/// own compaction).
+struct FixedContextEngine {
+    filler: usize,
+}
 
 const BICYCLE: &str = "the blue bicycle is in the shed";
 
@@ -553,11 +556,18 @@ impl ctxbridge::contract::ContextEngine for FixedContextEngine {
         &self,
         _: ctxbridge::contract::AssembleParams,
     ) -> Result<ctxbridge::contract::AssembleResult, ctxbridge::contract::EngineError> {
+        let mut messages = Vec::new();
+        for i in 0..self.filler {
+            messages.push(ctxbridge::contract::AgentMessage::user(format!(
+                "filler {i}: {}",
+                "lorem ipsum dolor sit amet ".repeat(70)
+            )));
+            messages.push(ctxbridge::contract::AgentMessage::assistant("noted"));
+        }
+        messages.push(ctxbridge::contract::AgentMessage::user(BICYCLE));
+        messages.push(ctxbridge::contract::AgentMessage::assistant("noted"));
         Ok(ctxbridge::contract::AssembleResult {
-            messages: vec![
-                ctxbridge::contract::AgentMessage::user(BICYCLE),
-                ctxbridge::contract::AgentMessage::assistant("noted"),
-            ],
+            messages,
             estimated_tokens: 0.0,
             system_prompt_addition: None,
             prompt_authority: None,
@@ -594,7 +604,7 @@ fn fragments(r: &RecordedRequest) -> Vec<String> {
 #[tokio::test]
 async fn additional_context_survives_manual_compaction_on_codex() {
     let Some((h, mock, _dir)) = codex_harness_with(
-        Arc::new(FixedContextEngine),
+        Arc::new(FixedContextEngine { filler: 0 }),
         "fixed-context",
         ctxbridge::projection::DriftPolicy::Inject,
         Some(ContextDelivery::AdditionalContext),
@@ -628,4 +638,39 @@ async fn additional_context_survives_manual_compaction_on_codex() {
         assert_eq!(found.len(), 1, "{prompt}: {:?}", r.input_texts("developer"));
         assert!(found[0].contains(BICYCLE), "{}", found[0]);
     }
+}
+
+/// Codex 0.171.0 cuts an `additionalContext` value to about 1000 tokens; a rendered context
+/// larger than ctxbridge's limit for the channel goes in the turn input instead, whole, even
+/// with additional-context delivery configured (and `contextDelivery` says `turn-input`).
+#[tokio::test]
+async fn an_oversized_context_goes_in_the_turn_input_on_codex() {
+    let Some((h, mock, _dir)) = codex_harness_with(
+        Arc::new(FixedContextEngine { filler: 8 }),
+        "fixed-context",
+        ctxbridge::projection::DriftPolicy::Inject,
+        Some(ContextDelivery::AdditionalContext),
+    )
+    .await
+    else {
+        return;
+    };
+    let t1 = h
+        .turn(TurnSpec::new("big", "what is in the shed?"))
+        .await
+        .unwrap();
+    h.shutdown().await;
+    assert_eq!(t1.context_delivery, "turn-input");
+    assert!(t1.metrics.rendered_context_chars > ctxbridge::backend::CODEX_ADDITIONAL_CONTEXT_BYTES);
+    let requests = mock.response_requests();
+    let input = requests[0].last_user_text().unwrap();
+    assert!(input.contains(FRAME), "{input}");
+    assert!(
+        input.contains("filler 0: ") && input.contains("filler 7: "),
+        "{input}"
+    );
+    assert!(input.contains(BICYCLE), "{input}");
+    assert!(!input.contains("tokens truncated"), "{input}");
+    assert!(input.ends_with("what is in the shed?"));
+    assert!(fragments(&requests[0]).is_empty());
 }

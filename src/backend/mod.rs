@@ -255,10 +255,17 @@ pub struct BackendProfile {
     /// Whether developer instructions go with every request (Responses) rather than being
     /// fixed at thread start (Codex, mock); then instruction drift needs no delivery.
     pub instructions_per_request: bool,
-    /// Whether a turn can carry its context apart from the input
-    /// ([`TurnRequest::additional_context`]).
-    pub additional_context: bool,
+    /// The largest context (UTF-8 bytes) a turn can carry apart from its input
+    /// ([`TurnRequest::additional_context`]); 0 when the backend has no such channel. Larger
+    /// contexts go in the turn input.
+    pub additional_context_bytes: usize,
 }
+
+/// The largest `additionalContext` value Codex passes on whole, in UTF-8 bytes: Codex 0.171.0
+/// cuts a longer value to about 1000 tokens (≈ 4000 bytes, its middle replaced by "…N tokens
+/// truncated…"), so ctxbridge only uses the channel for a rendered context below this size
+/// (with room for the `<ctxbridge>` tags).
+pub const CODEX_ADDITIONAL_CONTEXT_BYTES: usize = 3_800;
 
 impl BackendProfile {
     /// The Codex app-server (and the mock, which models it): every capability; threads keep
@@ -268,7 +275,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: true,
         instructions_per_request: false,
-        additional_context: true,
+        additional_context_bytes: CODEX_ADDITIONAL_CONTEXT_BYTES,
     };
 
     /// The Responses API: every capability; every request carries its instructions, nothing
@@ -278,7 +285,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: false,
         instructions_per_request: true,
-        additional_context: false,
+        additional_context_bytes: 0,
     };
 }
 

@@ -378,7 +378,8 @@ async fn mock_model_server() -> Result<MockModelServer, BenchError> {
         })
 }
 
-/// The three modes on the real Codex app-server, offline against mock model servers.
+/// The three modes on the real Codex app-server, offline against mock model servers, plus
+/// thread_bootstrap with additional-context delivery.
 pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
     let engine_config = BenchEngineConfig::default();
@@ -391,7 +392,10 @@ pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     };
     let mut rows = Vec::new();
     let mut failure = None;
-    for mode in BenchMode::ALL {
+    let modes = BenchMode::ALL
+        .into_iter()
+        .chain([BenchMode::ThreadBootstrapAdditionalContext]);
+    for mode in modes {
         let server = mock_model_server().await?;
         let (backend, _home) = codex_backend(&binary, &server).await?;
         let (harness, _) = bench_harness(mode, engine_config, Arc::new(backend), memory_store()?);
@@ -485,7 +489,7 @@ pub fn format_table(run: &ProjectionRun) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<17} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
+        "\n{:<20} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
         "mode",
         "sent (chars)",
         "model (bytes)",
@@ -494,14 +498,17 @@ pub fn format_table(run: &ProjectionRun) -> String {
         "max ×min",
         "projections"
     );
-    for mode in BenchMode::ALL {
+    let ac = BenchMode::ThreadBootstrapAdditionalContext;
+    let has_ac = run.rows_of(ac).next().is_some();
+    let summary_modes = BenchMode::ALL.into_iter().chain(has_ac.then_some(ac));
+    for mode in summary_modes {
         let max = run
             .rows_of(mode)
             .map(ProjectionRow::ratio_to_min)
             .fold(0.0f64, f64::max);
         let _ = writeln!(
             out,
-            "{:<17} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
+            "{:<20} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
             mode.as_str(),
             run.total_backend_chars(mode),
             run.total_model_bytes(mode),
@@ -520,6 +527,14 @@ pub fn format_table(run: &ProjectionRun) -> String {
         run.mean_ratio(BenchMode::PerTurn),
         run.mean_ratio(BenchMode::Legacy)
     );
+    if has_ac {
+        let ratio = run.mean_ratio(ac);
+        let _ = writeln!(
+            out,
+            "target: thread_bootstrap with additionalContext delivery averages ≤ 1.05× the minimum — measured {ratio:.2}× ({}).",
+            if ratio <= 1.05 { "met" } else { "MISSED" }
+        );
+    }
     out
 }
 

@@ -370,7 +370,7 @@ impl Harness {
     /// channel (else the turn input); unconfigured, additional context when the connected
     /// backend keeps it across compaction (Codex from 0.171.0).
     pub(super) async fn context_delivery(&self) -> ContextDelivery {
-        if !self.backend.profile().additional_context {
+        if self.backend.profile().additional_context_bytes == 0 {
             return ContextDelivery::TurnInput;
         }
         match self.cfg.context_delivery {
@@ -405,6 +405,7 @@ impl Harness {
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
             context_delivery: ctx.context_delivery,
+            additional_context_limit: self.backend.profile().additional_context_bytes,
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {

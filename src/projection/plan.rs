@@ -53,6 +53,10 @@ pub struct PlanInput<'a> {
     pub turn_input_limit: usize,
     /// Where a projecting turn puts its rendered context.
     pub context_delivery: ContextDelivery,
+    /// The largest context (UTF-8 bytes) the backend passes on whole as additional context;
+    /// a larger one goes in the turn input even under
+    /// [`ContextDelivery::AdditionalContext`].
+    pub additional_context_limit: usize,
 }
 
 /// What one turn sends, and why.
@@ -160,6 +164,11 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
         (Some(_), ContextDelivery::TurnInput) => {
             (rendered.text, None, Some(ContextDelivery::TurnInput))
         }
+        (Some((fragment, _)), ContextDelivery::AdditionalContext)
+            if fragment.len() > input.additional_context_limit =>
+        {
+            (rendered.text, None, Some(ContextDelivery::TurnInput))
+        }
         (Some((fragment, prompt)), ContextDelivery::AdditionalContext) => (
             prompt.to_string(),
             Some(fragment.to_string()),
@@ -242,6 +251,7 @@ mod tests {
             token_budget: None,
             turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
             context_delivery: ContextDelivery::TurnInput,
+            additional_context_limit: crate::backend::CODEX_ADDITIONAL_CONTEXT_BYTES,
         }
     }
 
@@ -555,6 +565,36 @@ mod tests {
         let turn_input = plan_turn(&input(&result, Some(&stored)));
         assert_eq!(turn_input.input, PROMPT);
         assert_eq!(turn_input.additional_context, None);
+    }
+
+    /// A context larger than the backend passes on whole as additional context goes in the
+    /// turn input instead (and the plan says so).
+    #[test]
+    fn an_oversized_context_goes_in_the_turn_input() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let fits = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        let size = fits.additional_context.as_deref().unwrap().len();
+        let too_big = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            additional_context_limit: size - 1,
+            ..input(&result, None)
+        });
+        assert_eq!(too_big.context_delivery, Some(ContextDelivery::TurnInput));
+        assert_eq!(too_big.additional_context, None);
+        assert!(too_big.input.starts_with(FRAME_HEAD), "{}", too_big.input);
+        assert!(too_big.input.ends_with(PROMPT));
+        let exact = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            additional_context_limit: size,
+            ..input(&result, None)
+        });
+        assert_eq!(
+            exact.context_delivery,
+            Some(ContextDelivery::AdditionalContext)
+        );
     }
 
     /// A reused thread is resumed with the instructions its binding records; a record without
