@@ -73,6 +73,8 @@ pub struct ProjectionRow {
     pub cumulative_model_request_bytes: usize,
     /// The minimum request for this turn (see [`MinimumMethod`]).
     pub min_model_request_bytes: usize,
+    /// How the turn's context went (`turn-input`, `additional-context`, `none`).
+    pub context_delivery: String,
 }
 
 impl ProjectionRow {
@@ -299,6 +301,7 @@ async fn drive(
             model_request_bytes: model,
             cumulative_model_request_bytes: cum_model,
             min_model_request_bytes: min,
+            context_delivery: report.context_delivery,
         });
     }
     Ok(rows)
@@ -378,8 +381,13 @@ async fn mock_model_server() -> Result<MockModelServer, BenchError> {
         })
 }
 
+/// Background characters of the additional-context row: small enough that the epoch's
+/// bootstrap context fits the Codex `additionalContext` limit on most epochs.
+pub const AC_BACKGROUND_CHARS: usize = 2_000;
+
 /// The three modes on the real Codex app-server, offline against mock model servers, plus
-/// thread_bootstrap with additional-context delivery.
+/// thread_bootstrap with additional-context delivery (on a smaller background, see
+/// [`AC_BACKGROUND_CHARS`]).
 pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
     let engine_config = BenchEngineConfig::default();
@@ -398,13 +406,23 @@ pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     for mode in modes {
         let server = mock_model_server().await?;
         let (backend, _home) = codex_backend(&binary, &server).await?;
-        let (harness, _) = bench_harness(mode, engine_config, Arc::new(backend), memory_store()?);
+        // Codex passes an additionalContext value on whole only up to a few KB: the
+        // additional-context row runs with a background small enough to use the channel.
+        let mode_config = if mode == BenchMode::ThreadBootstrapAdditionalContext {
+            BenchEngineConfig {
+                background_chars: AC_BACKGROUND_CHARS,
+                ..engine_config
+            }
+        } else {
+            engine_config
+        };
+        let (harness, _) = bench_harness(mode, mode_config, Arc::new(backend), memory_store()?);
         let result = drive(
             mode,
             &harness,
             Meter::Server(&server),
             Minimum::Probe(&probe),
-            engine_config,
+            mode_config,
             turns,
         )
         .await;
@@ -529,6 +547,17 @@ pub fn format_table(run: &ProjectionRun) -> String {
     );
     if has_ac {
         let ratio = run.mean_ratio(ac);
+        let delivered: Vec<String> = run
+            .rows_of(ac)
+            .filter(|r| r.context_delivery != "none")
+            .map(|r| format!("turn {}: {}", r.turn, r.context_delivery))
+            .collect();
+        let _ = writeln!(
+            out,
+            "thread_bootstrap_ac: thread_bootstrap with projection.codexContextDelivery = additional-context, on a {} KB background (its own minimum); projections went as [{}].",
+            AC_BACKGROUND_CHARS / 1000,
+            delivered.join(", ")
+        );
         let _ = writeln!(
             out,
             "target: thread_bootstrap with additionalContext delivery averages ≤ 1.05× the minimum — measured {ratio:.2}× ({}).",
