@@ -26,6 +26,7 @@ async fn setup(test: &str) -> Option<(CodexBackend, MockModelServer, tempfile::T
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     });
     Some((backend, mock, dir))
 }
@@ -59,6 +60,7 @@ async fn codex_backend_restarts_and_resumes() {
         developer_instructions: None,
         base_instructions: None,
         tools: Default::default(),
+        additional_context: None,
     };
     backend
         .run_turn(req("remember the word pelican"), tx.clone())
@@ -149,6 +151,7 @@ async fn codex_backend_runs_dynamic_tools_for_the_model() {
                 developer_instructions: None,
                 base_instructions: None,
                 tools: TurnTools::new(vec![spec], executor.clone()),
+                additional_context: None,
             },
             tx,
         )
@@ -212,6 +215,7 @@ async fn codex_backend_keeps_dynamic_tools_across_a_restart() {
         developer_instructions: None,
         base_instructions: None,
         tools: TurnTools::new(vec![spec.clone()], executor.clone()),
+        additional_context: None,
     };
     let (tx, _rx) = mpsc::channel(256);
     backend

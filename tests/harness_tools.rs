@@ -162,6 +162,7 @@ async fn codex_calls_an_engine_tool() {
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     }));
     let engine = ScriptEngine::plain();
     engine.set_tools(vec![otter_tool()]);

@@ -10,7 +10,8 @@
 use tokio::sync::mpsc;
 
 use super::{
-    BackendError, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    BackendError, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
+    TurnRequest,
 };
 use crate::host::capabilities::Capability;
 
@@ -29,6 +30,7 @@ async fn turn(
                 developer_instructions: developer_instructions.map(str::to_string),
                 base_instructions: None,
                 tools: Default::default(),
+                additional_context: None,
             },
             tx,
         )
@@ -104,7 +106,10 @@ pub async fn continue_thread(backend: &dyn ThreadedBackend) {
 /// A thread the backend never had fails as `ThreadNotFound`, at resume or at the turn.
 pub async fn unknown_thread_is_not_found(backend: &dyn ThreadedBackend, unknown: ThreadId) {
     let label = backend.label().to_string();
-    let err = match backend.resume_thread(&unknown).await {
+    let err = match backend
+        .resume_thread(&unknown, &ResumeThread::default())
+        .await
+    {
         Err(e) => e,
         Ok(()) => match turn(backend, &unknown, "anyone there?", None).await.0 {
             Err(e) => e,
@@ -122,7 +127,7 @@ pub async fn resume_existing(backend: &dyn ThreadedBackend) {
     let label = backend.label().to_string();
     let thread = start_and_turn(backend).await;
     backend
-        .resume_thread(&thread)
+        .resume_thread(&thread, &ResumeThread::default())
         .await
         .unwrap_or_else(|e| panic!("{label}: resume of a live thread failed: {e}"));
     let (outcome, _) = turn(backend, &thread, "after resume", None).await;

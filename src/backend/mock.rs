@@ -17,8 +17,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    AutoCompaction, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
-    ThreadId, ThreadedBackend, ToolInvocation, ToolOutput, TurnEvent, TurnOutcome, TurnRequest,
+    AutoCompaction, BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread,
+    StartThread, ThreadId, ThreadedBackend, ToolInvocation, ToolOutput, TurnEvent, TurnOutcome,
+    TurnRequest,
 };
 use crate::store::StateStore;
 
@@ -112,6 +113,8 @@ pub enum MockCall {
     },
     Resume {
         thread_id: String,
+        /// The developer instructions the resume re-sent.
+        developer_instructions: Option<String>,
     },
     Inject {
         thread_id: String,
@@ -120,6 +123,8 @@ pub enum MockCall {
     Turn {
         thread_id: String,
         input: String,
+        /// The context delivered apart from the input, if any.
+        additional_context: Option<String>,
         /// Characters of the model request this turn caused.
         model_request_chars: usize,
     },
@@ -395,13 +400,18 @@ impl ThreadedBackend for MockBackend {
     }
 
     /// A thread this instance already has attached is left as it is (no call is recorded).
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         let mut st = self.lock();
         if st.attached.contains(&thread_id.0) && st.threads.contains_key(&thread_id.0) {
             return Ok(());
         }
         st.calls.push(MockCall::Resume {
             thread_id: thread_id.0.clone(),
+            developer_instructions: resume.developer_instructions.clone(),
         });
         self.load_into(&mut st, &thread_id.0);
         if !st.threads.contains_key(&thread_id.0) {
@@ -459,7 +469,11 @@ impl ThreadedBackend for MockBackend {
             };
             let attached = st.attached.contains(&request.thread_id.0) || !self.require_resume;
             let window = self.context_window_chars;
-            let input_chars = request.input.chars().count();
+            let input_chars = request.input.chars().count()
+                + request
+                    .additional_context
+                    .as_deref()
+                    .map_or(0, |c| c.chars().count());
             let Some(thread) = st
                 .threads
                 .get_mut(&request.thread_id.0)
@@ -468,6 +482,7 @@ impl ThreadedBackend for MockBackend {
                 st.calls.push(MockCall::Turn {
                     thread_id: request.thread_id.0.clone(),
                     input: request.input,
+                    additional_context: request.additional_context,
                     model_request_chars: 0,
                 });
                 return Err(BackendError::ThreadNotFound {
@@ -499,6 +514,10 @@ impl ThreadedBackend for MockBackend {
                 }
                 thread.turns += 1;
                 let mut reply = Self::reply_for(&request.input, thread.turns);
+                // As Codex does with `additionalContext`: a developer item before the user's.
+                if let Some(context) = &request.additional_context {
+                    thread.items.push(MockItem::Developer(context.clone()));
+                }
                 thread.items.push(MockItem::User(request.input.clone()));
                 if let Some((name, arguments, output)) = &tool_call {
                     thread.items.push(MockItem::ToolCall {
@@ -520,6 +539,7 @@ impl ThreadedBackend for MockBackend {
             st.calls.push(MockCall::Turn {
                 thread_id: request.thread_id.0.clone(),
                 input: request.input,
+                additional_context: request.additional_context,
                 model_request_chars,
             });
             (snapshot, outcome?, compaction)

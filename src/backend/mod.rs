@@ -202,6 +202,38 @@ pub struct StartThread {
     pub tools: Vec<ToolSpec>,
 }
 
+/// What a resume of a stored thread re-sends (a Codex thread resumed in a new app-server
+/// process without its developer instructions loses them at its next compaction).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResumeThread {
+    /// Base instructions (the system prompt of the backend), if configured.
+    pub base_instructions: Option<String>,
+    /// The developer instructions the thread has received, as its binding records them.
+    pub developer_instructions: Option<String>,
+}
+
+/// How a projecting turn delivers its rendered context (`projection.codexContextDelivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextDelivery {
+    /// The framed context goes before the prompt in the turn input (SPEC §9.2).
+    TurnInput,
+    /// The framed context goes as one additional-context fragment of the turn (Codex
+    /// `turn/start.additionalContext`, a developer item before the user message); the turn
+    /// input is the bare prompt.
+    AdditionalContext,
+}
+
+impl ContextDelivery {
+    /// The name used in configuration and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextDelivery::TurnInput => "turn-input",
+            ContextDelivery::AdditionalContext => "additional-context",
+        }
+    }
+}
+
 /// One turn's request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnRequest {
@@ -217,6 +249,10 @@ pub struct TurnRequest {
     /// The tools of this turn and their executor (Codex offered the specs at thread start and
     /// only executes here; Responses sends the specs with every request).
     pub tools: TurnTools,
+    /// The rendered context, delivered apart from the input
+    /// ([`ContextDelivery::AdditionalContext`]); `None` on turns that project nothing or
+    /// project into the input.
+    pub additional_context: Option<String>,
 }
 
 /// Streamed while a turn runs.
@@ -294,6 +330,15 @@ pub enum BackendError {
         operation: &'static str,
         message: String,
     },
+    /// The turn was stopped by one of its configured limits (a stalled model, a turn running
+    /// too long, a runaway reply) and interrupted; nothing of it counts.
+    #[error("{operation}: turn stopped by the {limit}: {message}")]
+    TurnLimit {
+        operation: &'static str,
+        /// Which limit, with the configuration key that sets it.
+        limit: &'static str,
+        message: String,
+    },
     /// Transport or process trouble (dead child, connection refused, protocol violation).
     #[error("{operation}: backend unavailable: {message}")]
     Unavailable {
@@ -342,7 +387,17 @@ pub struct BackendProfile {
     /// Whether developer instructions go with every request (Responses) rather than being
     /// fixed at thread start (Codex, mock); then instruction drift needs no delivery.
     pub instructions_per_request: bool,
+    /// The largest context (UTF-8 bytes) a turn can carry apart from its input
+    /// ([`TurnRequest::additional_context`]); 0 when the backend has no such channel. Larger
+    /// contexts go in the turn input.
+    pub additional_context_bytes: usize,
 }
+
+/// The largest `additionalContext` value Codex passes on whole, in UTF-8 bytes: Codex 0.171.0
+/// cuts a longer value to about 1000 tokens (≈ 4000 bytes, its middle replaced by "…N tokens
+/// truncated…"), so ctxbridge only uses the channel for a rendered context below this size
+/// (with room for the `<ctxbridge>` tags).
+pub const CODEX_ADDITIONAL_CONTEXT_BYTES: usize = 3_800;
 
 impl BackendProfile {
     /// The Codex app-server (and the mock, which models it): every capability; threads keep
@@ -352,6 +407,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: true,
         instructions_per_request: false,
+        additional_context_bytes: CODEX_ADDITIONAL_CONTEXT_BYTES,
     };
 
     /// The Responses API: every capability; every request carries its instructions, nothing
@@ -361,6 +417,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: false,
         instructions_per_request: true,
+        additional_context_bytes: 0,
     };
 }
 
@@ -410,11 +467,22 @@ pub trait ThreadedBackend: Send + Sync {
     /// Starts a new thread.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;
 
-    /// Re-attaches an existing thread (after a restart of ctxbridge or of the backend).
-    /// A missing thread is [`BackendError::ThreadNotFound`]. Idempotent: the backend knows
-    /// whether its connection has the thread loaded, and resuming a loaded thread does nothing,
-    /// so callers resume before every use of a stored thread.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError>;
+    /// Whether the connected backend keeps a turn's additional context across compaction
+    /// (then it is the default [`ContextDelivery`]). Backends without the channel say no.
+    async fn keeps_additional_context(&self) -> bool {
+        false
+    }
+
+    /// Re-attaches an existing thread (after a restart of ctxbridge or of the backend),
+    /// re-sending `resume`'s instructions where the backend takes them. A missing thread is
+    /// [`BackendError::ThreadNotFound`]. Idempotent: the backend knows whether its connection
+    /// has the thread loaded, and resuming a loaded thread does nothing, so callers resume
+    /// before every use of a stored thread.
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError>;
 
     /// Appends a developer message to a thread's model-visible history without running a turn.
     async fn inject_developer_message(

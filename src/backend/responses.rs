@@ -54,8 +54,8 @@ use tokio_stream::StreamExt;
 
 use super::{
     is_overflow_message, parse_tool_arguments, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, StartThread, ThreadId, ThreadedBackend, ToolInvocation, ToolOutput, ToolSpec,
-    TurnEvent, TurnOutcome, TurnRequest, TurnTools, Usage,
+    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, ToolInvocation,
+    ToolOutput, ToolSpec, TurnEvent, TurnOutcome, TurnRequest, TurnTools, Usage,
 };
 
 /// The backend's name in [`BackendError::Unsupported`].
@@ -721,7 +721,11 @@ impl ThreadedBackend for ResponsesBackend {
     /// Conversation threads: retrieves the conversation (a deleted or unknown one is
     /// [`BackendError::ThreadNotFound`]). Chain threads: no server call for response ids; a
     /// chain that is gone shows as [`BackendError::ThreadNotFound`] on its next turn.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        _resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         const OPERATION: &str = "resume thread";
         self.check_known(OPERATION, thread_id)?;
         if self.threads == ResponsesThreads::Conversation {
@@ -905,6 +909,7 @@ mod tests {
             developer_instructions: Some("dev".into()),
             base_instructions: Some("base".into()),
             tools: Default::default(),
+            additional_context: None,
         }
     }
 

@@ -9,7 +9,10 @@ use tracing::Instrument;
 use super::session::{now_ms, SessionGuard};
 use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
-use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest, TurnTools};
+use crate::backend::{
+    BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
+    TurnTools,
+};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
     EngineMethod, HostOperation, MaintainReason, PromptAuthority,
@@ -46,6 +49,8 @@ pub(super) struct TurnContext<'a> {
     pub(super) tools_fingerprint: String,
     /// The engine's tools offered to the model this turn, and their executor.
     pub(super) tools: TurnTools,
+    /// Where this turn's rendered context goes.
+    pub(super) context_delivery: ContextDelivery,
 }
 
 impl TurnContext<'_> {
@@ -155,7 +160,7 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref())
+            self.compact_locked(&spec.session_key, &session_id, stored.as_deref(), &guard)
                 .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
@@ -171,6 +176,7 @@ impl Harness {
         } else {
             Vec::new()
         };
+        let context_delivery = self.context_delivery().await;
         let ctx = TurnContext {
             spec: &spec,
             policy_fingerprint: self.policy_fingerprint(&serving_info),
@@ -186,6 +192,7 @@ impl Harness {
             serving,
             info: serving_info,
             engine_active,
+            context_delivery,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
@@ -322,7 +329,7 @@ impl Harness {
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
                 messages: messages.to_vec(),
-                token_budget: self.cfg.token_budget,
+                token_budget: Some(self.cfg.engine_token_budget()),
                 available_tools: Some(available_tool_names(&self.cfg.tools, &serving.tools())),
                 citations_mode: self.cfg.citations_mode.clone(),
                 model: self.cfg.model.clone(),
@@ -380,6 +387,22 @@ impl Harness {
         estimate > budget as f64
     }
 
+    /// Where this turn's rendered context goes: the configured delivery on a backend with the
+    /// channel (else the turn input); unconfigured, additional context when the connected
+    /// backend keeps it across compaction (Codex from 0.171.0).
+    pub(super) async fn context_delivery(&self) -> ContextDelivery {
+        if self.backend.profile().additional_context_bytes == 0 {
+            return ContextDelivery::TurnInput;
+        }
+        match self.cfg.context_delivery {
+            Some(configured) => configured,
+            None if self.backend.keeps_additional_context().await => {
+                ContextDelivery::AdditionalContext
+            }
+            None => ContextDelivery::TurnInput,
+        }
+    }
+
     /// Plans the turn with [`plan_turn`] and logs its warning and the projection decision.
     fn plan(
         &self,
@@ -402,6 +425,8 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
+            context_delivery: ctx.context_delivery,
+            additional_context_limit: self.backend.profile().additional_context_bytes,
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
@@ -418,6 +443,7 @@ impl Harness {
             projected = decision.projected(),
             reason = %decision.reason,
             rendered_chars = plan.rendered_context_chars,
+            context_delivery = plan.context_delivery.map_or("none", ContextDelivery::as_str),
             bounded = plan.bounded,
             "projection decision"
         );
@@ -479,7 +505,13 @@ impl Harness {
             }
             ThreadChoice::Reuse(thread) => {
                 self.backend
-                    .resume_thread(thread)
+                    .resume_thread(
+                        thread,
+                        &ResumeThread {
+                            base_instructions: self.cfg.base_instructions.clone(),
+                            developer_instructions: plan.resume_instructions.clone(),
+                        },
+                    )
                     .await
                     .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
@@ -510,12 +542,17 @@ impl Harness {
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
                     tools: tools.clone(),
+                    additional_context: plan.additional_context.clone(),
                 },
                 tx,
             ),
             forward
         );
-        backend_chars += plan.input.chars().count();
+        backend_chars += plan.input.chars().count()
+            + plan
+                .additional_context
+                .as_deref()
+                .map_or(0, |c| c.chars().count());
         let outcome = outcome.map_err(failed(fresh))?;
         Ok(ExecutedTurn {
             outcome,
@@ -555,6 +592,11 @@ impl Harness {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
+            // A compaction during the turn dropped the additional context it holds.
+            context_refresh: outcome.auto_compaction.is_some()
+                && plan.decision.mode == EffectiveMode::ThreadBootstrap
+                && ctx.context_delivery == ContextDelivery::AdditionalContext,
             generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };
@@ -607,6 +649,10 @@ fn turn_report(
             .as_deref()
             .map_or(0, |s| s.chars().count()),
         developer_instructions_delivery: delivery.to_string(),
+        context_delivery: plan
+            .context_delivery
+            .map_or("none", ContextDelivery::as_str)
+            .to_string(),
         metrics: TurnMetrics {
             backend_chars: executed.backend_chars,
             rendered_context_chars: if decision.mode == EffectiveMode::None {
