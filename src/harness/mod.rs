@@ -49,6 +49,11 @@ pub use callbacks::HostCallbacks;
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};
 
+/// The default session lease TTL (renewed every third of it while a turn runs).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// The default wait for a session another process holds.
+pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
+
 /// Settings of a harness.
 #[derive(Debug, Clone)]
 pub struct HarnessConfig {
@@ -70,7 +75,9 @@ pub struct HarnessConfig {
     pub citations_mode: Option<String>,
     /// The host's transcript byte limit for a projected view (SPEC §9.3).
     pub transcript_byte_limit: usize,
-    /// How long a session lease lives without being released (a dead process's lease expires).
+    /// How long a session lease lives without being renewed or released. A running turn
+    /// renews it every third of this; a holder that died on this host is taken over at once,
+    /// so this only bounds a vanished holder on another host.
     pub lease_ttl: Duration,
     /// How long a turn waits for another process's lease before failing as "session busy".
     pub lease_wait: Duration,
@@ -94,8 +101,8 @@ impl Default for HarnessConfig {
             tools: Vec::new(),
             citations_mode: None,
             transcript_byte_limit: 4 * 1024 * 1024,
-            lease_ttl: Duration::from_secs(300),
-            lease_wait: Duration::from_secs(30),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            lease_wait: DEFAULT_LEASE_WAIT,
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
@@ -360,11 +367,7 @@ impl Harness {
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
             locks: Arc::new(SessionLocks::default()),
-            holder: format!(
-                "ctxbridge-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ),
+            holder: session::HolderId::for_this_process().render(),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
             lease_generations: Mutex::new(HashMap::new()),
@@ -401,11 +404,16 @@ impl Harness {
     /// dropped when another holder (another process sharing the store) may have written since
     /// this harness last held the session: every acquisition raises the lease generation by
     /// one, so a gap since the generation this harness last saw means someone else held it.
-    async fn lock_session(&self, key: &str) -> Result<SessionGuard, HarnessError> {
+    async fn lock_session(
+        &self,
+        session_key: &str,
+        key: &str,
+    ) -> Result<SessionGuard, HarnessError> {
         let guard = self
             .locks
             .acquire(
                 &self.store,
+                session_key,
                 key,
                 &self.holder,
                 self.cfg.lease_ttl,

@@ -108,7 +108,7 @@ impl Harness {
     ) -> Result<TurnReport, HarnessError> {
         // 1. Lock the session; load binding and transcript.
         let key = self.binding_key_for(&spec.session_key);
-        let guard = self.lock_session(&key).await?;
+        let guard = self.lock_session(&spec.session_key, &key).await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
