@@ -43,7 +43,7 @@ use crate::host::requirements::HostRequirementError;
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{StateStore, StoreError, TranscriptEntry};
+use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
 
 pub use callbacks::HostCallbacks;
 pub use session::{now_ms, SessionLockError};
@@ -178,6 +178,20 @@ pub enum HarnessError {
     /// The caller's subagent launch failed (after the engine's rollback, when there was one).
     #[error("subagent launch failed: {0}")]
     SubagentLaunch(String),
+    /// The backend answered, but the turn could not be written to the store (after retries).
+    /// The reply is kept here so that the caller can still show it.
+    #[error("turn on session {session:?}: the backend answered on thread {thread_id}, but the turn could not be recorded: {source}. The reply was still delivered; the backend thread holds this exchange and the session's transcript does not. Check that the state store is writable and not held by a stuck process, then continue the session; repeat the prompt if the engine must see it")]
+    NotRecorded {
+        /// The session key.
+        session: String,
+        /// The thread that answered.
+        thread_id: String,
+        /// The model's reply.
+        reply: String,
+        /// The store's last error.
+        #[source]
+        source: StoreError,
+    },
 }
 
 impl From<HostRequirementError> for HarnessError {
@@ -314,6 +328,16 @@ pub struct SubagentSpawn {
     pub ttl_ms: Option<u64>,
 }
 
+/// How often recording an answered turn is attempted before giving up (each attempt waits up
+/// to the store's busy timeout for its write lock).
+const RECORD_ATTEMPTS: u32 = 4;
+
+/// A session transcript as this harness last read it, with the store cursor where it ends.
+struct CachedTranscript {
+    cursor: TranscriptCursor,
+    messages: Vec<AgentMessage>,
+}
+
 /// The namespace of session-id documents in the store (session key → current session id).
 const SESSION_NAMESPACE: &str = "session";
 /// The namespace of doctor notes.
@@ -327,6 +351,9 @@ pub struct Harness {
     engine: Arc<QuarantineEngine>,
     legacy: Arc<QuarantineEngine>,
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
+    /// Session transcripts as last read, per session id: a turn reads only the entries
+    /// appended since (a rewrite anywhere makes the store hand out the whole transcript).
+    transcripts: moka::future::Cache<String, Arc<CachedTranscript>>,
     locks: Arc<SessionLocks>,
     holder: String,
     background: TaskTracker,
@@ -364,6 +391,10 @@ impl Harness {
             legacy,
             bindings: moka::future::Cache::builder()
                 .max_capacity(100_000)
+                .time_to_idle(Duration::from_secs(3600))
+                .build(),
+            transcripts: moka::future::Cache::builder()
+                .max_capacity(10_000)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
             locks: Arc::new(SessionLocks::default()),
@@ -450,6 +481,34 @@ impl Harness {
             .collect())
     }
 
+    /// The messages of a session's transcript: the cached copy plus what was appended since,
+    /// or the whole transcript when it was rewritten (or never read).
+    async fn session_messages(&self, session_id: &str) -> Result<Vec<AgentMessage>, HarnessError> {
+        let cached = self.transcripts.get(session_id).await;
+        let read = self
+            .store
+            .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
+            .map_err(store_err("load transcript"))?;
+        let fresh = read.entries.into_iter().map(|e| e.message);
+        let messages: Vec<AgentMessage> = match cached {
+            Some(c) if read.appended => c.messages.iter().cloned().chain(fresh).collect(),
+            _ => fresh.collect(),
+        };
+        match read.cursor {
+            Some(cursor) => {
+                let entry = CachedTranscript {
+                    cursor,
+                    messages: messages.clone(),
+                };
+                self.transcripts
+                    .insert(session_id.to_string(), Arc::new(entry))
+                    .await;
+            }
+            None => self.transcripts.invalidate(session_id).await,
+        }
+        Ok(messages)
+    }
+
     fn warn_once(&self, key: String, message: &str) {
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
         if warned.insert(key) {
@@ -510,15 +569,32 @@ impl Harness {
             what: "the thread binding",
             source,
         })?;
-        self.store
-            .record_turn(
+        let mut attempt = 1;
+        loop {
+            match self.store.record_turn(
                 session_id,
                 entries,
                 &binding.binding_key,
                 &json,
                 guard.generation(),
-            )
-            .map_err(store_err("record turn"))?;
+            ) {
+                Ok(()) => break,
+                Err(StoreError::Locked { .. }) if attempt < RECORD_ATTEMPTS => {
+                    tracing::warn!(
+                        attempt,
+                        "the state store is busy; retrying to record the answered turn"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(HarnessError::Store {
+                        operation: "record turn",
+                        source,
+                    })
+                }
+            }
+        }
         self.bindings
             .insert(binding.binding_key.clone(), Some(Arc::new(binding)))
             .await;

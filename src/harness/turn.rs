@@ -112,11 +112,7 @@ impl Harness {
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
-        let transcript = self
-            .store
-            .load_transcript(&session_id)
-            .map_err(store_err("load transcript"))?;
-        let messages: Vec<AgentMessage> = transcript.into_iter().map(|e| e.message).collect();
+        let messages = self.session_messages(&session_id).await?;
 
         // 2. Host requirements, fail closed (the engine that would run, quarantined or not).
         let info = self.engine.info();
@@ -203,7 +199,19 @@ impl Harness {
         };
 
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
-        let recorded = self.record_turn(&ctx, &plan, &executed.outcome).await?;
+        let recorded = match self.record_turn(&ctx, &plan, &executed.outcome).await {
+            Ok(recorded) => recorded,
+            // The backend answered: the reply goes back to the caller with the failure.
+            Err(HarnessError::Store { source, .. }) => {
+                return Err(HarnessError::NotRecorded {
+                    session: spec.session_key.clone(),
+                    thread_id: executed.outcome.thread_id.0.clone(),
+                    reply: executed.outcome.reply.clone(),
+                    source,
+                })
+            }
+            Err(e) => return Err(e),
+        };
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -383,6 +391,14 @@ impl Harness {
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
         });
+        let prompt_chars = ctx.spec.prompt.chars().count();
+        let limit = self.backend.turn_input_limit();
+        if prompt_chars > limit && !plan.input.ends_with(ctx.spec.prompt.as_str()) {
+            tracing::warn!(
+                session = %ctx.session_key(),
+                "the prompt ({prompt_chars} chars) is over the backend's turn-input limit ({limit} chars): it was cut to fit"
+            );
+        }
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
             tracing::warn!(session = %ctx.session_key(), "{w}");
