@@ -178,6 +178,14 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
+        lease_ttl: config
+            .store
+            .lease_ttl_ms
+            .map_or(crate::harness::DEFAULT_LEASE_TTL, Duration::from_millis),
+        lease_wait: config
+            .store
+            .lease_wait_ms
+            .map_or(crate::harness::DEFAULT_LEASE_WAIT, Duration::from_millis),
         ..HarnessConfig::default()
     }
 }

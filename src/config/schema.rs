@@ -226,14 +226,26 @@ pub struct ResponsesBackendConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// The state database; relative paths are relative to the working directory.
+    /// The state database. A relative path in a configuration file is relative to that file's
+    /// directory; the default (no `store.path`) is relative to the working directory. Must not
+    /// be empty.
     pub path: PathBuf,
+    /// How long a session lease lives without being renewed, in milliseconds (default 30 000;
+    /// a running turn renews it every third of this).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+    /// How long a turn waits for a session another process holds, in milliseconds (default
+    /// 30 000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_wait_ms: Option<u64>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: PathBuf::from(DEFAULT_STORE_PATH),
+            lease_ttl_ms: None,
+            lease_wait_ms: None,
         }
     }
 }
