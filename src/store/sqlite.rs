@@ -1046,4 +1046,107 @@ mod tests {
         assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
         assert!(err.to_string().contains("locked"), "{err}");
     }
+
+    /// An incremental read returns only the entries appended after the cursor; after a
+    /// rewrite the old cursor is stale and the whole (rewritten) transcript comes back.
+    #[test]
+    fn transcript_since_reads_increments_and_notices_rewrites() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+            .unwrap();
+        let first = s.transcript_since("s", None).unwrap();
+        assert!(!first.appended);
+        assert_eq!(first.entries.len(), 2);
+        let cursor = first.cursor.unwrap();
+        let none_new = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(none_new.appended);
+        assert!(none_new.entries.is_empty());
+        s.append_transcript("s", &[entry("c", "3")]).unwrap();
+        let more = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(more.appended);
+        let ids: Vec<_> = more.entries.iter().map(|e| e.entry_id.as_str()).collect();
+        assert_eq!(ids, ["c"]);
+        let cursor = more.cursor.unwrap();
+        s.replace_transcript_entries("s", &[entry("a", "one")])
+            .unwrap();
+        let after = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(!after.appended, "a rewrite invalidates the cursor");
+        assert_eq!(after.entries.len(), 3);
+        assert_eq!(after.entries[0].message.plain_text(), "one");
+    }
+
+    /// A lease held by a holder known to be dead is taken over (with a higher generation);
+    /// one held by anyone else is not. A renewal extends only the current holder's lease.
+    #[test]
+    fn leases_are_taken_over_and_renewed() {
+        let s = SqliteStore::in_memory().unwrap();
+        let LeaseAttempt::Acquired(dead) = s.try_acquire_lease("k", "dead", 0, 10_000).unwrap()
+        else {
+            panic!("lease refused");
+        };
+        assert!(matches!(
+            s.take_over_lease("k", "someone-else", "p2", 10, 10_000)
+                .unwrap(),
+            LeaseAttempt::Busy { .. }
+        ));
+        let LeaseAttempt::Acquired(new) = s.take_over_lease("k", "dead", "p2", 10, 1_000).unwrap()
+        else {
+            panic!("dead holder's lease not taken over");
+        };
+        assert!(new.generation > dead.generation);
+        assert!(!s.renew_lease(&dead, 20, 10_000).unwrap());
+        assert!(s.renew_lease(&new, 20, 10_000).unwrap());
+        // Renewed to 20 + 10 000: still held at 5 000.
+        assert!(matches!(
+            s.try_acquire_lease("k", "p3", 5_000, 1_000).unwrap(),
+            LeaseAttempt::Busy { .. }
+        ));
+    }
+
+    /// Several connections opening one fresh file at once all succeed (the schema is created
+    /// under the write lock, and the others wait for it).
+    #[test]
+    fn concurrent_opens_of_a_fresh_file_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let s = SqliteStore::open(&path)?;
+                    s.save_binding(&format!("k{i}"), "{}", 0)?;
+                    Ok::<_, StoreError>(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        for i in 0..8 {
+            assert!(s.load_binding(&format!("k{i}")).unwrap().is_some());
+        }
+    }
+
+    /// A write transaction that must wait for another connection's write lock waits for it
+    /// (instead of failing at once) and then commits.
+    #[test]
+    fn writes_wait_for_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            s.record_turn("sess", &[entry("a", "1")], "k", "{}", 0)
+                .map(|()| s)
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        other.execute_batch("COMMIT").unwrap();
+        let s = writer.join().unwrap().unwrap();
+        assert_eq!(s.load_transcript("sess").unwrap().len(), 1);
+    }
 }
