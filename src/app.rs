@@ -125,6 +125,12 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// Whether the Codex program of `backend.command` can be started: an existing path, a name on
+/// `PATH`, or `codex` installed from npm.
+pub fn codex_program_found(program: &str) -> bool {
+    on_path(program) || (program == "codex" && locate_codex_binary().is_some())
+}
+
 /// Builds the configured backend. The mock keeps its threads in `store`.
 pub fn backend(
     config: &Config,

@@ -285,3 +285,64 @@ fn chat_skips_a_line_that_is_not_utf8() {
         "both valid lines ran as turns"
     );
 }
+
+fn doctor(dir: &Path) -> (Option<i32>, String) {
+    let out = ctxbridge(dir).arg("doctor").output().unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `doctor` fails (exit 1) when the configured Codex program does not exist or the Responses
+/// `apiKeyEnv` variable is unset: both would fail every turn.
+#[test]
+fn doctor_reports_an_unusable_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({"backend": {"kind": "codex", "command": ["/nonexistent/codex", "app-server"]}}),
+    );
+    let (code, text) = doctor(dir.path());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("was not found"), "{text}");
+    assert!(!text.contains("status: ok"), "{text}");
+
+    write_config(
+        dir.path(),
+        &json!({"backend": {
+            "kind": "responses",
+            "baseUrl": "http://127.0.0.1:9/v1",
+            "model": "m",
+            "apiKeyEnv": "CTXBRIDGE_TEST_SURELY_UNSET_KEY"
+        }}),
+    );
+    let (code, text) = doctor(dir.path());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("CTXBRIDGE_TEST_SURELY_UNSET_KEY (backend.apiKeyEnv) is not set"),
+        "{text}"
+    );
+}
+
+/// A store locked by another process is reported as busy and not damaged: doctor does not
+/// advise moving it away.
+#[test]
+fn doctor_does_not_advise_abandoning_a_locked_store() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    let first = turn(dir.path(), "d", "hello");
+    assert!(first.status.success(), "{}", describe(&first));
+    let holder = rusqlite::Connection::open(dir.path().join("state.db")).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let (code, text) = doctor(dir.path());
+    holder.execute_batch("COMMIT").unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("locked by another process"), "{text}");
+    assert!(text.contains("not damaged"), "{text}");
+    assert!(!text.contains("move it away"), "{text}");
+}

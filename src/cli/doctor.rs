@@ -23,7 +23,8 @@ pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliE
     );
     let report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
-        .with_persisted_state(persisted);
+        .with_persisted_state(persisted)
+        .with_backend_problems(doctor::backend_problems(&config));
     print!("{report}");
     Ok(if report.passes() {
         EXIT_OK
