@@ -99,7 +99,10 @@ fn concurrent_turns_on_one_store_file_all_succeed() {
         assert_eq!(entries, (2 * ROUNDS) as i64, "session s{s}");
     }
     assert_eq!(
-        count(&db, "SELECT count(*) FROM documents WHERE namespace = 'mock-thread'"),
+        count(
+            &db,
+            "SELECT count(*) FROM documents WHERE namespace = 'mock-thread'"
+        ),
         SESSIONS as i64,
         "one mock thread per session, no orphan"
     );
@@ -211,7 +214,10 @@ fn closed_stdout_is_reported_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("output was lost"), "{stderr}");
     assert_eq!(
-        count(&dir.path().join("state.db"), "SELECT count(*) FROM transcript"),
+        count(
+            &dir.path().join("state.db"),
+            "SELECT count(*) FROM transcript"
+        ),
         2
     );
 }
@@ -239,7 +245,14 @@ fn store_path_is_checked_and_relative_to_the_config_file() {
     let config = dir.path().join("conf/ctxbridge.json5");
     std::fs::write(&config, r#"{store: {path: ""}}"#).unwrap();
     let out = ctxbridge(dir.path())
-        .args(["--config", "conf/ctxbridge.json5", "turn", "--session", "a", "hi"])
+        .args([
+            "--config",
+            "conf/ctxbridge.json5",
+            "turn",
+            "--session",
+            "a",
+            "hi",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
@@ -251,7 +264,14 @@ fn store_path_is_checked_and_relative_to_the_config_file() {
 
     std::fs::write(&config, r#"{store: {path: "data/state.db"}}"#).unwrap();
     let out = ctxbridge(dir.path())
-        .args(["--config", "conf/ctxbridge.json5", "turn", "--session", "a", "hi"])
+        .args([
+            "--config",
+            "conf/ctxbridge.json5",
+            "turn",
+            "--session",
+            "a",
+            "hi",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
@@ -273,14 +293,19 @@ fn chat_skips_a_line_that_is_not_utf8() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"first line\n\xff\xfe bad\nthird line\n").unwrap();
+    stdin
+        .write_all(b"first line\n\xff\xfe bad\nthird line\n")
+        .unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(stdout.contains("line 2 skipped"), "{stdout}");
     assert_eq!(
-        count(&dir.path().join("state.db"), "SELECT count(*) FROM transcript"),
+        count(
+            &dir.path().join("state.db"),
+            "SELECT count(*) FROM transcript"
+        ),
         4,
         "both valid lines ran as turns"
     );

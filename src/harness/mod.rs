@@ -190,7 +190,7 @@ pub enum HarnessError {
         reply: String,
         /// The store's last error.
         #[source]
-        source: StoreError,
+        source: Box<StoreError>,
     },
 }
 

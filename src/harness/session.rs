@@ -96,7 +96,10 @@ pub fn holder_is_dead(holder: &str) -> bool {
 /// Describes a holder for messages: "process PID on HOST" when the id is parseable.
 pub fn describe_holder(holder: &str) -> String {
     match HolderId::parse(holder) {
-        Some(id) => format!("process {} on host {} (lease holder {holder})", id.pid, id.host),
+        Some(id) => format!(
+            "process {} on host {} (lease holder {holder})",
+            id.pid, id.host
+        ),
         None => format!("lease holder {holder}"),
     }
 }

@@ -207,7 +207,7 @@ impl Harness {
                     session: spec.session_key.clone(),
                     thread_id: executed.outcome.thread_id.0.clone(),
                     reply: executed.outcome.reply.clone(),
-                    source,
+                    source: Box::new(source),
                 })
             }
             Err(e) => return Err(e),

@@ -224,8 +224,7 @@ impl SqliteStore {
         self.with_conn("open", |conn| {
             if matches!(target, Target::File(_)) {
                 // `journal_mode` returns a row; read it rather than execute it.
-                let _mode: String =
-                    conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+                let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
                 conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
             }
             conn.execute_batch("PRAGMA foreign_keys=ON;")?;
@@ -482,7 +481,12 @@ fn acquire_lease(
          ON CONFLICT(session) DO UPDATE SET holder = excluded.holder,
            generation = excluded.generation, expires_at_ms = excluded.expires_at_ms",
     )?
-    .execute(params![session, holder, generation as i64, expires_at_ms as i64])?;
+    .execute(params![
+        session,
+        holder,
+        generation as i64,
+        expires_at_ms as i64
+    ])?;
     let lease = Lease {
         session: session.to_string(),
         holder: holder.to_string(),

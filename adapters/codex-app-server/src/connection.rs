@@ -819,7 +819,10 @@ mod tests {
             "; last stderr: ERROR model unreachable"
         );
         let calm = ["a", "b", "c", "d"];
-        assert_eq!(summarize_stderr(calm.into_iter()), "; last stderr: b | c | d");
+        assert_eq!(
+            summarize_stderr(calm.into_iter()),
+            "; last stderr: b | c | d"
+        );
         assert_eq!(summarize_stderr(std::iter::empty()), "");
     }
 }
