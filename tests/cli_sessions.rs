@@ -163,10 +163,9 @@ async fn a_killed_turn_does_not_lock_its_session() {
     assert_eq!(count(&db, "SELECT count(*) FROM transcript"), 4);
 }
 
-/// SIGTERM mid-turn: exit 143 with a message, the lease released (not merely taken over
-/// later), the transcript unchanged.
-#[tokio::test(flavor = "multi_thread")]
-async fn sigterm_mid_turn_releases_the_session() {
+/// A signal mid-turn: the exit code for it, a message, the lease released (not merely taken
+/// over later), the transcript unchanged.
+async fn signal_mid_turn(signal: &str, name: &str, code: i32) {
     let mock = MockModelServer::start(MockModelConfig::default())
         .await
         .unwrap();
@@ -177,14 +176,14 @@ async fn sigterm_mid_turn_releases_the_session() {
     let db = dir.path().join("state.db");
     let child = stalled_turn(dir.path(), &mock, "t").await;
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
+    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    assert!(stderr.contains(&format!("interrupted by {name}")), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(
         count(&db, "SELECT count(*) FROM leases WHERE expires_at_ms > 0"),
@@ -192,6 +191,18 @@ async fn sigterm_mid_turn_releases_the_session() {
         "the lease was released"
     );
     assert_eq!(count(&db, "SELECT count(*) FROM transcript"), 2);
+}
+
+/// SIGTERM mid-turn exits 143, releases the session and records nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_turn_releases_the_session() {
+    signal_mid_turn("-TERM", "SIGTERM", 143).await;
+}
+
+/// SIGINT (Ctrl-C) mid-turn exits 130, releases the session and records nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_mid_turn_releases_the_session() {
+    signal_mid_turn("-INT", "SIGINT", 130).await;
 }
 
 /// `ctxbridge turn … | true`: a closed stdout is no panic; the exit code (141) says the
