@@ -183,7 +183,10 @@ async fn signal_mid_turn(signal: &str, name: &str, code: i32) {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&format!("interrupted by {name}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("interrupted by {name}")),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(
         count(&db, "SELECT count(*) FROM leases WHERE expires_at_ms > 0"),
