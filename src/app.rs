@@ -176,6 +176,12 @@ pub fn codex_backend_config(
     })
 }
 
+/// Whether the Codex program of `backend.command` can be started: an existing path, a name on
+/// `PATH`, or `codex` installed from npm.
+pub fn codex_program_found(program: &str) -> bool {
+    on_path(program) || (program == "codex" && locate_codex_binary().is_some())
+}
+
 /// Builds the configured backend. The mock keeps its threads in `store`.
 pub fn backend(
     config: &Config,
@@ -209,6 +215,14 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
+        lease_ttl: config
+            .store
+            .lease_ttl_ms
+            .map_or(crate::harness::DEFAULT_LEASE_TTL, Duration::from_millis),
+        lease_wait: config
+            .store
+            .lease_wait_ms
+            .map_or(crate::harness::DEFAULT_LEASE_WAIT, Duration::from_millis),
         ..HarnessConfig::default()
     }
 }

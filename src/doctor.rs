@@ -17,7 +17,7 @@ use codex_app_server_client::{is_below_tested, CodexVersion, NEWEST_TESTED, OLDE
 
 use crate::backend::codex::CodexBackend;
 use crate::backend::ThreadedBackend;
-use crate::config::Config;
+use crate::config::{BackendConfig, Config};
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
 use crate::host::capabilities::Capability;
 use crate::host::requirements::{
@@ -57,6 +57,9 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
+    /// Problems of the configured backend that would fail every turn (see
+    /// [`backend_problems`]).
+    pub backend_problems: Vec<String>,
     /// The Codex app-server's version check (Codex backend only).
     pub codex: Option<CodexCheck>,
 }
@@ -124,12 +127,17 @@ pub enum PersistedState {
     },
     /// The store exists but cannot be used; the message names the file.
     Unusable { error: String },
+    /// Another process holds the store's lock (the store itself may be fine).
+    Locked { error: String },
 }
 
 impl PersistedState {
     /// False when the store exists and cannot be used.
     pub fn is_usable(&self) -> bool {
-        !matches!(self, PersistedState::Unusable { .. })
+        !matches!(
+            self,
+            PersistedState::Unusable { .. } | PersistedState::Locked { .. }
+        )
     }
 }
 
@@ -175,8 +183,13 @@ pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
         },
         Ok(true) => SqliteStore::open(path)
             .and_then(|store| read_persisted_state(&store, engine_ids))
-            .unwrap_or_else(|error| PersistedState::Unusable {
-                error: error.to_string(),
+            .unwrap_or_else(|error| match error {
+                StoreError::Locked { .. } => PersistedState::Locked {
+                    error: error.to_string(),
+                },
+                _ => PersistedState::Unusable {
+                    error: error.to_string(),
+                },
             }),
     }
 }
@@ -265,11 +278,20 @@ impl DoctorReport {
         self
     }
 
+    /// Attaches the backend's problems (see [`backend_problems`]).
+    pub fn with_backend_problems(mut self, problems: Vec<String>) -> Self {
+        self.backend_problems = problems;
+        self
+    }
+
     /// True when nothing keeps turns from running as configured: the active engine can run on
     /// the backend, the state store (if there is one) is usable, and the selected engine is not
     /// degraded to legacy by a quarantine. `ctxbridge doctor` exits 1 otherwise.
     pub fn passes(&self) -> bool {
-        self.can_run && self.persisted.is_usable() && self.degradation().is_none()
+        self.can_run
+            && self.persisted.is_usable()
+            && self.backend_problems.is_empty()
+            && self.degradation().is_none()
     }
 
     /// Why the selected engine is degraded to legacy, if it is: its quarantine in this run,
@@ -361,7 +383,34 @@ pub async fn report(
         can_run,
         persisted: PersistedState::NotInspected,
         codex: None,
+        backend_problems: Vec::new(),
     }
+}
+
+/// What in the configured backend would fail every turn: a Codex program that cannot be
+/// found, or a Responses `apiKeyEnv` variable that is unset or empty.
+pub fn backend_problems(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    match &config.backend {
+        BackendConfig::Mock => {}
+        BackendConfig::Codex(codex) => match codex.command.first() {
+            None => problems.push("backend.command is empty".to_string()),
+            Some(program) if !crate::app::codex_program_found(program) => problems.push(format!(
+                "the Codex program {program:?} (backend.command) was not found: it is not on PATH, not an existing file, and no installed @openai/codex was found"
+            )),
+            Some(_) => {}
+        },
+        BackendConfig::Responses(responses) => {
+            if let Some(var) = &responses.api_key_env {
+                if std::env::var_os(var).map_or(true, |v| v.is_empty()) {
+                    problems.push(format!(
+                        "the API key variable {var} (backend.apiKeyEnv) is not set: every request would be refused"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// The engine ids whose doctor notes are worth looking up: every registered engine, the
@@ -455,6 +504,13 @@ impl fmt::Display for DoctorReport {
                     }
                 }
             }
+            PersistedState::Locked { error } => {
+                writeln!(f, "busy state store: {error}")?;
+                writeln!(
+                    f,
+                    "quarantines seen in earlier runs: unknown (the state store is locked)"
+                )?;
+            }
             PersistedState::Unusable { error } => {
                 writeln!(f, "unusable state store: {error}")?;
                 writeln!(
@@ -478,6 +534,9 @@ impl fmt::Display for DoctorReport {
                 }
             }
         }
+        for problem in &self.backend_problems {
+            writeln!(f, "backend problem: {problem}")?;
+        }
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
@@ -491,11 +550,22 @@ impl fmt::Display for DoctorReport {
                 self.active_engine_id, self.host_label
             )?;
         }
-        if !self.persisted.is_usable() {
+        if !self.backend_problems.is_empty() {
             writeln!(
                 f,
-                "status: the state store cannot be used; fix it or move it away before running turns"
+                "status: the backend cannot run turns; fix the problem above"
             )?;
+        }
+        match &self.persisted {
+            PersistedState::Locked { .. } => writeln!(
+                f,
+                "status: the state store is locked by another process; it is not damaged — keep it, and retry once that process has finished (or stop it if it hangs)"
+            )?,
+            PersistedState::Unusable { .. } => writeln!(
+                f,
+                "status: the state store cannot be used; fix it or move it away before running turns"
+            )?,
+            _ => {}
         }
         if let Some(d) = self.degradation() {
             let when = match d.recorded_at_ms {

@@ -29,7 +29,8 @@ pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliE
     };
     let mut report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
-        .with_persisted_state(persisted);
+        .with_persisted_state(persisted)
+        .with_backend_problems(doctor::backend_problems(&config));
     if let BackendConfig::Codex(codex) = &config.backend {
         let check = match app::codex_backend_config(&config, codex) {
             Ok(cfg) => doctor::check_codex(&CodexBackend::new(cfg)).await,

@@ -267,7 +267,9 @@ pub enum ResponsesThreadKind {
 pub struct StoreConfig {
     /// Which store keeps the state: the embedded SQLite file (default) or PostgreSQL.
     pub kind: StoreKind,
-    /// The SQLite state database; relative paths are relative to the working directory.
+    /// The SQLite state database. A relative path in a configuration file is relative to that
+    /// file's directory; the default (no `store.path`) is relative to the working directory.
+    /// Must not be empty.
     pub path: PathBuf,
     /// The PostgreSQL connection URL (`postgres://user:pass@host:5432/db`), for `kind: "postgres"`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -276,6 +278,14 @@ pub struct StoreConfig {
     /// server's search path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+    /// How long a session lease lives without being renewed, in milliseconds (default 30 000;
+    /// a running turn renews it every third of this).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+    /// How long a turn waits for a session another process holds, in milliseconds (default
+    /// 30 000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_wait_ms: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -285,6 +295,8 @@ impl Default for StoreConfig {
             path: PathBuf::from(DEFAULT_STORE_PATH),
             url: None,
             schema: None,
+            lease_ttl_ms: None,
+            lease_wait_ms: None,
         }
     }
 }

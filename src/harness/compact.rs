@@ -19,7 +19,7 @@ impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
     pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
         let key = self.binding_key_for(session_key);
-        let guard = self.lock_session(&key).await?;
+        let guard = self.lock_session(session_key, &key).await?;
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(&key).await?;
         let report = self

@@ -116,15 +116,11 @@ impl Harness {
     ) -> Result<TurnReport, HarnessError> {
         // 1. Lock the session; load binding and transcript.
         let key = self.binding_key_for(&spec.session_key);
-        let guard = self.lock_session(&key).await?;
+        let guard = self.lock_session(&spec.session_key, &key).await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
-        let transcript = self
-            .store
-            .load_transcript(&session_id)
-            .map_err(store_err("load transcript"))?;
-        let messages: Vec<AgentMessage> = transcript.into_iter().map(|e| e.message).collect();
+        let messages = self.session_messages(&session_id).await?;
 
         // 2. Host requirements, fail closed (the engine that would run, quarantined or not).
         let info = self.engine.info();
@@ -230,7 +226,19 @@ impl Harness {
         };
 
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
-        let recorded = self.record_turn(&ctx, &plan, &executed.outcome).await?;
+        let recorded = match self.record_turn(&ctx, &plan, &executed.outcome).await {
+            Ok(recorded) => recorded,
+            // The backend answered: the reply goes back to the caller with the failure.
+            Err(HarnessError::Store { source, .. }) => {
+                return Err(HarnessError::NotRecorded {
+                    session: spec.session_key.clone(),
+                    thread_id: executed.outcome.thread_id.0.clone(),
+                    reply: executed.outcome.reply.clone(),
+                    source: Box::new(source),
+                })
+            }
+            Err(e) => return Err(e),
+        };
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -428,6 +436,14 @@ impl Harness {
             context_delivery: ctx.context_delivery,
             additional_context_limit: self.backend.profile().additional_context_bytes,
         });
+        let prompt_chars = ctx.spec.prompt.chars().count();
+        let limit = self.backend.turn_input_limit();
+        if prompt_chars > limit && !plan.input.ends_with(ctx.spec.prompt.as_str()) {
+            tracing::warn!(
+                session = %ctx.session_key(),
+                "the prompt ({prompt_chars} chars) is over the backend's turn-input limit ({limit} chars): it was cut to fit"
+            );
+        }
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
             tracing::warn!(session = %ctx.session_key(), "{w}");
