@@ -21,7 +21,7 @@ use crate::host::requirements::{
 };
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
-use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreTarget};
+use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreStats, StoreTarget};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +53,9 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
+    /// `store.retention` (`None`: idle state is kept forever). Doctor only reports it; the
+    /// sweep runs in `turn`, `chat` and `serve` processes.
+    pub retention: Option<std::time::Duration>,
 }
 
 /// What doctor found in the state store that earlier runs wrote.
@@ -69,6 +72,8 @@ pub enum PersistedState {
         quarantines: Vec<crate::store::QuarantineRecord>,
         /// The harness's notes for doctor (also listed as warnings).
         notes: Vec<String>,
+        /// Row counts and the oldest session (`None` when not counted).
+        stats: Option<StoreStats>,
     },
     /// The store exists but cannot be used; the message names the file.
     Unusable { error: String },
@@ -101,10 +106,12 @@ pub fn read_persisted_state(
             notes.push(serde_json::from_str::<String>(&json).unwrap_or(json));
         }
     }
+    let stats = store.stats()?;
     Ok(PersistedState::Read {
         location: store.location(),
         quarantines,
         notes,
+        stats: Some(stats),
     })
 }
 
@@ -200,6 +207,59 @@ impl DoctorReport {
         self.can_run && self.persisted.is_usable()
     }
 
+    /// The report as JSON (`doctor --json`): the same facts as the text, with timestamps in
+    /// milliseconds since the Unix epoch.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let persisted = match &self.persisted {
+            PersistedState::NotInspected => json!({"state": "notInspected"}),
+            PersistedState::NoStore { path } => json!({"state": "noStore", "path": path}),
+            PersistedState::Read {
+                location,
+                quarantines,
+                notes,
+                stats,
+            } => json!({
+                "state": "read",
+                "location": location,
+                "quarantines": quarantines.iter().map(|q| json!({
+                    "engineId": q.engine_id,
+                    "operation": q.operation,
+                    "reason": q.reason,
+                    "atMs": q.at_ms,
+                })).collect::<Vec<_>>(),
+                "notes": notes,
+                "stats": stats,
+            }),
+            PersistedState::Unusable { error } => json!({"state": "unusable", "error": error}),
+        };
+        json!({
+            "selectedId": self.selected_id,
+            "source": self.source.as_str(),
+            "disabled": self.disabled,
+            "activeEngineId": self.active_engine_id,
+            "host": {
+                "label": self.host_label,
+                "capabilities": self.host_capabilities.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+            },
+            "quarantines": self.quarantines.iter().map(|q| json!({
+                "engineId": q.engine_id,
+                "operation": q.operation.as_str(),
+                "reason": q.reason,
+            })).collect::<Vec<_>>(),
+            "hostChecks": self.host_checks.iter().map(|c| json!({
+                "operation": c.operation.to_string(),
+                "ok": c.outcome.is_ok(),
+                "error": c.outcome.as_ref().err().map(|e| e.to_string()),
+            })).collect::<Vec<_>>(),
+            "warnings": self.warnings,
+            "canRun": self.can_run,
+            "persisted": persisted,
+            "retentionMs": self.retention.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "passes": self.passes(),
+        })
+    }
+
     /// The `agent-run` check, if the engine declares one.
     pub fn agent_run_check(&self) -> Option<&HostCheck> {
         self.host_checks
@@ -257,6 +317,7 @@ pub async fn report(
         warnings: Vec::new(),
         can_run,
         persisted: PersistedState::NotInspected,
+        retention: config.store.retention.duration(),
     }
 }
 
@@ -325,6 +386,7 @@ impl fmt::Display for DoctorReport {
             PersistedState::Read {
                 location,
                 quarantines,
+                stats,
                 ..
             } => {
                 if quarantines.is_empty() {
@@ -341,6 +403,28 @@ impl fmt::Display for DoctorReport {
                             format_utc_ms(q.at_ms)
                         )?;
                     }
+                }
+                if let Some(stats) = stats {
+                    writeln!(
+                        f,
+                        "state store: {} sessions, {} bindings, {} transcript entries, {} queued commits, {} documents",
+                        stats.sessions,
+                        stats.bindings,
+                        stats.transcript_entries,
+                        stats.outbox_pending,
+                        stats.documents
+                    )?;
+                    if let Some(oldest) = stats.oldest_session_ms {
+                        writeln!(f, "oldest session: last active {}", format_utc_ms(oldest))?;
+                    }
+                }
+                match self.retention {
+                    Some(retention) => writeln!(
+                        f,
+                        "retention: sessions idle longer than {} are swept by running bridges (doctor does not sweep)",
+                        String::from(crate::config::Retention::new(retention))
+                    )?,
+                    None => writeln!(f, "retention: off (idle state is kept)")?,
                 }
             }
             PersistedState::Unusable { error } => {
@@ -605,6 +689,7 @@ mod tests {
             location: "/tmp/s.db".into(),
             quarantines: vec![stored_quarantine("py", "assemble", "engine exploded")],
             notes: vec!["lazy compact was a no-op".into()],
+            stats: None,
         };
         let report = report(
             &Config::default(),

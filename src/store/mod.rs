@@ -10,6 +10,7 @@
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod postgres;
+mod retention;
 mod sqlite;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::AgentMessage;
 
 pub use postgres::{redact_url, PostgresOptions, PostgresStore};
+pub use retention::{idle_before_ms, sweep_once, RetentionSweeper, SWEEP_BATCH, SWEEP_INTERVAL};
 pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
