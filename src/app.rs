@@ -184,6 +184,10 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
+        lease_ttl: config
+            .store
+            .lease_ttl_ms
+            .map_or(HarnessConfig::default().lease_ttl, Duration::from_millis),
         ..HarnessConfig::default()
     }
 }

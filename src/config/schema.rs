@@ -268,6 +268,10 @@ pub struct StoreConfig {
     /// such as `"30d"`, `"12h"`, `"90m"`, `"45s"` or `"500ms"`; `"off"` or `"0"` keeps
     /// everything. Default `"30d"`.
     pub retention: Retention,
+    /// How long a session lease lasts (ms): a bridge that died mid-turn holds its sessions
+    /// this long before another instance takes them over. Default 300 000 (5 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -278,6 +282,7 @@ impl Default for StoreConfig {
             url: None,
             schema: None,
             retention: Retention::default(),
+            lease_ttl_ms: None,
         }
     }
 }
