@@ -24,7 +24,10 @@ use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig};
 use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
-use crate::store::{open_store, PostgresOptions, StateStore, StoreError, StoreTarget};
+use crate::store::{
+    open_store, PostgresOptions, RetentionSweeper, StateStore, StoreError, StoreTarget,
+    SWEEP_INTERVAL,
+};
 
 /// The owner of engines declared in the configuration file.
 pub const CONFIG_OWNER: &str = "config";
@@ -247,12 +250,31 @@ pub fn context_delivery(delivery: CodexContextDelivery) -> ContextDelivery {
 pub struct App {
     pub harness: Harness,
     pub resolved: ResolvedEngine,
+    /// The background retention sweep of the store (`store.retention`), when [`open`] started
+    /// one; it stops when the app is dropped.
+    pub sweeper: Option<RetentionSweeper>,
 }
 
 /// Opens the store, builds the backend, resolves the selected engine and returns the harness.
 pub async fn open(config: &Config) -> Result<App, AppError> {
     let store = open_store(&store_target(config)?)?;
-    open_with_store(config, store).await
+    let sweeper = retention_sweeper(config, store.clone());
+    let mut app = open_with_store(config, store).await?;
+    app.sweeper = sweeper;
+    Ok(app)
+}
+
+/// Starts the background retention sweep `store.retention` asks for (none when it is off):
+/// idle sessions' bindings, transcripts, bootstrap marks and the mock backend's threads go; an
+/// undelivered commit never does. Call inside a tokio runtime.
+pub fn retention_sweeper(config: &Config, store: Arc<dyn StateStore>) -> Option<RetentionSweeper> {
+    let retention = config.store.retention.duration()?;
+    Some(RetentionSweeper::spawn(
+        store,
+        retention,
+        SWEEP_INTERVAL,
+        vec![crate::backend::mock::THREADS_NAMESPACE.to_string()],
+    ))
 }
 
 /// As [`open`] with a given store (tests, the demo's in-memory store).
@@ -277,7 +299,11 @@ pub async fn open_with_backend(
         backend,
         store,
     );
-    App { harness, resolved }
+    App {
+        harness,
+        resolved,
+        sweeper: None,
+    }
 }
 
 /// The Responses backend's settings from the config file's `backend` section: the thread kind,

@@ -25,7 +25,7 @@ use crate::host::requirements::{
 };
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
-use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreTarget};
+use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreStats, StoreTarget};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +60,9 @@ pub struct DoctorReport {
     /// Problems of the configured backend that would fail every turn (see
     /// [`backend_problems`]).
     pub backend_problems: Vec<String>,
+    /// `store.retention` (`None`: idle state is kept forever). Doctor only reports it; the
+    /// sweep runs in `turn`, `chat` and `serve` processes.
+    pub retention: Option<std::time::Duration>,
     /// The Codex app-server's version check (Codex backend only).
     pub codex: Option<CodexCheck>,
 }
@@ -124,6 +127,8 @@ pub enum PersistedState {
         quarantines: Vec<crate::store::QuarantineRecord>,
         /// The harness's notes for doctor (also listed as warnings).
         notes: Vec<String>,
+        /// Row counts and the oldest session (`None` when not counted).
+        stats: Option<StoreStats>,
     },
     /// The store exists but cannot be used; the message names the file.
     Unusable { error: String },
@@ -161,10 +166,12 @@ pub fn read_persisted_state(
             notes.push(serde_json::from_str::<String>(&json).unwrap_or(json));
         }
     }
+    let stats = store.stats()?;
     Ok(PersistedState::Read {
         location: store.location(),
         quarantines,
         notes,
+        stats: Some(stats),
     })
 }
 
@@ -325,6 +332,71 @@ impl DoctorReport {
         }
     }
 
+    /// The report as JSON (`doctor --json`): the same facts as the text, with timestamps in
+    /// milliseconds since the Unix epoch.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let persisted = match &self.persisted {
+            PersistedState::NotInspected => json!({"state": "notInspected"}),
+            PersistedState::NoStore { path } => json!({"state": "noStore", "path": path}),
+            PersistedState::Read {
+                location,
+                quarantines,
+                notes,
+                stats,
+            } => json!({
+                "state": "read",
+                "location": location,
+                "quarantines": quarantines.iter().map(|q| json!({
+                    "engineId": q.engine_id,
+                    "operation": q.operation,
+                    "reason": q.reason,
+                    "atMs": q.at_ms,
+                })).collect::<Vec<_>>(),
+                "notes": notes,
+                "stats": stats,
+            }),
+            PersistedState::Unusable { error } => json!({"state": "unusable", "error": error}),
+            PersistedState::Locked { error } => json!({"state": "locked", "error": error}),
+        };
+        json!({
+            "selectedId": self.selected_id,
+            "source": self.source.as_str(),
+            "disabled": self.disabled,
+            "activeEngineId": self.active_engine_id,
+            "host": {
+                "label": self.host_label,
+                "capabilities": self.host_capabilities.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+            },
+            "quarantines": self.quarantines.iter().map(|q| json!({
+                "engineId": q.engine_id,
+                "operation": q.operation.as_str(),
+                "reason": q.reason,
+            })).collect::<Vec<_>>(),
+            "hostChecks": self.host_checks.iter().map(|c| json!({
+                "operation": c.operation.to_string(),
+                "ok": c.outcome.is_ok(),
+                "error": c.outcome.as_ref().err().map(|e| e.to_string()),
+            })).collect::<Vec<_>>(),
+            "backendProblems": self.backend_problems,
+            "warnings": self.warnings,
+            "canRun": self.can_run,
+            "persisted": persisted,
+            "retentionMs": self.retention.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "codex": self.codex.as_ref().map(|check| match check {
+                CodexCheck::Version(version) => json!({"state": "version", "version": version.to_string()}),
+                CodexCheck::Unknown => json!({"state": "unknown"}),
+                CodexCheck::Unreachable { error } => json!({"state": "unreachable", "error": error}),
+            }),
+            "degradation": self.degradation().map(|d| json!({
+                "operation": d.operation,
+                "reason": d.reason,
+                "recordedAtMs": d.recorded_at_ms,
+            })),
+            "passes": self.passes(),
+        })
+    }
+
     /// The `agent-run` check, if the engine declares one.
     pub fn agent_run_check(&self) -> Option<&HostCheck> {
         self.host_checks
@@ -382,6 +454,7 @@ pub async fn report(
         warnings: Vec::new(),
         can_run,
         persisted: PersistedState::NotInspected,
+        retention: config.store.retention.duration(),
         codex: None,
         backend_problems: Vec::new(),
     }
@@ -487,6 +560,7 @@ impl fmt::Display for DoctorReport {
             PersistedState::Read {
                 location,
                 quarantines,
+                stats,
                 ..
             } => {
                 if quarantines.is_empty() {
@@ -502,6 +576,28 @@ impl fmt::Display for DoctorReport {
                             format_utc_ms(q.at_ms)
                         )?;
                     }
+                }
+                if let Some(stats) = stats {
+                    writeln!(
+                        f,
+                        "state store: {} sessions, {} bindings, {} transcript entries, {} queued commits, {} documents",
+                        stats.sessions,
+                        stats.bindings,
+                        stats.transcript_entries,
+                        stats.outbox_pending,
+                        stats.documents
+                    )?;
+                    if let Some(oldest) = stats.oldest_session_ms {
+                        writeln!(f, "oldest session: last active {}", format_utc_ms(oldest))?;
+                    }
+                }
+                match self.retention {
+                    Some(retention) => writeln!(
+                        f,
+                        "retention: sessions idle longer than {} are swept by running bridges (doctor does not sweep)",
+                        String::from(crate::config::Retention::new(retention))
+                    )?,
+                    None => writeln!(f, "retention: off (idle state is kept)")?,
                 }
             }
             PersistedState::Locked { error } => {
@@ -800,6 +896,7 @@ mod tests {
             location: "/tmp/s.db".into(),
             quarantines: vec![stored_quarantine("py", "assemble", "engine exploded")],
             notes: vec!["lazy compact was a no-op".into()],
+            stats: None,
         };
         let report = report(
             &Config::default(),

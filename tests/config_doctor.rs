@@ -201,6 +201,87 @@ fn usage_errors_exit_2() {
     assert!(stdout(&help).contains("doctor"));
 }
 
+/// `doctor --json` prints one JSON object with the same facts as the text report: the
+/// selection, the host, the state store's row counts and oldest session after two turns, and
+/// the configured retention (reported, not run: the rows are still there afterwards).
+#[test]
+fn doctor_json_reports_store_counts_and_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "ctxbridge.json5",
+        r#"{ backend: { kind: "mock" }, store: { retention: "12h" } }"#,
+    );
+    for prompt in ["first", "second"] {
+        let out = ctxbridge(dir.path(), &["turn", "--session", "s1", prompt]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = ctxbridge(dir.path(), &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["selectedId"], "legacy");
+    assert_eq!(report["source"], "default");
+    assert_eq!(report["passes"], true);
+    assert_eq!(report["retentionMs"], 12 * 3_600_000);
+    assert_eq!(report["degradation"], serde_json::Value::Null);
+    assert_eq!(
+        report["codex"],
+        serde_json::Value::Null,
+        "not the Codex backend"
+    );
+    let persisted = &report["persisted"];
+    assert_eq!(persisted["state"], "read");
+    let stats = &persisted["stats"];
+    assert_eq!(stats["sessions"], 1, "{report}");
+    assert_eq!(stats["bindings"], 1, "{report}");
+    assert_eq!(stats["outboxPending"], 0, "{report}");
+    assert!(
+        stats["transcriptEntries"].as_u64().unwrap() >= 4,
+        "{report}"
+    );
+    assert!(stats["oldestSessionMs"].as_u64().unwrap() > 0, "{report}");
+
+    // The text report says the same, and doctor swept nothing.
+    let text = stdout(&ctxbridge(dir.path(), &["doctor"]));
+    assert!(
+        text.contains("state store: 1 sessions, 1 bindings, "),
+        "{text}"
+    );
+    assert!(text.contains("oldest session: last active 20"), "{text}");
+    assert!(
+        text.contains("retention: sessions idle longer than 12h are swept"),
+        "{text}"
+    );
+    let again: serde_json::Value =
+        serde_json::from_str(&stdout(&ctxbridge(dir.path(), &["doctor", "--json"]))).unwrap();
+    assert_eq!(again["persisted"]["stats"], *stats);
+}
+
+/// `store.retention` accepts durations and "off"; anything else is a configuration error
+/// naming the key.
+#[test]
+fn retention_values() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "off.json5",
+        r#"{ store: { retention: "off" } }"#,
+    );
+    let out = ctxbridge(dir.path(), &["--config", "off.json5", "doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["retentionMs"], serde_json::Value::Null);
+
+    write(
+        dir.path(),
+        "bad.json5",
+        r#"{ store: { retention: "soon" } }"#,
+    );
+    let out = ctxbridge(dir.path(), &["--config", "bad.json5", "doctor"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("store.retention"), "{}", stderr(&out));
+}
+
 /// Issue 13.6: a quarantine of the selected engine recorded by an earlier run (and not
 /// cleared) makes doctor report `status: degraded` with the quarantine's operation and error
 /// and what serves instead, and exit 1 — although the engine itself loads fine now.

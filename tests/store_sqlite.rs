@@ -76,6 +76,9 @@ conformance_tests!(
     bootstrap_marks,
     lease_lifecycle,
     documents,
+    retention_sweep,
+    sweep_is_bounded,
+    store_stats,
 );
 
 /// This file runs every single-store check of the suite (none added there and forgotten here).

@@ -23,7 +23,8 @@ use super::{
 };
 use crate::store::StateStore;
 
-const THREADS_NAMESPACE: &str = "mock-thread";
+/// The documents namespace the mock backend keeps its threads in (swept by retention).
+pub const THREADS_NAMESPACE: &str = "mock-thread";
 
 /// An item of a mock thread's model-visible history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

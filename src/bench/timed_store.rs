@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::store::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
-    TranscriptCursor, TranscriptEntry, TranscriptRead,
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
+    StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
 };
 
 /// The store's operations.
@@ -309,6 +309,14 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         self.timed(StoreOp::SaveDocument, |s| {
             s.save_document(namespace, key, json)
         })
+    }
+
+    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
+        self.inner.sweep_idle(request)
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats()
     }
 }
 

@@ -9,14 +9,18 @@ use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILUR
 use crate::config::BackendConfig;
 use crate::doctor;
 
-/// `ctxbridge doctor` arguments (none).
+/// `ctxbridge doctor` arguments.
 #[derive(Debug, Clone, Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Print the report as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Prints the report (with the Codex version from `initialize` on the Codex backend). Exit 1
 /// when the selected engine cannot run on the backend, is degraded to legacy by a quarantine,
 /// or the state store exists and cannot be used.
-pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
+pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let registry = app::registry(&config);
     let host = config.backend.host_kind();
@@ -40,7 +44,11 @@ pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliE
         };
         report = report.with_codex_check(check);
     }
-    print!("{report}");
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
     Ok(if report.passes() {
         EXIT_OK
     } else {

@@ -13,6 +13,11 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
     let config = context.load_config()?;
     // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
     let options = options(&config, &args).map_err(|e| CliError::Usage(error_chain(&e)))?;
+    // Sweeps idle state while serving; stops when serving ends.
+    let _sweeper = options
+        .store
+        .clone()
+        .and_then(|store| crate::app::retention_sweeper(&config, store));
     crate::serve::run(options)
         .await
         .map_err(|source| CliError::Serve { source })?;

@@ -19,6 +19,6 @@ pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, CodexContextDelivery, Config,
     DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
-    ResponsesBackendConfig, ResponsesThreadKind, SlotsConfig, StoreConfig, StoreKind,
-    DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
+    ResponsesBackendConfig, ResponsesThreadKind, Retention, RetentionError, SlotsConfig,
+    StoreConfig, StoreKind, DEFAULT_AGENT_ID, DEFAULT_RETENTION, DEFAULT_STORE_PATH,
 };

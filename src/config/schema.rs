@@ -286,6 +286,11 @@ pub struct StoreConfig {
     /// 30 000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_wait_ms: Option<u64>,
+    /// How long a session may stay idle before a background sweep removes its binding,
+    /// transcript, bootstrap marks and mock threads (never an undelivered commit): a duration
+    /// such as `"30d"`, `"12h"`, `"90m"`, `"45s"` or `"500ms"`; `"off"` or `"0"` keeps
+    /// everything. Default `"30d"`.
+    pub retention: Retention,
 }
 
 impl Default for StoreConfig {
@@ -297,6 +302,100 @@ impl Default for StoreConfig {
             schema: None,
             lease_ttl_ms: None,
             lease_wait_ms: None,
+            retention: Retention::default(),
+        }
+    }
+}
+
+/// `store.retention`: how long idle session state is kept (`None`: forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Retention(Option<std::time::Duration>);
+
+/// The default `store.retention`: 30 days.
+pub const DEFAULT_RETENTION: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention(Some(DEFAULT_RETENTION))
+    }
+}
+
+/// A `store.retention` value that is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("store.retention: {value:?} is not a duration (a number with a unit ms, s, m, h or d, like \"30d\"; or \"off\")")]
+pub struct RetentionError {
+    /// The value as written.
+    pub value: String,
+}
+
+impl Retention {
+    /// Keeps everything.
+    pub const OFF: Retention = Retention(None);
+
+    /// A retention of `duration` (zero keeps everything).
+    pub fn new(duration: std::time::Duration) -> Retention {
+        Retention(Some(duration).filter(|d| !d.is_zero()))
+    }
+
+    /// How long idle state is kept; `None` when sweeping is off.
+    pub fn duration(&self) -> Option<std::time::Duration> {
+        self.0
+    }
+
+    /// Parses `"30d"`, `"12h"`, `"90m"`, `"45s"`, `"500ms"`, `"off"` or `"0"`.
+    pub fn parse(text: &str) -> Result<Retention, RetentionError> {
+        let err = || RetentionError {
+            value: text.to_string(),
+        };
+        let trimmed = text.trim();
+        if trimmed.eq_ignore_ascii_case("off") || trimmed == "0" {
+            return Ok(Retention::OFF);
+        }
+        let split = trimmed
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(err)?;
+        let (number, unit) = trimmed.split_at(split);
+        let n: u64 = number.parse().map_err(|_| err())?;
+        let ms_per_unit: u64 = match unit.trim() {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(err()),
+        };
+        let ms = n.checked_mul(ms_per_unit).ok_or_else(err)?;
+        Ok(Retention::new(std::time::Duration::from_millis(ms)))
+    }
+}
+
+impl TryFrom<String> for Retention {
+    type Error = RetentionError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Retention::parse(&text)
+    }
+}
+
+impl From<Retention> for String {
+    fn from(retention: Retention) -> String {
+        match retention.0 {
+            None => "off".to_string(),
+            Some(d) => {
+                let ms = d.as_millis();
+                [
+                    (86_400_000, "d"),
+                    (3_600_000, "h"),
+                    (60_000, "m"),
+                    (1_000, "s"),
+                ]
+                .iter()
+                .find(|(unit, _)| ms % unit == 0)
+                .map_or_else(
+                    || format!("{ms}ms"),
+                    |(unit, name)| format!("{}{name}", ms / unit),
+                )
+            }
         }
     }
 }
@@ -415,6 +514,34 @@ impl Config {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    /// `store.retention` parses every unit and "off"/"0", refuses other text, and prints back
+    /// in the largest whole unit.
+    #[test]
+    fn retention_parses_and_prints() {
+        let ms = |text: &str| {
+            Retention::parse(text)
+                .unwrap()
+                .duration()
+                .map(|d| d.as_millis())
+        };
+        assert_eq!(ms("30d"), Some(30 * 86_400_000));
+        assert_eq!(ms("12h"), Some(12 * 3_600_000));
+        assert_eq!(ms("90m"), Some(90 * 60_000));
+        assert_eq!(ms("45s"), Some(45_000));
+        assert_eq!(ms("500ms"), Some(500));
+        assert_eq!(ms("off"), None);
+        assert_eq!(ms("0"), None);
+        assert_eq!(ms("0d"), None);
+        for bad in ["", "d", "30", "30 days", "-1d", "1.5h", "soon"] {
+            assert!(Retention::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(Retention::default().duration(), Some(DEFAULT_RETENTION));
+        assert_eq!(String::from(Retention::default()), "30d");
+        assert_eq!(String::from(Retention::parse("90m").unwrap()), "90m");
+        assert_eq!(String::from(Retention::parse("1500ms").unwrap()), "1500ms");
+        assert_eq!(String::from(Retention::OFF), "off");
+    }
 
     /// Slot resolution: missing / empty / "legacy" / configured / disabled.
     #[test]

@@ -10,6 +10,7 @@
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod postgres;
+mod retention;
 mod sqlite;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::AgentMessage;
 
 pub use postgres::{redact_url, PostgresOptions, PostgresStore};
+pub use retention::{idle_before_ms, sweep_once, RetentionSweeper, SWEEP_BATCH, SWEEP_INTERVAL};
 pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
@@ -202,6 +204,83 @@ pub struct StoredBinding {
     pub generation: u64,
 }
 
+/// What one retention sweep removes ([`StateStore::sweep_idle`]).
+///
+/// The store keeps a last-activity time (its own clock, milliseconds since the Unix epoch) per
+/// session id (transcript, bootstrap marks, outbox), per binding key (binding and lease) and per
+/// document, refreshed by every write to them. A sweep removes what has been idle since before
+/// `idle_before_ms`; a session with an undelivered commit in the outbox is never swept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepRequest {
+    /// Keys whose last activity is older than this instant (ms since the Unix epoch) are idle.
+    pub idle_before_ms: u64,
+    /// Most idle keys removed by one call (a bounded batch; call again for more).
+    pub limit: usize,
+    /// Document namespaces swept by their documents' own last write (for example the mock
+    /// backend's threads). Documents of other namespaces are never swept.
+    pub document_namespaces: Vec<String>,
+}
+
+/// What a retention sweep removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    /// Idle keys handled (session ids, binding keys and documents); a batch that handled
+    /// fewer than its limit found nothing more to sweep.
+    pub keys: u64,
+    /// Idle session ids whose transcript and bootstrap marks were removed.
+    pub sessions: u64,
+    /// Transcript entries removed.
+    pub transcript_entries: u64,
+    /// Bootstrap marks removed.
+    pub bootstrap_marks: u64,
+    /// Thread bindings removed (with their expired leases).
+    pub bindings: u64,
+    /// Expired leases removed.
+    pub leases: u64,
+    /// Documents removed.
+    pub documents: u64,
+}
+
+impl SweepReport {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, other: &SweepReport) {
+        self.keys += other.keys;
+        self.sessions += other.sessions;
+        self.transcript_entries += other.transcript_entries;
+        self.bootstrap_marks += other.bootstrap_marks;
+        self.bindings += other.bindings;
+        self.leases += other.leases;
+        self.documents += other.documents;
+    }
+}
+
+/// The activity scopes a sweep looks at: sessions (`s`), binding keys (`b`) and the requested
+/// document namespaces (`d:<namespace>`).
+fn sweep_scopes(document_namespaces: &[String]) -> Vec<String> {
+    let mut scopes = vec!["s".to_string(), "b".to_string()];
+    scopes.extend(document_namespaces.iter().map(|ns| format!("d:{ns}")));
+    scopes
+}
+
+/// Row counts of a store, for `doctor` ([`StateStore::stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreStats {
+    /// Session ids with stored state (transcript, bootstrap marks or outbox rows).
+    pub sessions: u64,
+    /// Thread bindings.
+    pub bindings: u64,
+    /// Transcript entries over all sessions.
+    pub transcript_entries: u64,
+    /// Queued (undelivered) durable-turn commits.
+    pub outbox_pending: u64,
+    /// Keyed documents (mock threads, serve thread map, session successors, notes).
+    pub documents: u64,
+    /// Last activity of the longest-idle session or binding (ms since the Unix epoch).
+    pub oldest_session_ms: Option<u64>,
+}
+
 /// The durable state behind the harness.
 pub trait StateStore: Send + Sync {
     /// The file (or URL) for messages.
@@ -338,6 +417,14 @@ pub trait StateStore: Send + Sync {
     // --- generic keyed documents (used by the mock backend to persist its threads)
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
+
+    // --- bounded storage (retention)
+    /// Removes up to `request.limit` idle keys' state (see [`SweepRequest`]) in one atomic
+    /// step and says what went. Never removes an undelivered outbox row or the state of its
+    /// session, and never fails a write: a key written while the sweep runs stays.
+    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError>;
+    /// Row counts and the oldest session's last activity.
+    fn stats(&self) -> Result<StoreStats, StoreError>;
 }
 
 /// Which store to open: what the config's `store` section selects.

@@ -31,15 +31,16 @@ use tokio::sync::oneshot;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
-    TranscriptEntry,
+    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
+    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;
 /// a schema change is a new entry.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "
 CREATE TABLE ctxbridge_bindings (
     binding_key TEXT PRIMARY KEY,
     json TEXT NOT NULL,
@@ -88,10 +89,65 @@ CREATE TABLE ctxbridge_documents (
     PRIMARY KEY (namespace, key)
 );
 ",
-)];
+    ),
+    (
+        2,
+        // Last activity per session id (`s`), binding key (`b`) and document
+        // (`d:<namespace>`), the retention sweep's clock, kept by triggers on every write path.
+        // Session-scoped rows take the activity row's lock before the write itself (BEFORE),
+        // so a sweep holding it finishes before a resumed session writes, and a sweep finding
+        // it locked skips it. Lease and binding writes touch it AFTER the row is written, so
+        // lease takers and fenced writers lock lease, binding, activity in one order. Keys
+        // that exist already are dated to the migration.
+        "
+CREATE TABLE ctxbridge_activity (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    last_active_ms BIGINT NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+CREATE INDEX ctxbridge_activity_idle ON ctxbridge_activity (last_active_ms);
+CREATE FUNCTION ctxbridge_touch() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    r JSONB;
+    s TEXT;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := to_jsonb(OLD); ELSE r := to_jsonb(NEW); END IF;
+    IF TG_ARGV[0] = 'd' THEN s := 'd:' || (r ->> 'namespace'); ELSE s := TG_ARGV[0]; END IF;
+    INSERT INTO ctxbridge_activity (scope, key, last_active_ms)
+        VALUES (s, r ->> TG_ARGV[1], (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+        ON CONFLICT (scope, key) DO UPDATE SET last_active_ms = EXCLUDED.last_active_ms;
+    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER ctxbridge_transcript_activity BEFORE INSERT OR UPDATE ON ctxbridge_transcript
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('s', 'session_id');
+CREATE TRIGGER ctxbridge_bootstrapped_activity BEFORE INSERT ON ctxbridge_bootstrapped
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('s', 'session_id');
+CREATE TRIGGER ctxbridge_outbox_activity BEFORE INSERT OR DELETE ON ctxbridge_outbox
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('s', 'session_id');
+CREATE TRIGGER ctxbridge_bindings_activity AFTER INSERT OR UPDATE ON ctxbridge_bindings
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('b', 'binding_key');
+CREATE TRIGGER ctxbridge_leases_activity AFTER INSERT OR UPDATE ON ctxbridge_leases
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('b', 'session');
+CREATE TRIGGER ctxbridge_documents_activity BEFORE INSERT OR UPDATE ON ctxbridge_documents
+    FOR EACH ROW EXECUTE FUNCTION ctxbridge_touch('d', 'key');
+INSERT INTO ctxbridge_activity (scope, key, last_active_ms)
+    SELECT scope, key, (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM (
+        SELECT 's' AS scope, session_id AS key FROM ctxbridge_transcript
+        UNION SELECT 's', session_id FROM ctxbridge_bootstrapped
+        UNION SELECT 's', session_id FROM ctxbridge_outbox
+        UNION SELECT 'b', binding_key FROM ctxbridge_bindings
+        UNION SELECT 'b', session FROM ctxbridge_leases
+        UNION SELECT 'd:' || namespace, key FROM ctxbridge_documents
+    ) existing
+    ON CONFLICT DO NOTHING;
+",
+    ),
+];
 
 /// The newest schema version this build knows.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// First key of the advisory locks this store takes (the second names what is locked).
 const LOCK_MIGRATE: &str = "ctxbridge.migrate";
@@ -1074,6 +1130,107 @@ impl StateStore for PostgresStore {
                 )
                 .await
                 .map(|_| ())
+        })
+    }
+
+    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
+        let cutoff = to_db(request.idle_before_ms);
+        let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+        let scopes = sweep_scopes(&request.document_namespaces);
+        self.run("sweep idle state", move |mut client| async move {
+            let tx = client.transaction().await?;
+            // Oldest first; a session with an undelivered commit is never idle; rows another
+            // instance is sweeping (or a writer is touching) are skipped.
+            let idle = tx
+                .query(
+                    "SELECT scope, key FROM ctxbridge_activity a
+                     WHERE last_active_ms < $1 AND scope = ANY($2)
+                       AND NOT (scope = 's' AND EXISTS
+                         (SELECT 1 FROM ctxbridge_outbox o WHERE o.session_id = a.key))
+                     ORDER BY last_active_ms LIMIT $3
+                     FOR UPDATE SKIP LOCKED",
+                    &[&cutoff, &scopes, &limit],
+                )
+                .await?;
+            let mut report = SweepReport::default();
+            for row in &idle {
+                let scope: String = row.try_get(0)?;
+                let key: String = row.try_get(1)?;
+                report.keys += 1;
+                match scope.as_str() {
+                    "s" => {
+                        report.sessions += 1;
+                        report.transcript_entries += tx
+                            .execute(
+                                "DELETE FROM ctxbridge_transcript WHERE session_id = $1",
+                                &[&key],
+                            )
+                            .await?;
+                        report.bootstrap_marks += tx
+                            .execute(
+                                "DELETE FROM ctxbridge_bootstrapped WHERE session_id = $1",
+                                &[&key],
+                            )
+                            .await?;
+                    }
+                    "b" => {
+                        report.bindings += tx
+                            .execute(
+                                "DELETE FROM ctxbridge_bindings WHERE binding_key = $1",
+                                &[&key],
+                            )
+                            .await?;
+                        report.leases += tx
+                            .execute(
+                                "DELETE FROM ctxbridge_leases WHERE session = $1 AND expires_at_ms < $2",
+                                &[&key, &cutoff],
+                            )
+                            .await?;
+                    }
+                    document => {
+                        let namespace = document.strip_prefix("d:").unwrap_or(document);
+                        report.documents += tx
+                            .execute(
+                                "DELETE FROM ctxbridge_documents WHERE namespace = $1 AND key = $2",
+                                &[&namespace, &key],
+                            )
+                            .await?;
+                    }
+                }
+                tx.execute(
+                    "DELETE FROM ctxbridge_activity WHERE scope = $1 AND key = $2",
+                    &[&scope, &key],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(report)
+        })
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.run("count rows", move |client| async move {
+            let row = client
+                .query_one(
+                    "SELECT
+                       (SELECT count(*) FROM ctxbridge_activity WHERE scope = 's'),
+                       (SELECT count(*) FROM ctxbridge_bindings),
+                       (SELECT count(*) FROM ctxbridge_transcript),
+                       (SELECT count(*) FROM ctxbridge_outbox),
+                       (SELECT count(*) FROM ctxbridge_documents),
+                       (SELECT min(last_active_ms) FROM ctxbridge_activity WHERE scope IN ('s', 'b'))",
+                    &[],
+                )
+                .await?;
+            let count = |i: usize| row.try_get::<_, i64>(i).map(from_db);
+            Ok(StoreStats {
+                sessions: count(0)?,
+                bindings: count(1)?,
+                transcript_entries: count(2)?,
+                outbox_pending: count(3)?,
+                documents: count(4)?,
+                oldest_session_ms: row.try_get::<_, Option<i64>>(5)?.map(from_db),
+            })
         })
     }
 }

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
-    TranscriptCursor, TranscriptEntry, TranscriptRead,
+    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
+    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry,
+    TranscriptRead,
 };
 
 /// The schema this build writes (2: per-session transcript rewrite versions).
@@ -82,7 +83,7 @@ CREATE TABLE IF NOT EXISTS documents (
 ";
 
 /// The tables of the schema (a database holding others is not ours).
-const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','documents')";
+const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','documents','activity')";
 
 /// How the connections of one store reach its database.
 #[derive(Debug, Clone)]
@@ -107,6 +108,83 @@ impl Target {
         }
     }
 }
+
+/// Last activity per session id (`s`), binding key (`b`) and document (`d:<namespace>`), kept
+/// by triggers so every write path refreshes it (the retention sweep's clock). Additive: a
+/// database from an earlier build gets the table, and its existing keys are dated to the
+/// upgrade (see [`SqliteStore::ensure_activity`]).
+const ACTIVITY_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS activity (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    last_active_ms INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+CREATE INDEX IF NOT EXISTS activity_idle ON activity (last_active_ms);
+CREATE TRIGGER IF NOT EXISTS activity_transcript_insert AFTER INSERT ON transcript BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_transcript_update AFTER UPDATE ON transcript BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_bootstrapped_insert AFTER INSERT ON bootstrapped BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_outbox_insert AFTER INSERT ON outbox BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_outbox_delete AFTER DELETE ON outbox BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', OLD.session_id, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_bindings_insert AFTER INSERT ON bindings BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.binding_key, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_bindings_update AFTER UPDATE ON bindings BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.binding_key, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_leases_insert AFTER INSERT ON leases BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.session, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_leases_update AFTER UPDATE ON leases BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.session, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_documents_insert AFTER INSERT ON documents BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('d:' || NEW.namespace, NEW.key, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+CREATE TRIGGER IF NOT EXISTS activity_documents_update AFTER UPDATE ON documents BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ('d:' || NEW.namespace, NEW.key, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+";
+
+/// The database's clock in milliseconds since the Unix epoch (substituted for `NOW_MS`).
+const SQL_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+/// Dates the keys of a database from an earlier build (no activity table yet) to now.
+const ACTIVITY_BACKFILL: &str = "
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 's', session_id, NOW_MS FROM transcript GROUP BY session_id;
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 's', session_id, NOW_MS FROM bootstrapped GROUP BY session_id;
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 's', session_id, NOW_MS FROM outbox GROUP BY session_id;
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 'b', binding_key, NOW_MS FROM bindings;
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 'b', session, NOW_MS FROM leases;
+INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
+    SELECT 'd:' || namespace, key, NOW_MS FROM documents;
+";
 
 /// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
 pub struct SqliteStore {
@@ -271,7 +349,7 @@ impl SqliteStore {
             Ok(Outcome::Ready)
         })?;
         match outcome {
-            Outcome::Ready => Ok(()),
+            Outcome::Ready => self.ensure_activity(),
             Outcome::TooNew(found) => Err(StoreError::SchemaTooNew {
                 path: self.path.clone(),
                 found,
@@ -283,6 +361,24 @@ impl SqliteStore {
                 message: format!("{foreign} unexpected table(s) and no ctxbridge schema version"),
             }),
         }
+    }
+
+    /// Creates the activity table and its triggers (the retention sweep's clock); when the
+    /// table is new, dates every existing key to now, in the same transaction.
+    fn ensure_activity(&self) -> Result<(), StoreError> {
+        self.with_conn("create activity schema", |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let existed: i64 = tx.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'activity'",
+                [],
+                |r| r.get(0),
+            )?;
+            tx.execute_batch(&ACTIVITY_SCHEMA.replace("NOW_MS", SQL_NOW_MS))?;
+            if existed == 0 {
+                tx.execute_batch(&ACTIVITY_BACKFILL.replace("NOW_MS", SQL_NOW_MS))?;
+            }
+            tx.commit()
+        })
     }
 
     /// Runs `f` on the writer connection.
@@ -893,6 +989,95 @@ impl StateStore for SqliteStore {
             )?
             .execute(params![namespace, key, json])
             .map(|_| ())
+        })
+    }
+
+    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
+        let cutoff = i64::try_from(request.idle_before_ms).unwrap_or(i64::MAX);
+        let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+        let scopes = sweep_scopes(&request.document_namespaces);
+        self.with_conn("sweep idle state", |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let placeholders = vec!["?"; scopes.len()].join(", ");
+            // Oldest first; a session with an undelivered commit is never idle.
+            let query = format!(
+                "SELECT scope, key FROM activity a
+                 WHERE last_active_ms < ? AND scope IN ({placeholders})
+                   AND NOT (scope = 's' AND EXISTS (SELECT 1 FROM outbox o WHERE o.session_id = a.key))
+                 ORDER BY last_active_ms LIMIT ?"
+            );
+            let mut values: Vec<rusqlite::types::Value> = vec![cutoff.into()];
+            values.extend(scopes.iter().cloned().map(rusqlite::types::Value::from));
+            values.push(limit.into());
+            let idle: Vec<(String, String)> = tx
+                .prepare(&query)?
+                .query_map(rusqlite::params_from_iter(values), |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut report = SweepReport::default();
+            for (scope, key) in &idle {
+                report.keys += 1;
+                match scope.as_str() {
+                    "s" => {
+                        report.sessions += 1;
+                        report.transcript_entries += tx
+                            .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
+                            .execute(params![key])? as u64;
+                        report.bootstrap_marks += tx
+                            .prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
+                            .execute(params![key])? as u64;
+                    }
+                    "b" => {
+                        report.bindings += tx
+                            .prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
+                            .execute(params![key])? as u64;
+                        report.leases += tx
+                            .prepare_cached(
+                                "DELETE FROM leases WHERE session = ?1 AND expires_at_ms < ?2",
+                            )?
+                            .execute(params![key, cutoff])? as u64;
+                    }
+                    document => {
+                        let namespace = document.strip_prefix("d:").unwrap_or(document);
+                        report.documents += tx
+                            .prepare_cached(
+                                "DELETE FROM documents WHERE namespace = ?1 AND key = ?2",
+                            )?
+                            .execute(params![namespace, key])? as u64;
+                    }
+                }
+                tx.prepare_cached("DELETE FROM activity WHERE scope = ?1 AND key = ?2")?
+                    .execute(params![scope, key])?;
+            }
+            tx.commit()?;
+            Ok(report)
+        })
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.with_conn("count rows", |conn| {
+            conn.query_row(
+                "SELECT
+                   (SELECT count(*) FROM activity WHERE scope = 's'),
+                   (SELECT count(*) FROM bindings),
+                   (SELECT count(*) FROM transcript),
+                   (SELECT count(*) FROM outbox),
+                   (SELECT count(*) FROM documents),
+                   (SELECT min(last_active_ms) FROM activity WHERE scope IN ('s', 'b'))",
+                [],
+                |r| {
+                    let count = |i: usize| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+                    Ok(StoreStats {
+                        sessions: count(0)?,
+                        bindings: count(1)?,
+                        transcript_entries: count(2)?,
+                        outbox_pending: count(3)?,
+                        documents: count(4)?,
+                        oldest_session_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
+                    })
+                },
+            )
         })
     }
 }
