@@ -153,6 +153,10 @@ pub trait SessionTurns: Send + Sync {
         request: SessionRequest,
         upstream: UpstreamHandle,
     ) -> Result<Value, RpcError>;
+
+    /// Called once when `serve` stops, after the last turn ended (background work of an engine
+    /// is awaited and the engine released there).
+    async fn shutdown(&self) {}
 }
 
 /// Session requests relayed unchanged to the upstream: what `serve` does when no engine other
@@ -186,6 +190,57 @@ pub struct UpstreamHandle {
 }
 
 impl UpstreamHandle {
+    /// Watches a backend thread: every upstream notification about it (backend ids, before
+    /// any rewriting) is copied to the returned receiver as `(method, params)` until the
+    /// receiver is dropped. Watch before starting a turn so its `turn/completed` is not missed.
+    pub fn watch(&self, backend_thread_id: &str) -> mpsc::UnboundedReceiver<(String, Value)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = self.hub.send(HubMsg::Watch {
+            thread: backend_thread_id.to_owned(),
+            tx,
+        });
+        rx
+    }
+
+    /// Makes sure a backend thread is loaded in the current upstream child: `thread/resume`
+    /// unless this child already started, resumed or forked it.
+    pub async fn ensure_attached(&self, backend_thread_id: &str) -> Result<(), RpcError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::EnsureAttached {
+            thread: backend_thread_id.to_owned(),
+            reply: tx,
+        });
+        if sent.is_err() {
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                "ctxbridge serve is shutting down",
+            ));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(RpcError::new(
+                INTERNAL_ERROR,
+                "ctxbridge serve is shutting down",
+            ))
+        })
+    }
+
+    /// Points a session's client thread id at the backend thread now serving it (a rotation:
+    /// the thread map's `bind`): the session's subscribers follow it, `conn` owns its turn, and
+    /// a backend thread other than the client's own is hidden from thread lists. Resolves once
+    /// the hub has applied it.
+    pub async fn bind_session(&self, client_thread_id: &str, backend_thread_id: &str, conn: ConnId) {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::BindSession {
+            client: client_thread_id.to_owned(),
+            backend: backend_thread_id.to_owned(),
+            conn,
+            reply: tx,
+        });
+        if sent.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     /// One request; the upstream's result or error. Starts the upstream if none runs.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -244,6 +299,23 @@ pub enum HubMsg {
         method: String,
         params: Value,
         reply: Option<oneshot::Sender<Result<Value, RpcError>>>,
+    },
+    /// Copy the notifications of a backend thread to `tx` ([`UpstreamHandle::watch`]).
+    Watch {
+        thread: String,
+        tx: mpsc::UnboundedSender<(String, Value)>,
+    },
+    /// Resume a backend thread unless the current child has it loaded.
+    EnsureAttached {
+        thread: String,
+        reply: oneshot::Sender<Result<(), RpcError>>,
+    },
+    /// A session moved to another backend thread ([`UpstreamHandle::bind_session`]).
+    BindSession {
+        client: String,
+        backend: String,
+        conn: ConnId,
+        reply: oneshot::Sender<()>,
     },
     /// A session request served by the seam finished.
     SessionDone {
@@ -321,6 +393,8 @@ pub(crate) struct Hub {
     threads: ThreadMap,
     /// Backend threads loaded in the current child (started, resumed or forked through it).
     attached: std::collections::HashSet<String>,
+    /// Backend thread id → session tasks watching its notifications.
+    watchers: HashMap<String, Vec<mpsc::UnboundedSender<(String, Value)>>>,
     shutdown: Option<Shutdown>,
 }
 
@@ -346,6 +420,7 @@ pub(crate) fn start(
         server_requests: HashMap::new(),
         threads,
         attached: std::collections::HashSet::new(),
+        watchers: HashMap::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -407,6 +482,38 @@ impl Hub {
                 } => {
                     self.forward(method, params, Origin::Internal(reply), false)
                         .await;
+                }
+                HubMsg::Watch { thread, tx } => {
+                    self.watchers.entry(thread).or_default().push(tx);
+                }
+                HubMsg::EnsureAttached { thread, reply } => {
+                    if self.live.is_some() && self.attached.contains(&thread) {
+                        let _ = reply.send(Ok(()));
+                    } else {
+                        let (tx, rx) = oneshot::channel();
+                        self.forward(
+                            "thread/resume".to_owned(),
+                            json!({"threadId": thread}),
+                            Origin::Internal(Some(tx)),
+                            false,
+                        )
+                        .await;
+                        tokio::spawn(async move {
+                            let outcome = rx.await.unwrap_or_else(|_| {
+                                Err(RpcError::new(INTERNAL_ERROR, "upstream request dropped"))
+                            });
+                            let _ = reply.send(outcome.map(|_| ()));
+                        });
+                    }
+                }
+                HubMsg::BindSession {
+                    client,
+                    backend,
+                    conn,
+                    reply,
+                } => {
+                    self.bind_session(&client, &backend, conn);
+                    let _ = reply.send(());
                 }
                 HubMsg::SessionDone {
                     conn,
@@ -555,6 +662,30 @@ impl Hub {
             Some(client) => client.out.send(Outbound::Message(message)).is_ok(),
             None => false,
         }
+    }
+
+    /// See [`UpstreamHandle::bind_session`].
+    fn bind_session(&mut self, client: &str, backend: &str, conn: ConnId) {
+        let old = self.threads.backend_of(client);
+        if old == backend {
+            self.turn_owner.insert(backend.to_owned(), conn);
+            return;
+        }
+        if backend != client {
+            if let Err(error) = self.threads.hide(backend) {
+                tracing::warn!(%backend, %error, "serve: could not record a hidden backend thread");
+            }
+        }
+        if let Err(error) = self.threads.bind(client, backend) {
+            tracing::warn!(%client, %backend, %error, "serve: could not record the session's new backend thread");
+        }
+        let mut followers = self.subscribers.get(&old).cloned().unwrap_or_default();
+        followers.insert(conn);
+        for follower in followers {
+            self.subscribe(follower, backend);
+        }
+        self.turn_owner.insert(backend.to_owned(), conn);
+        tracing::info!(%client, from = %old, to = %backend, "serve: session moved to a new backend thread");
     }
 
     fn subscribe(&mut self, conn: ConnId, thread: &str) {
@@ -759,6 +890,17 @@ impl Hub {
                         }
                     }
                 }
+                if let (Ok(result), Origin::Internal(_)) = (&outcome, &pending.origin) {
+                    // A thread ctxbridge starts itself is a session's rotation target: never
+                    // announced to clients nor listed (it is bound to its client id later).
+                    if pending.method == "thread/start" {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            if let Err(error) = self.threads.hide(thread) {
+                                tracing::warn!(%thread, %error, "serve: could not record a hidden backend thread");
+                            }
+                        }
+                    }
+                }
                 if let (Ok(result), Origin::Client { conn, .. }) = (&outcome, &pending.origin) {
                     if matches!(pending.method.as_str(), "thread/start" | "thread/fork") {
                         if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
@@ -781,6 +923,16 @@ impl Hub {
     fn upstream_notification(&mut self, method: String, mut params: Value) {
         let thread = thread_of(&params).map(str::to_owned);
         if let Some(thread) = &thread {
+            if let Some(watchers) = self.watchers.get_mut(thread) {
+                watchers.retain(|tx| tx.send((method.clone(), params.clone())).is_ok());
+                if watchers.is_empty() {
+                    self.watchers.remove(thread);
+                }
+            }
+            if method == "thread/started" && self.threads.is_hidden(thread) {
+                tracing::debug!(%thread, "serve: a hidden backend thread started; not announced");
+                return;
+            }
             match method.as_str() {
                 "turn/started" => {
                     if let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) {
