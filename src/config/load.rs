@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
     AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
-    StoreConfig,
+    ServeConfig, StoreConfig,
 };
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -55,6 +55,7 @@ impl Config {
             backend,
             store: raw.store,
             projection: raw.projection,
+            serve: raw.serve,
         })
     }
 }
@@ -71,6 +72,7 @@ struct RawConfig {
     backend: Option<Value>,
     store: StoreConfig,
     projection: ProjectionConfig,
+    serve: ServeConfig,
 }
 
 fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {

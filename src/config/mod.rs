@@ -18,7 +18,7 @@ mod schema;
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, Config,
-    DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
-    ResponsesBackendConfig, ResponsesThreadKind, SlotsConfig, StoreConfig, StoreKind,
-    DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
+    DeveloperInstructionDrift, EngineSlot, EngineThreads, PluginEntry, PluginsConfig,
+    ProjectionConfig, ResponsesBackendConfig, ResponsesThreadKind, ServeConfig, SlotsConfig,
+    StoreConfig, StoreKind, DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
 };

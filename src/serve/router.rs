@@ -228,7 +228,12 @@ impl UpstreamHandle {
     /// the thread map's `bind`): the session's subscribers follow it, `conn` owns its turn, and
     /// a backend thread other than the client's own is hidden from thread lists. Resolves once
     /// the hub has applied it.
-    pub async fn bind_session(&self, client_thread_id: &str, backend_thread_id: &str, conn: ConnId) {
+    pub async fn bind_session(
+        &self,
+        client_thread_id: &str,
+        backend_thread_id: &str,
+        conn: ConnId,
+    ) {
         let (tx, rx) = oneshot::channel();
         let sent = self.hub.send(HubMsg::BindSession {
             client: client_thread_id.to_owned(),

@@ -549,11 +549,10 @@ impl SessionTurns for EngineSessions {
             SessionOp::Resume => upstream.request("thread/resume", request.params).await,
             SessionOp::TurnStart => {
                 let session = request.client_thread_id.clone();
-                let bound = self
-                    .harness
-                    .binding(&session)
-                    .await
-                    .map_err(|e| RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&e)))?;
+                let bound =
+                    self.harness.binding(&session).await.map_err(|e| {
+                        RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&e))
+                    })?;
                 // The session's first turn adopts the thread the client started.
                 let adopt = (bound.is_none() && request.backend_thread_id == session)
                     .then(|| session.clone());
@@ -617,7 +616,10 @@ mod tests {
         ]});
         let (prompt, others) = split_input(&params);
         assert_eq!(prompt, "look at\nthis");
-        assert_eq!(others, vec![json!({"type": "localImage", "path": "/x.png"})]);
+        assert_eq!(
+            others,
+            vec![json!({"type": "localImage", "path": "/x.png"})]
+        );
     }
 
     /// Upstream errors become the backend errors the harness acts on.

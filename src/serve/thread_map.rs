@@ -189,12 +189,23 @@ impl ThreadMap {
                         });
                     }
                 }
+                if method == Some("thread/loaded/list") {
+                    // A hidden thread a session has moved on from stands for nothing.
+                    if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
+                        data.retain(|id| {
+                            id.as_str().map_or(true, |id| {
+                                self.to_client.contains_key(id)
+                                    || !self.is_hidden_cached_or_stored(id)
+                            })
+                        });
+                    }
+                }
                 let map = &self.to_client;
                 rewrite(value, method, &|id| map.get(id).cloned());
                 if method == Some("thread/loaded/list") {
                     if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
                         let mut seen = HashSet::new();
-                        data.retain(|id| seen.insert(id.clone().to_string()));
+                        data.retain(|id| seen.insert(id.to_string()));
                     }
                 }
             }
