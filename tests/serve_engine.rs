@@ -226,7 +226,8 @@ fn projections_in(request: &RecordedRequest) -> usize {
 /// Four turns through one WebSocket client across two epoch changes of the sample engine: the
 /// client's thread id never changes (every notification and answer names it) while the
 /// session moves to hidden backend threads; the model sees the engine's context once per
-/// epoch (a reused thread gets the bare prompt, a rotated one the projection); `thread/list`
+/// epoch (a reused thread gets the bare prompt, a rotated one the projection) while the
+/// user-message items the client gets hold only the user's words; `thread/list`
 /// and `thread/loaded/list` show only the client id; an ephemeral thread gets no projection
 /// and no engine instructions; `thread/compact/start` on the session is answered.
 #[tokio::test(flavor = "multi_thread")]
@@ -267,6 +268,23 @@ async fn turns_across_epochs_keep_the_client_thread() {
                 assert_eq!(id, thread, "a message named another thread: {message}");
             }
         }
+    }
+    let users: Vec<&Value> = c
+        .all
+        .iter()
+        .filter(|m| m["method"] == "item/completed" && m["params"]["item"]["type"] == "userMessage")
+        .collect();
+    assert_eq!(users.len(), 4, "one user message per turn");
+    assert_eq!(
+        users[2]["params"]["item"]["content"],
+        json!([{"type": "text", "text": "third message"}]),
+        "the user-message item holds the user's words"
+    );
+    for message in &c.all {
+        assert!(
+            !message.to_string().contains(CONTEXT),
+            "no projection reached the client: {message}"
+        );
     }
     let deltas = c
         .all

@@ -246,6 +246,16 @@ impl UpstreamHandle {
         }
     }
 
+    /// The user's own input for the turn about to start on a backend thread: relayed
+    /// `userMessage` items of that turn show `input` instead of what the upstream got (the
+    /// projected turn input), until its `turn/completed`.
+    pub fn show_user_input(&self, backend_thread_id: &str, input: Value) {
+        let _ = self.hub.send(HubMsg::ShowUserInput {
+            thread: backend_thread_id.to_owned(),
+            input,
+        });
+    }
+
     /// One request; the upstream's result or error. Starts the upstream if none runs.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -322,6 +332,9 @@ pub enum HubMsg {
         conn: ConnId,
         reply: oneshot::Sender<()>,
     },
+    /// Show a user's own input in the next turn's `userMessage` items
+    /// ([`UpstreamHandle::show_user_input`]).
+    ShowUserInput { thread: String, input: Value },
     /// A session request served by the seam finished.
     SessionDone {
         conn: ConnId,
@@ -400,6 +413,8 @@ pub(crate) struct Hub {
     attached: std::collections::HashSet<String>,
     /// Backend thread id → session tasks watching its notifications.
     watchers: HashMap<String, Vec<mpsc::UnboundedSender<(String, Value)>>>,
+    /// Backend thread id → the user's own input of its running session turn.
+    user_inputs: HashMap<String, Value>,
     shutdown: Option<Shutdown>,
 }
 
@@ -426,6 +441,7 @@ pub(crate) fn start(
         threads,
         attached: std::collections::HashSet::new(),
         watchers: HashMap::new(),
+        user_inputs: HashMap::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -436,6 +452,27 @@ fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
     match outcome {
         Ok(result) => json!({"id": id, "result": result}),
         Err(error) => json!({"id": id, "error": error.to_value()}),
+    }
+}
+
+/// Replaces the content of the `userMessage` items of a turn notification (`item/started`,
+/// `item/completed`, `turn/completed`'s items) with the user's own `input`.
+fn show_user_input(params: &mut Value, input: &Value) {
+    let mut replace = |item: &mut Value| {
+        if item.get("type").and_then(Value::as_str) == Some("userMessage") {
+            if let Some(object) = item.as_object_mut() {
+                object.insert("content".to_owned(), input.clone());
+            }
+        }
+    };
+    if let Some(item) = params.get_mut("item") {
+        replace(item);
+    }
+    if let Some(items) = params
+        .pointer_mut("/turn/items")
+        .and_then(Value::as_array_mut)
+    {
+        items.iter_mut().for_each(replace);
     }
 }
 
@@ -487,6 +524,9 @@ impl Hub {
                 } => {
                     self.forward(method, params, Origin::Internal(reply), false)
                         .await;
+                }
+                HubMsg::ShowUserInput { thread, input } => {
+                    self.user_inputs.insert(thread, input);
                 }
                 HubMsg::Watch { thread, tx } => {
                     self.watchers.entry(thread).or_default().push(tx);
@@ -949,6 +989,12 @@ impl Hub {
                     self.turn_owner.remove(thread);
                 }
                 _ => {}
+            }
+            if let Some(input) = self.user_inputs.get(thread) {
+                show_user_input(&mut params, input);
+                if method == "turn/completed" {
+                    self.user_inputs.remove(thread);
+                }
             }
         }
         self.threads.rewrite(&mut params, Direction::ToClient, None);

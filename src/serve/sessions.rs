@@ -20,8 +20,9 @@
 //! instructions by injection); a later backend thread (an epoch change, drift under `rotate`,
 //! overflow recovery) is bound to the client id in the thread map, hidden from lists.
 //!
-//! Delivery of the projection: in the turn input (the harness's rendered input). Codex's
-//! `userMessage` item of such a turn holds the projected text, not only the user's words.
+//! Delivery of the projection: in the turn input (the harness's rendered input). The relayed
+//! `userMessage` items of the turn show the client's own input instead (the router swaps them);
+//! Codex's stored history (`thread/read`, `thread/turns/list`) still holds the projected text.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -350,6 +351,9 @@ impl ThreadedBackend for ServeBackend {
         if let Some(object) = params.as_object_mut() {
             object.insert("threadId".into(), Value::String(thread.clone()));
             object.insert("input".into(), Value::Array(input));
+        }
+        if let Some(input) = scope.as_ref().and_then(|s| s.params.get("input")) {
+            upstream.show_user_input(&thread, input.clone());
         }
         let mut watch = upstream.watch(&thread);
         let result = upstream
