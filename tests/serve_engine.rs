@@ -4,6 +4,7 @@
 //! its epoch changes every turn from the third on. Skips loudly without Codex.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::time::Duration;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
@@ -32,14 +33,22 @@ struct Env {
 /// `serve` built from a configuration selecting `sample-summary` on the real Codex (None:
 /// Codex is not installed).
 async fn start() -> Option<Env> {
-    let Some(binary) = locate_codex_binary() else {
+    if locate_codex_binary().is_none() {
         eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
         return None;
-    };
+    }
     let mock = MockModelServer::start(MockModelConfig::default())
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let handle = serve_in(dir.path(), &mock, 2).await;
+    Some(Env { handle, mock, dir })
+}
+
+/// A server on the state (store, Codex home) kept in `dir`; the sample engine keeps a window
+/// of 2 messages and summarises `chunk` at a time.
+async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle {
+    let binary = locate_codex_binary().unwrap();
     let mut overrides = serde_json::Map::new();
     for (k, v) in offline_overrides(&mock.base_url()) {
         let value = match v {
@@ -54,16 +63,16 @@ async fn start() -> Option<Env> {
     let config = json!({
         "plugins": {
             "slots": {"contextEngine": "sample-summary"},
-            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}}
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": chunk}}}
         },
         "agent": {"developerInstructions": "Be brief."},
         "backend": {
             "kind": "codex",
             "command": [binary.display().to_string(), "app-server"],
-            "codexHome": dir.path().join("codex-home"),
+            "codexHome": dir.join("codex-home"),
             "config": overrides,
         },
-        "store": {"path": dir.path().join("state").join("state.db")}
+        "store": {"path": dir.join("state").join("state.db")}
     });
     let config = Config::parse(&config.to_string(), "test.json5").unwrap();
     let args = ServeArgs {
@@ -73,8 +82,7 @@ async fn start() -> Option<Env> {
         max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
     };
     let options = options(&config, &args).await.unwrap();
-    let handle = serve::start(options).await.unwrap();
-    Some(Env { handle, mock, dir })
+    serve::start(options).await.unwrap()
 }
 
 impl Env {
@@ -373,5 +381,67 @@ async fn turns_across_epochs_keep_the_client_thread() {
     assert_eq!(title.last_user_text().unwrap(), "title please");
     assert!(!title.body_contains(ENGINE_INSTRUCTIONS));
     assert_eq!(projections_in(&title), 0);
+    env.handle.shutdown().await;
+}
+
+/// After a rotation and a restart of `serve` on the same state, `thread/resume` of the client
+/// id resumes the session's current backend thread (answered under the client id), and the
+/// next turn continues it: same epoch, so the model gets the bare prompt on the thread that
+/// holds the projection. (Window 2, chunks of 4: turns 1–3 share the first epoch, turn 4
+/// rotates, turn 5 stays.)
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_after_restart_continues_the_current_backend_thread() {
+    if locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let handle = serve_in(dir.path(), &mock, 4).await;
+    let env = Env { handle, mock, dir };
+    let thread = {
+        let mut c = Client::connect(&env.url()).await;
+        c.initialize().await;
+        let thread = c.start_thread(json!(1), false).await;
+        for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
+            let (_, done) = c.turn(id, &thread, text).await;
+            assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+            assert_eq!(env.backend_of(&thread), thread);
+        }
+        let (_, done) = c.turn("d", &thread, "four").await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+        thread
+    };
+    let current = env.backend_of(&thread);
+    assert_ne!(current, thread, "the fourth turn rotated");
+    let Env { handle, mock, dir } = env;
+    handle.shutdown().await;
+
+    let handle = serve_in(dir.path(), &mock, 4).await;
+    let env = Env { handle, mock, dir };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let resumed = c
+        .call(json!(2), "thread/resume", json!({"threadId": thread}))
+        .await;
+    assert_eq!(resumed["result"]["thread"]["id"], thread, "{resumed}");
+    let (answer, done) = c.turn("e", &thread, "five").await;
+    assert_eq!(answer["id"], "e");
+    assert_eq!(done["params"]["threadId"], thread);
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    assert_eq!(
+        env.backend_of(&thread),
+        current,
+        "the session stayed on its thread"
+    );
+    let request = request_for(&env.mock.response_requests(), "five");
+    assert_eq!(request.last_user_text().unwrap(), "five", "bare prompt");
+    assert_eq!(
+        projections_in(&request),
+        1,
+        "the thread holds its projection once"
+    );
     env.handle.shutdown().await;
 }
