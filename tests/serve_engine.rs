@@ -445,3 +445,53 @@ async fn resume_after_restart_continues_the_current_backend_thread() {
     );
     env.handle.shutdown().await;
 }
+
+/// `thread/compact/start` on a session takes the manual-compaction path: the engine's forced
+/// `compact` (the sample engine owns compaction and summarises everything) starts a new epoch,
+/// so the next turn — which the window alone would have kept on the thread — moves to a new
+/// backend thread carrying the projection, still under the client's id.
+#[tokio::test(flavor = "multi_thread")]
+async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
+    if locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let handle = serve_in(dir.path(), &mock, 4).await;
+    let env = Env { handle, mock, dir };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    for (id, text) in [("a", "one"), ("b", "two")] {
+        let (_, done) = c.turn(id, &thread, text).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_eq!(env.backend_of(&thread), thread);
+    let compact = c
+        .call(
+            json!("c"),
+            "thread/compact/start",
+            json!({"threadId": thread}),
+        )
+        .await;
+    assert!(compact.get("result").is_some(), "{compact}");
+    let (_, done) = c.turn("d", &thread, "three").await;
+    assert_eq!(done["params"]["threadId"], thread);
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    assert_ne!(
+        env.backend_of(&thread),
+        thread,
+        "the compaction's epoch rotated"
+    );
+    let request = request_for(&env.mock.response_requests(), "three");
+    let input = request.last_user_text().unwrap();
+    assert!(input.contains(CONTEXT), "{input}");
+    assert!(
+        input.contains("one"),
+        "the summary covers the compacted turns: {input}"
+    );
+    env.handle.shutdown().await;
+}
