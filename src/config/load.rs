@@ -294,6 +294,23 @@ mod tests {
         );
     }
 
+    /// `serve.engineThreads` parses; sessions run the harness whenever an engine other than
+    /// legacy is selected, and with legacy only when `engineThreads` is `all`.
+    #[test]
+    fn serve_engine_threads() {
+        use crate::config::EngineThreads;
+        let none = Config::parse(r#"{serve: {engineThreads: "none"}}"#, "c.json5").unwrap();
+        assert_eq!(none.serve.engine_threads, Some(EngineThreads::None));
+        assert!(!none.serve.engine_threads_for("legacy"));
+        assert!(none.serve.engine_threads_for("sample-summary"));
+        let all = Config::parse(r#"{serve: {engineThreads: "all"}}"#, "c.json5").unwrap();
+        assert!(all.serve.engine_threads_for("legacy"));
+        let default = Config::default();
+        assert!(!default.serve.engine_threads_for("legacy"));
+        assert!(default.serve.engine_threads_for("sample-summary"));
+        assert!(err(r#"{serve: {engineThreads: "some"}}"#).contains("engineThreads"));
+    }
+
     /// The SPEC §14 example parses into the typed structs, comments and trailing commas included.
     #[test]
     fn spec_example_parses() {

@@ -1304,6 +1304,51 @@ mod tests {
         );
     }
 
+    /// What an engine session does on rotation, through its [`UpstreamHandle`]: a thread it
+    /// starts itself is never announced; once bound, the session's subscriber gets that
+    /// thread's notifications under the client id, with the user's own input in the
+    /// `userMessage` item, while the session's watch sees the upstream's raw notification.
+    #[tokio::test]
+    async fn rotation_through_the_handle() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut c = rig.client(1).await;
+        rig.request(1, json!(1), "thread/resume", json!({"threadId": "th"}));
+        let resume = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
+        got(&mut c).await;
+        let handle = UpstreamHandle {
+            hub: rig.hub.clone(),
+        };
+        let mut watch = handle.watch("new");
+        let starter = handle.clone();
+        let started = tokio::spawn(async move { starter.request("thread/start", json!({})).await });
+        let start = rig.upstream_got().await;
+        assert_eq!(start["method"], "thread/start");
+        rig.upstream_says(json!({"id": start["id"], "result": {"thread": {"id": "new"}}}));
+        rig.upstream_says(json!({"method": "thread/started", "params": {"thread": {"id": "new"}}}));
+        assert_eq!(started.await.unwrap().unwrap()["thread"]["id"], "new");
+        handle.bind_session("th", "new", 1).await;
+        handle.show_user_input("new", json!([{"type": "text", "text": "hi"}]));
+        let projected =
+            json!({"type": "userMessage", "content": [{"type": "text", "text": "CONTEXT hi"}]});
+        rig.upstream_says(json!({"method": "item/completed", "params": {"threadId": "new", "turnId": "t", "item": projected}}));
+        let relayed = got(&mut c).await;
+        assert_eq!(
+            relayed["method"], "item/completed",
+            "thread/started was not announced"
+        );
+        assert_eq!(relayed["params"]["threadId"], "th");
+        assert_eq!(
+            relayed["params"]["item"]["content"],
+            json!([{"type": "text", "text": "hi"}])
+        );
+        assert_eq!(watch.recv().await.unwrap().0, "thread/started");
+        let (method, raw) = watch.recv().await.unwrap();
+        assert_eq!(method, "item/completed");
+        assert_eq!(raw["threadId"], "new");
+        assert_eq!(raw["item"], projected);
+    }
+
     /// With a session rotated onto another backend thread, the client only ever sees its own
     /// thread id: requests are rewritten to the backend id, notifications and list results back.
     #[tokio::test]

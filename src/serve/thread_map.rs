@@ -350,6 +350,30 @@ mod tests {
         assert_eq!(other, json!({"data": ["client-1"]}));
     }
 
+    /// Hidden backend threads (rotation targets) are dropped from `thread/list`; in
+    /// `thread/loaded/list` the session's current one shows as the client id, once, and one it
+    /// moved on from not at all. The hidden mark survives a restart through the store.
+    #[test]
+    fn lists_hide_rotated_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> =
+            Arc::new(crate::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+        let mut map = ThreadMap::new(Some(store.clone()));
+        map.hide("old").unwrap();
+        map.hide("new").unwrap();
+        map.bind("client", "new").unwrap();
+        let mut list =
+            json!({"data": [{"id": "client"}, {"id": "old"}, {"id": "new"}, {"id": "x"}]});
+        map.rewrite(&mut list, Direction::ToClient, Some("thread/list"));
+        assert_eq!(list, json!({"data": [{"id": "client"}, {"id": "x"}]}));
+        let mut loaded = json!({"data": ["client", "old", "new", "x"]});
+        map.rewrite(&mut loaded, Direction::ToClient, Some("thread/loaded/list"));
+        assert_eq!(loaded, json!({"data": ["client", "x"]}));
+        let mut reopened = ThreadMap::new(Some(store));
+        assert!(reopened.is_hidden("old"));
+        assert!(!reopened.is_hidden("x"));
+    }
+
     /// The map survives a restart through the store; unknown ids map to themselves.
     #[test]
     fn persists_through_the_store() {
