@@ -458,7 +458,7 @@ fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
 /// Replaces the content of the `userMessage` items of a turn notification (`item/started`,
 /// `item/completed`, `turn/completed`'s items) with the user's own `input`.
 fn show_user_input(params: &mut Value, input: &Value) {
-    let mut replace = |item: &mut Value| {
+    let replace = |item: &mut Value| {
         if item.get("type").and_then(Value::as_str) == Some("userMessage") {
             if let Some(object) = item.as_object_mut() {
                 object.insert("content".to_owned(), input.clone());
