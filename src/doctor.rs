@@ -13,6 +13,10 @@
 use std::fmt;
 use std::path::Path;
 
+use codex_app_server_client::{is_below_tested, CodexVersion, NEWEST_TESTED, OLDEST_TESTED};
+
+use crate::backend::codex::CodexBackend;
+use crate::backend::ThreadedBackend;
 use crate::config::Config;
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
 use crate::host::capabilities::Capability;
@@ -53,6 +57,54 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
+    /// The Codex app-server's version check (Codex backend only).
+    pub codex: Option<CodexCheck>,
+}
+
+/// What doctor learned from the Codex app-server's `initialize`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodexCheck {
+    /// The version Codex reported.
+    Version(CodexVersion),
+    /// Codex answered, with a user agent that names no version.
+    Unknown,
+    /// The app-server did not start or did not answer `initialize`.
+    Unreachable { error: String },
+}
+
+/// Spawns the app-server once, reads the version from `initialize`, and shuts it down.
+pub async fn check_codex(backend: &CodexBackend) -> CodexCheck {
+    let check = match backend.codex_version().await {
+        Ok(Some(version)) => CodexCheck::Version(version),
+        Ok(None) => CodexCheck::Unknown,
+        Err(error) => CodexCheck::Unreachable {
+            error: error.to_string(),
+        },
+    };
+    backend.shutdown().await;
+    check
+}
+
+/// The selected engine's quarantine that makes legacy serve instead of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degradation {
+    /// What the engine was doing (`factory`, `resolve`, or a lifecycle method).
+    pub operation: String,
+    /// The error.
+    pub reason: String,
+    /// When an earlier run recorded it; `None` for a quarantine of this run.
+    pub recorded_at_ms: Option<u64>,
+}
+
+/// How doctor labels a quarantine: a failure to load (the factory, e.g. an engine process
+/// whose plugin did not load or register) is named as such; any other names the step or
+/// lifecycle method (`resolve` covers an engine that is not registered or breaks the
+/// contract).
+pub fn describe_failure(operation: &str, reason: &str) -> String {
+    match operation {
+        "factory" => format!("failed to load (factory): {reason}"),
+        method => format!("failed during {method}: {reason}"),
+    }
 }
 
 /// What doctor found in the state store that earlier runs wrote.
@@ -185,6 +237,25 @@ impl DoctorReport {
         self.warn(no_op_compact_warning(engine_id));
     }
 
+    /// Attaches the Codex version check; a version below the oldest tested one, an unknown
+    /// version or an app-server that did not start is also a warning.
+    pub fn with_codex_check(mut self, check: CodexCheck) -> Self {
+        match &check {
+            CodexCheck::Version(v) if is_below_tested(v) => self.warn(format!(
+                "Codex {v} is older than {OLDEST_TESTED}, the oldest version ctxbridge is tested with; upgrade @openai/codex"
+            )),
+            CodexCheck::Version(_) => {}
+            CodexCheck::Unknown => self.warn(format!(
+                "the Codex app-server reported no version; ctxbridge is tested with {OLDEST_TESTED} to {NEWEST_TESTED}"
+            )),
+            CodexCheck::Unreachable { error } => {
+                self.warn(format!("the Codex app-server did not start: {error}"))
+            }
+        }
+        self.codex = Some(check);
+        self
+    }
+
     /// Attaches what earlier runs left in the store; its notes become warnings.
     pub fn with_persisted_state(mut self, persisted: PersistedState) -> Self {
         if let PersistedState::Read { notes, .. } = &persisted {
@@ -194,10 +265,42 @@ impl DoctorReport {
         self
     }
 
-    /// True when nothing keeps turns from running: the active engine can run on the backend
-    /// and the state store (if there is one) is usable. `ctxbridge doctor` exits 1 otherwise.
+    /// True when nothing keeps turns from running as configured: the active engine can run on
+    /// the backend, the state store (if there is one) is usable, and the selected engine is not
+    /// degraded to legacy by a quarantine. `ctxbridge doctor` exits 1 otherwise.
     pub fn passes(&self) -> bool {
-        self.can_run && self.persisted.is_usable()
+        self.can_run && self.persisted.is_usable() && self.degradation().is_none()
+    }
+
+    /// Why the selected engine is degraded to legacy, if it is: its quarantine in this run,
+    /// else one recorded by an earlier run (not cleared). `None` for legacy or a disabled
+    /// engine (legacy is then what the configuration asks for).
+    pub fn degradation(&self) -> Option<Degradation> {
+        if self.disabled || self.selected_id == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        if let Some(q) = self
+            .quarantines
+            .iter()
+            .find(|q| q.engine_id == self.selected_id)
+        {
+            return Some(Degradation {
+                operation: q.operation.as_str().to_string(),
+                reason: q.reason.clone(),
+                recorded_at_ms: None,
+            });
+        }
+        match &self.persisted {
+            PersistedState::Read { quarantines, .. } => quarantines
+                .iter()
+                .find(|q| q.engine_id == self.selected_id)
+                .map(|q| Degradation {
+                    operation: q.operation.clone(),
+                    reason: q.reason.clone(),
+                    recorded_at_ms: Some(q.at_ms),
+                }),
+            _ => None,
+        }
     }
 
     /// The `agent-run` check, if the engine declares one.
@@ -257,6 +360,7 @@ pub async fn report(
         warnings: Vec::new(),
         can_run,
         persisted: PersistedState::NotInspected,
+        codex: None,
     }
 }
 
@@ -304,6 +408,14 @@ impl fmt::Display for DoctorReport {
                 capabilities.join(", ")
             }
         )?;
+        match &self.codex {
+            None => {}
+            Some(CodexCheck::Version(v)) => {
+                writeln!(f, "codex: {v} (tested: {OLDEST_TESTED} to {NEWEST_TESTED})")?
+            }
+            Some(CodexCheck::Unknown) => writeln!(f, "codex: version unknown")?,
+            Some(CodexCheck::Unreachable { .. }) => writeln!(f, "codex: not reachable")?,
+        }
         if self.quarantines.is_empty() {
             writeln!(f, "quarantined engines: none")?;
         } else {
@@ -311,8 +423,9 @@ impl fmt::Display for DoctorReport {
             for q in &self.quarantines {
                 writeln!(
                     f,
-                    "  {}: failed during {}: {}",
-                    q.engine_id, q.operation, q.reason
+                    "  {}: {}",
+                    q.engine_id,
+                    describe_failure(q.operation.as_str(), &q.reason)
                 )?;
             }
         }
@@ -334,10 +447,9 @@ impl fmt::Display for DoctorReport {
                     for q in quarantines {
                         writeln!(
                             f,
-                            "  {}: failed during {}: {} (recorded {})",
+                            "  {}: {} (recorded {})",
                             q.engine_id,
-                            q.operation,
-                            q.reason,
+                            describe_failure(&q.operation, &q.reason),
                             format_utc_ms(q.at_ms)
                         )?;
                     }
@@ -383,6 +495,19 @@ impl fmt::Display for DoctorReport {
             writeln!(
                 f,
                 "status: the state store cannot be used; fix it or move it away before running turns"
+            )?;
+        }
+        if let Some(d) = self.degradation() {
+            let when = match d.recorded_at_ms {
+                None => "in this run".to_string(),
+                Some(ms) => format!("recorded by an earlier run at {}", format_utc_ms(ms)),
+            };
+            writeln!(
+                f,
+                "status: degraded: context engine \"{}\" is quarantined ({when}): {}; \"{}\" serves instead",
+                self.selected_id,
+                describe_failure(&d.operation, &d.reason),
+                crate::engines::LEGACY_ENGINE_ID
             )?;
         }
         Ok(())

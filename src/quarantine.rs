@@ -28,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 use crate::contract::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult,
-    MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
-    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
+    EngineInfo, EngineMethod, EngineTool, IngestBatchParams, IngestBatchResult, IngestParams,
+    IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
+    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
+    ToolCallParams, ToolCallResult,
 };
 use crate::engines::{LegacyEngine, LEGACY_ENGINE_ID};
 
@@ -320,6 +321,22 @@ pub fn validate_compact_result(
                     "result.sessionId {mirror:?} does not mirror sessionTarget.sessionId {id:?}"
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// `tools/call` result: every content part is an object with a string `type`.
+pub fn validate_tool_call_result(result: &ToolCallResult) -> Result<(), String> {
+    for (index, part) in result.content.iter().enumerate() {
+        if part
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .is_none()
+        {
+            return Err(format!(
+                "content[{index}] is not a content part (an object with a string `type`)"
+            ));
         }
     }
     Ok(())
@@ -906,6 +923,69 @@ impl ContextEngine for QuarantineEngine {
             route(outcome)?;
         }
         Ok(())
+    }
+
+    /// The wrapped engine's tools; none once quarantined (legacy registers no tools).
+    fn tools(&self) -> Vec<EngineTool> {
+        if self.is_legacy() {
+            return self.inner.tools();
+        }
+        if self.is_quarantined() {
+            return Vec::new();
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.tools())) {
+            Ok(tools) if !self.is_quarantined() => tools,
+            Ok(_) => Vec::new(),
+            Err(payload) => {
+                self.trip(
+                    FailedOperation::Method(EngineMethod::Info),
+                    format!("tools() panicked: {}", panic_message(payload.as_ref())),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Runs an engine tool. The caller (the backend's tool loop) always gets an answer for
+    /// the model: a failure of the engine (error, panic, timeout, dead process, malformed
+    /// result) quarantines it and comes back as an `is_error` result, as does a call after
+    /// quarantine or of a tool the engine does not list (which is not sent to the engine: a
+    /// model's made-up name must not quarantine it). `Err` only for a caller's cancellation
+    /// or an engine without tools (a host bug).
+    async fn call_tool(&self, params: ToolCallParams) -> Result<ToolCallResult, EngineError> {
+        if self.is_legacy() {
+            return self.inner.call_tool(params).await;
+        }
+        let name = params.name.clone();
+        if self.is_quarantined() {
+            return Ok(ToolCallResult::error(format!(
+                "tool \"{name}\" is not available: context engine \"{}\" is quarantined",
+                self.engine_id
+            )));
+        }
+        if self.inner_methods().contains(EngineMethod::CallTool)
+            && !self.tools().iter().any(|tool| tool.name == name)
+        {
+            return Ok(ToolCallResult::error(format!(
+                "unknown tool \"{name}\": context engine \"{}\" has no such tool",
+                self.engine_id
+            )));
+        }
+        let outcome = self
+            .guarded(
+                EngineMethod::CallTool,
+                || self.inner.call_tool(params),
+                None,
+                validate_tool_call_result,
+            )
+            .await;
+        match outcome {
+            Ok(result) => Ok(result),
+            Err(Failure::PassThrough(error)) => Err(error),
+            Err(Failure::Quarantined(error)) => Ok(ToolCallResult::error(format!(
+                "tool \"{name}\" failed: {error}"
+            ))),
+        }
     }
 
     async fn dispose(&self) -> Result<(), EngineError> {

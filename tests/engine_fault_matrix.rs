@@ -246,6 +246,16 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .await,
         ),
         EngineMethod::Dispose => json(engine.dispose().await),
+        EngineMethod::CallTool => json(
+            engine
+                .call_tool(ToolCallParams {
+                    session_id,
+                    session_key,
+                    name: "lookup".into(),
+                    ..Default::default()
+                })
+                .await,
+        ),
         EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
     }
 }

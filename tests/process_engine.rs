@@ -517,3 +517,191 @@ async fn drop_kills_and_reaps_the_child() {
         "child {pid} was not reaped after the engine was dropped"
     );
 }
+
+fn tool_engine_config(mode: &str) -> ProcessEngineConfig {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines/tool_engine.py");
+    let mut config = ProcessEngineConfig::new(
+        "tooly",
+        vec![
+            "python3".into(),
+            script.to_string_lossy().into_owned(),
+            mode.into(),
+        ],
+        HostIdentity {
+            id: "test-host".into(),
+            label: "the test host".into(),
+            capabilities: Capability::ALL.to_vec(),
+        },
+    )
+    .with_call_timeout(Duration::from_secs(10));
+    config.init_timeout = Duration::from_secs(10);
+    config
+}
+
+fn tool_call(name: &str, arguments: serde_json::Value) -> ToolCallParams {
+    ToolCallParams {
+        session_id: "s1".into(),
+        session_key: Some("agent:main:s1".into()),
+        name: name.into(),
+        arguments,
+        tool_call_id: Some("call_7".into()),
+    }
+}
+
+/// The tools, hooks and commands listed in `initialize` are kept; `tools/call` is announced
+/// because tools are listed, carries the call's camelCase params, and answers with the
+/// tool's content; an `isError` answer is a result, not an error.
+#[tokio::test]
+async fn tools_come_from_initialize_and_tools_call_reaches_the_engine() {
+    if !python3_available() {
+        return;
+    }
+    let engine = ProcessEngine::spawn(tool_engine_config("tools"))
+        .await
+        .unwrap();
+    let tools = engine.tools();
+    assert_eq!(tools.len(), 10);
+    assert_eq!(tools[0].name, "echo");
+    assert_eq!(tools[0].description, "the echo tool");
+    assert_eq!(tools[0].parameters["properties"]["q"]["type"], "string");
+    assert!(engine.methods().contains(EngineMethod::CallTool));
+    assert_eq!(engine.hooks(), ["gateway_start", "before_prompt_build"]);
+    assert_eq!(engine.commands()[0].name, "summary");
+
+    let echoed = engine
+        .call_tool(tool_call("echo", serde_json::json!({"q": "x"})))
+        .await
+        .unwrap();
+    assert!(!echoed.is_error);
+    let seen: serde_json::Value = serde_json::from_str(&echoed.text()).unwrap();
+    assert_eq!(
+        seen,
+        serde_json::json!({
+            "sessionId": "s1",
+            "sessionKey": "agent:main:s1",
+            "name": "echo",
+            "arguments": {"q": "x"},
+            "toolCallId": "call_7",
+        })
+    );
+    let soft = engine
+        .call_tool(tool_call("soft_fail", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert!(soft.is_error);
+    assert_eq!(soft.text(), "no such record");
+    engine.dispose().await.unwrap();
+}
+
+/// `tools/call` failures map like every other method's: a JSON-RPC error is `Failed`, a
+/// result of the wrong shape `Malformed`, no answer `Timeout`, a crash `Process` — each
+/// naming `tools/call`.
+#[tokio::test]
+async fn tools_call_failures_map_to_engine_errors() {
+    if !python3_available() {
+        return;
+    }
+    let mut config = tool_engine_config("tools");
+    config.call_timeout = Duration::from_millis(500);
+    let engine = ProcessEngine::spawn(config).await.unwrap();
+    let method = EngineMethod::CallTool;
+    let err = engine
+        .call_tool(tool_call("explode", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Failed { method: m, message } if *m == method && message.contains("tool exploded")),
+        "{err:?}"
+    );
+    let err = engine
+        .call_tool(tool_call("malformed", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Malformed { method: m, detail } if *m == method && detail.contains("content")),
+        "{err:?}"
+    );
+    let err = engine
+        .call_tool(tool_call("hang", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Timeout { method: m, .. } if *m == method),
+        "{err:?}"
+    );
+    let err = engine
+        .call_tool(tool_call("crash", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Process { method: m, detail } if *m == method && detail.contains("exit status: 9")),
+        "{err:?}"
+    );
+}
+
+/// An engine that lists no tools does not announce `tools/call` (even if its `methods` names
+/// it) and nothing is sent; a `tools` field of the wrong type fails the handshake as
+/// `Malformed` naming `tools`.
+#[tokio::test]
+async fn engines_without_tools_have_no_tools_call() {
+    if !python3_available() {
+        return;
+    }
+    let engine = ProcessEngine::spawn(tool_engine_config("no_tools"))
+        .await
+        .unwrap();
+    assert!(engine.tools().is_empty());
+    assert!(!engine.methods().contains(EngineMethod::CallTool));
+    let err = engine
+        .call_tool(tool_call("echo", serde_json::json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        EngineError::NotImplemented {
+            method: EngineMethod::CallTool
+        }
+    );
+    let err = ProcessEngine::spawn(tool_engine_config("bad_tools"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Malformed { method: EngineMethod::Info, detail } if detail.contains("`tools`")),
+        "{err:?}"
+    );
+}
+
+/// Through the quarantine wrapper, a crashing tool quarantines the process engine and the
+/// caller gets an `isError` result for the model; the tools are gone afterwards.
+#[tokio::test]
+async fn quarantined_process_engine_answers_tool_calls_with_error_results() {
+    if !python3_available() {
+        return;
+    }
+    use ctxbridge::quarantine::{CallTimeouts, FailedOperation, QuarantineBook, QuarantineEngine};
+    let engine = ProcessEngine::spawn(tool_engine_config("tools"))
+        .await
+        .unwrap();
+    let book = Arc::new(QuarantineBook::new());
+    let guarded = QuarantineEngine::new(
+        "tooly",
+        Arc::new(engine),
+        Arc::clone(&book),
+        CallTimeouts::uniform(Duration::from_secs(10)),
+    );
+    assert_eq!(guarded.tools().len(), 10);
+    let answer = guarded
+        .call_tool(tool_call("explode", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert!(answer.is_error);
+    assert!(answer.text().contains("tool exploded"), "{}", answer.text());
+    let record = book.get("tooly").unwrap();
+    assert_eq!(
+        record.operation,
+        FailedOperation::Method(EngineMethod::CallTool)
+    );
+    assert!(guarded.tools().is_empty());
+    guarded.release().await;
+}

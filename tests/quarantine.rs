@@ -45,7 +45,11 @@ impl FaultyEngine {
         FaultyEngine {
             id: "faulty".into(),
             faults: faults.iter().copied().collect(),
-            methods: MethodSet::required_plus(&EngineMethod::OPTIONAL),
+            methods: {
+                let mut methods = MethodSet::required_plus(&EngineMethod::OPTIONAL);
+                methods.insert(EngineMethod::CallTool);
+                methods
+            },
             calls: Mutex::new(Vec::new()),
             panic_in_info: false,
         }
@@ -218,6 +222,29 @@ impl ContextEngine for FaultyEngine {
         let m = EngineMethod::Dispose;
         self.act(m, || (), || wrong_shape(m)).await
     }
+
+    fn tools(&self) -> Vec<EngineTool> {
+        vec![EngineTool {
+            name: "probe".into(),
+            description: "Probes the faulty engine".into(),
+            parameters: json!({"type": "object"}),
+        }]
+    }
+
+    async fn call_tool(&self, p: ToolCallParams) -> Result<ToolCallResult, EngineError> {
+        // A content part that is not an object is what a broken engine would send.
+        let malformed = ToolCallResult {
+            content: vec![json!("bare string")],
+            is_error: false,
+        };
+        let answer = if p.arguments["soft"] == json!(true) {
+            ToolCallResult::error("the tool says no")
+        } else {
+            ToolCallResult::from_text(format!("probed {}", p.arguments))
+        };
+        self.act(EngineMethod::CallTool, || answer, || Ok(malformed))
+            .await
+    }
 }
 
 /// Every member the wrapper guards (all but `info`).
@@ -376,6 +403,17 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
         ),
         EngineMethod::Dispose => json(engine.dispose().await),
         EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
+        EngineMethod::CallTool => json(engine.call_tool(tool_call("probe", json!({}))).await),
+    }
+}
+
+fn tool_call(name: &str, arguments: Value) -> ToolCallParams {
+    ToolCallParams {
+        session_id: "s".into(),
+        session_key: Some("k".into()),
+        name: name.into(),
+        arguments,
+        tool_call_id: Some("call-1".into()),
     }
 }
 
@@ -873,4 +911,127 @@ async fn restored_records_keep_engines_quarantined() {
         1,
         "only the original quarantine logged"
     );
+}
+
+/// `tools/call` × error, panic, timeout and malformed result: the engine is quarantined with
+/// operation `tools/call`, the caller still gets an answer for the model (an `isError` result
+/// naming the failure), the engine's tools disappear (legacy registers none) and a later call
+/// is answered without reaching the engine.
+#[tokio::test]
+async fn tool_call_failures_quarantine_and_answer_with_an_error_result() {
+    for fault in [Fault::Error, Fault::Panic, Fault::Hang, Fault::Malformed] {
+        let case = format!("tools/call × {fault:?}");
+        let book = Arc::new(QuarantineBook::new());
+        let inner = Arc::new(FaultyEngine::new(&[(EngineMethod::CallTool, fault)]));
+        let engine = guarded(Arc::clone(&inner), &book);
+        assert_eq!(engine.tools().len(), 1, "{case}");
+        assert!(engine.methods().contains(EngineMethod::CallTool), "{case}");
+
+        let answer = engine
+            .call_tool(tool_call("probe", json!({})))
+            .await
+            .expect(&case);
+        assert!(answer.is_error, "{case}: {answer:?}");
+        assert!(
+            answer.text().starts_with("tool \"probe\" failed: "),
+            "{case}: {}",
+            answer.text()
+        );
+        let record = book.get("faulty").expect(&case);
+        assert_eq!(
+            record.operation,
+            FailedOperation::Method(EngineMethod::CallTool),
+            "{case}"
+        );
+        assert!(engine.is_quarantined(), "{case}");
+        assert!(engine.tools().is_empty(), "{case}");
+        assert!(!engine.methods().contains(EngineMethod::CallTool), "{case}");
+
+        let calls_before = inner.calls();
+        let later = engine
+            .call_tool(tool_call("probe", json!({})))
+            .await
+            .expect(&case);
+        assert!(later.is_error, "{case}");
+        assert!(
+            later.text().contains("quarantined"),
+            "{case}: {}",
+            later.text()
+        );
+        assert_eq!(
+            inner.calls(),
+            calls_before,
+            "{case}: engine called after quarantine"
+        );
+    }
+}
+
+/// A tool's own error answer (`isError: true`) is a result, not a failure; a healthy call
+/// reaches the engine with its arguments; a tool name the engine does not list is answered
+/// with an error result without reaching the engine, and quarantines nothing.
+#[tokio::test]
+async fn tool_errors_and_unknown_tools_do_not_quarantine() {
+    let book = Arc::new(QuarantineBook::new());
+    let inner = Arc::new(FaultyEngine::new(&[]));
+    let engine = guarded(Arc::clone(&inner), &book);
+
+    let ok = engine
+        .call_tool(tool_call("probe", json!({"q": 1})))
+        .await
+        .unwrap();
+    assert!(!ok.is_error);
+    assert_eq!(ok.text(), r#"probed {"q":1}"#);
+
+    let soft = engine
+        .call_tool(tool_call("probe", json!({"soft": true})))
+        .await
+        .unwrap();
+    assert!(soft.is_error);
+    assert_eq!(soft.text(), "the tool says no");
+
+    let calls = inner.calls();
+    let unknown = engine
+        .call_tool(tool_call("made_up", json!({})))
+        .await
+        .unwrap();
+    assert!(unknown.is_error);
+    assert!(
+        unknown.text().contains("unknown tool \"made_up\""),
+        "{}",
+        unknown.text()
+    );
+    assert_eq!(inner.calls(), calls, "an unknown tool reached the engine");
+
+    assert!(!engine.is_quarantined());
+    assert!(book.records().is_empty());
+    assert_eq!(engine.tools()[0].name, "probe");
+}
+
+/// An engine that lists no tools does not announce `tools/call`; calling it anyway is a host
+/// bug (NotImplemented), not a quarantine. A persisted record with operation `tools/call`
+/// round-trips.
+#[tokio::test]
+async fn engines_without_tools_do_not_announce_tools_call() {
+    let book = Arc::new(QuarantineBook::new());
+    let mut faulty = FaultyEngine::new(&[]);
+    faulty.methods = MethodSet::required_plus(&[]);
+    let engine = guarded(Arc::new(faulty), &book);
+    assert!(!engine.methods().contains(EngineMethod::CallTool));
+    let answer = engine.call_tool(tool_call("probe", json!({}))).await;
+    assert!(
+        matches!(
+            answer,
+            Err(EngineError::NotImplemented {
+                method: EngineMethod::CallTool
+            })
+        ),
+        "{answer:?}"
+    );
+    assert!(!engine.is_quarantined());
+    assert_eq!(
+        FailedOperation::parse("tools/call"),
+        Some(FailedOperation::Method(EngineMethod::CallTool))
+    );
+    assert_eq!(EngineMethod::CallTool.as_str(), "tools/call");
+    assert!(!EngineMethod::OPTIONAL.contains(&EngineMethod::CallTool));
 }

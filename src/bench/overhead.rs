@@ -154,8 +154,14 @@ pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchE
                 let kind = match (mode, report.projected) {
                     (BenchMode::Legacy, _) => TurnKind::Legacy,
                     (BenchMode::PerTurn, _) => TurnKind::ProjectingPerTurn,
-                    (BenchMode::ThreadBootstrap, true) => TurnKind::ProjectingNewThread,
-                    (BenchMode::ThreadBootstrap, false) => TurnKind::Reused,
+                    (
+                        BenchMode::ThreadBootstrap | BenchMode::ThreadBootstrapAdditionalContext,
+                        true,
+                    ) => TurnKind::ProjectingNewThread,
+                    (
+                        BenchMode::ThreadBootstrap | BenchMode::ThreadBootstrapAdditionalContext,
+                        false,
+                    ) => TurnKind::Reused,
                 };
                 let engine_nanos = engine
                     .as_ref()

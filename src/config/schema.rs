@@ -160,6 +160,16 @@ pub struct CodexBackendConfig {
     pub codex_home: Option<PathBuf>,
     /// Dotted Codex config keys, each passed as `-c key=<TOML value>`.
     pub config: BTreeMap<String, CodexConfigValue>,
+    /// The longest wait for the next event of a turn, in milliseconds, before the turn is
+    /// interrupted and fails (a stalled model). Default 300000 (5 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// The longest a whole turn may run, in milliseconds. Default 1800000 (30 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_ms: Option<u64>,
+    /// The most reply text (UTF-8 bytes) a turn may produce. Default 16777216 (16 MiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_reply_bytes: Option<u64>,
 }
 
 impl Default for CodexBackendConfig {
@@ -168,6 +178,9 @@ impl Default for CodexBackendConfig {
             command: vec!["codex".to_string(), "app-server".to_string()],
             codex_home: None,
             config: BTreeMap::new(),
+            idle_timeout_ms: None,
+            turn_timeout_ms: None,
+            max_reply_bytes: None,
         }
     }
 }
@@ -293,6 +306,22 @@ pub enum StoreKind {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ProjectionConfig {
     pub developer_instruction_drift: DeveloperInstructionDrift,
+    /// Where a projecting turn on the Codex backend puts its rendered context; unset: the
+    /// additional context when the connected Codex keeps it across compaction (0.171.0 and
+    /// later), else the turn input. Other backends always use the turn input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codex_context_delivery: Option<CodexContextDelivery>,
+}
+
+/// `projection.codexContextDelivery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodexContextDelivery {
+    /// The framed context before the prompt in the turn input (SPEC §9.2).
+    TurnInput,
+    /// The framed context as one `turn/start.additionalContext` entry (a developer item before
+    /// the user message); the turn input is the bare prompt.
+    AdditionalContext,
 }
 
 /// `serve` (SPEC §16).

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::tools::{EngineTool, ToolCallParams, ToolCallResult};
 use super::types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, EngineInfo,
@@ -45,6 +46,11 @@ pub enum EngineMethod {
     OnSubagentEnded,
     /// `dispose`: release the engine at shutdown or reload (optional).
     Dispose,
+    /// `tools/call`: run one of the engine's tools (SPEC §13). Announced only by engines that
+    /// list tools, so it is in neither [`EngineMethod::REQUIRED`] nor
+    /// [`EngineMethod::OPTIONAL`].
+    #[serde(rename = "tools/call")]
+    CallTool,
 }
 
 impl EngineMethod {
@@ -85,14 +91,16 @@ impl EngineMethod {
             EngineMethod::RollbackSubagentSpawn => "rollbackSubagentSpawn",
             EngineMethod::OnSubagentEnded => "onSubagentEnded",
             EngineMethod::Dispose => "dispose",
+            EngineMethod::CallTool => "tools/call",
         }
     }
 
-    /// Parses a contract method name (`"afterTurn"`, …).
+    /// Parses a contract method name (`"afterTurn"`, `"tools/call"`, …).
     pub fn parse(name: &str) -> Option<Self> {
         Self::REQUIRED
             .iter()
             .chain(Self::OPTIONAL.iter())
+            .chain([EngineMethod::CallTool].iter())
             .copied()
             .find(|m| m.as_str() == name)
     }
@@ -129,6 +137,11 @@ impl MethodSet {
     /// Adds `m`.
     pub fn insert(&mut self, m: EngineMethod) {
         self.0.insert(m);
+    }
+
+    /// Removes `m`.
+    pub fn remove(&mut self, m: EngineMethod) {
+        self.0.remove(&m);
     }
 
     /// The members, in contract order.
@@ -332,6 +345,20 @@ pub trait ContextEngine: Send + Sync {
     async fn dispose(&self) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::Dispose,
+        })
+    }
+
+    /// The tools this engine offers to the model (SPEC §13); none by default. An engine that
+    /// lists tools announces [`EngineMethod::CallTool`] in [`ContextEngine::methods`].
+    fn tools(&self) -> Vec<EngineTool> {
+        Vec::new()
+    }
+
+    /// Runs one of the engine's tools (`tools/call`). A result with `is_error` is the tool's
+    /// answer; an `Err` is an engine failure.
+    async fn call_tool(&self, _params: ToolCallParams) -> Result<ToolCallResult, EngineError> {
+        Err(EngineError::NotImplemented {
+            method: EngineMethod::CallTool,
         })
     }
 }

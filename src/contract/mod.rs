@@ -8,11 +8,13 @@
 mod engine;
 mod message;
 mod runtime;
+mod tools;
 mod types;
 
 pub use engine::{ContextEngine, EngineError, EngineMethod, MethodSet};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;
+pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
 pub use types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactDetails, CompactParams, CompactResult,

@@ -23,6 +23,7 @@ mod compact;
 mod lifecycle;
 mod session;
 mod subagent;
+mod tools;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
@@ -33,7 +34,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
 use crate::contract::{
     AgentMessage, CompactResult, EngineError, EngineInfo, ReasonCode, RuntimeContext, RuntimeFacts,
     RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
@@ -80,6 +81,10 @@ pub struct HarnessConfig {
     pub selection_source: SelectionSource,
     /// The working directory reported to engines.
     pub cwd: Option<String>,
+    /// Where a projecting turn puts its rendered context (`projection.codexContextDelivery`);
+    /// `None`: additional context when the backend keeps it across compaction, else the turn
+    /// input. Backends without the channel always get the turn input.
+    pub context_delivery: Option<ContextDelivery>,
 }
 
 impl Default for HarnessConfig {
@@ -99,7 +104,22 @@ impl Default for HarnessConfig {
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
+            context_delivery: None,
         }
+    }
+}
+
+/// The prompt token budget engines get when `agent.tokenBudget` is not configured (a
+/// conservative context window for an unknown model). Only the engine-facing calls use it;
+/// the projection's context cap and the pre-turn overflow check follow the configured value.
+pub const DEFAULT_TOKEN_BUDGET: u64 = 128_000;
+
+impl HarnessConfig {
+    /// The budget every engine call that takes one gets (`assemble`, `compact`, `afterTurn`,
+    /// `maintain`'s runtime facts, `runtimeSettings.limits.promptTokenBudget`): the configured
+    /// one, else [`DEFAULT_TOKEN_BUDGET`].
+    pub fn engine_token_budget(&self) -> u64 {
+        self.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET)
     }
 }
 
@@ -257,6 +277,9 @@ pub struct TurnReport {
     pub developer_instructions_chars: usize,
     /// How the instructions reached the thread: `thread-start`, `inject` or `unchanged`.
     pub developer_instructions_delivery: String,
+    /// How the rendered context reached the thread: `turn-input`, `additional-context`, or
+    /// `none` when the turn projected nothing.
+    pub context_delivery: String,
     /// The model's reply.
     pub reply: String,
     /// Figures of the turn (not serialised).
@@ -540,7 +563,7 @@ impl Harness {
             )
             .model_requested(self.cfg.model.clone())
             .model_resolved(self.cfg.model.clone())
-            .prompt_token_budget(self.cfg.token_budget);
+            .prompt_token_budget(Some(self.cfg.engine_token_budget()));
         if serving.is_quarantined() && !std::ptr::eq(serving, &*self.legacy) {
             b = b.degraded_reason(ReasonCode::RuntimeUnavailable);
         }
@@ -557,7 +580,7 @@ impl Harness {
         thread: Option<&ThreadId>,
     ) -> RuntimeFacts {
         RuntimeFacts {
-            token_budget: self.cfg.token_budget,
+            token_budget: Some(self.cfg.engine_token_budget()),
             current_token_count: None,
             cwd: self.cfg.cwd.clone(),
             session_target: Some(SessionTarget {

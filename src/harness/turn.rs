@@ -7,8 +7,12 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{now_ms, SessionGuard};
+use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
-use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
+use crate::backend::{
+    BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
+    TurnTools,
+};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
     EngineMethod, HostOperation, MaintainReason, PromptAuthority,
@@ -17,9 +21,9 @@ use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
 use crate::projection::{
-    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint,
-    tools_fingerprint, EffectiveMode, InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding,
-    ThreadChoice, TurnPlan, BINDING_SCHEMA_VERSION,
+    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint, EffectiveMode,
+    InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding, ThreadChoice, TurnPlan,
+    BINDING_SCHEMA_VERSION,
 };
 use crate::quarantine::QuarantineEngine;
 use crate::store::TranscriptEntry;
@@ -41,8 +45,12 @@ pub(super) struct TurnContext<'a> {
     pub(super) engine_active: bool,
     /// The serving engine's policy fingerprint.
     pub(super) policy_fingerprint: String,
-    /// The host's tool catalogue fingerprint.
+    /// The host's tool catalogue fingerprint (configured tools and the engine's tools).
     pub(super) tools_fingerprint: String,
+    /// The engine's tools offered to the model this turn, and their executor.
+    pub(super) tools: TurnTools,
+    /// Where this turn's rendered context goes.
+    pub(super) context_delivery: ContextDelivery,
 }
 
 impl TurnContext<'_> {
@@ -152,7 +160,7 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref())
+            self.compact_locked(&spec.session_key, &session_id, stored.as_deref(), &guard)
                 .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
@@ -160,15 +168,31 @@ impl Harness {
         // is not enough: a harness configured with legacy has its own legacy wrapper.
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
+        // The engine's tools (SPEC §13): only an active engine offers any (legacy has none, a
+        // quarantined engine lists none); they go into the catalogue fingerprint, so a changed
+        // tool list starts a new thread (`dynamic-tools-mismatch`).
+        let engine_tool_specs = if engine_active {
+            tool_specs(&serving.tools())
+        } else {
+            Vec::new()
+        };
+        let context_delivery = self.context_delivery().await;
         let ctx = TurnContext {
             spec: &spec,
+            policy_fingerprint: self.policy_fingerprint(&serving_info),
+            tools_fingerprint: catalogue_fingerprint(&self.cfg.tools, &engine_tool_specs),
+            tools: turn_tools(
+                &self.engine,
+                engine_tool_specs,
+                &session_id,
+                &spec.session_key,
+            ),
             session_id,
             guard: &guard,
             serving,
-            policy_fingerprint: self.policy_fingerprint(&serving_info),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
             info: serving_info,
             engine_active,
+            context_delivery,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
@@ -177,7 +201,10 @@ impl Harness {
         let mut retried = false;
         let (plan, executed) = loop {
             let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
-            match self.execute(&plan, stored.is_some(), events.clone()).await {
+            match self
+                .execute(&plan, &ctx.tools, stored.is_some(), events.clone())
+                .await
+            {
                 Ok(executed) => break (plan, executed),
                 Err(FailedTurn {
                     error,
@@ -302,8 +329,8 @@ impl Harness {
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
                 messages: messages.to_vec(),
-                token_budget: self.cfg.token_budget,
-                available_tools: Some(self.cfg.tools.clone()),
+                token_budget: Some(self.cfg.engine_token_budget()),
+                available_tools: Some(available_tool_names(&self.cfg.tools, &serving.tools())),
                 citations_mode: self.cfg.citations_mode.clone(),
                 model: self.cfg.model.clone(),
                 prompt: Some(spec.prompt.clone()),
@@ -360,6 +387,22 @@ impl Harness {
         estimate > budget as f64
     }
 
+    /// Where this turn's rendered context goes: the configured delivery on a backend with the
+    /// channel (else the turn input); unconfigured, additional context when the connected
+    /// backend keeps it across compaction (Codex from 0.171.0).
+    pub(super) async fn context_delivery(&self) -> ContextDelivery {
+        if self.backend.profile().additional_context_bytes == 0 {
+            return ContextDelivery::TurnInput;
+        }
+        match self.cfg.context_delivery {
+            Some(configured) => configured,
+            None if self.backend.keeps_additional_context().await => {
+                ContextDelivery::AdditionalContext
+            }
+            None => ContextDelivery::TurnInput,
+        }
+    }
+
     /// Plans the turn with [`plan_turn`] and logs its warning and the projection decision.
     fn plan(
         &self,
@@ -382,6 +425,8 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
+            context_delivery: ctx.context_delivery,
+            additional_context_limit: self.backend.profile().additional_context_bytes,
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
@@ -398,6 +443,7 @@ impl Harness {
             projected = decision.projected(),
             reason = %decision.reason,
             rendered_chars = plan.rendered_context_chars,
+            context_delivery = plan.context_delivery.map_or("none", ContextDelivery::as_str),
             bounded = plan.bounded,
             "projection decision"
         );
@@ -423,6 +469,7 @@ impl Harness {
     async fn execute(
         &self,
         plan: &TurnPlan,
+        tools: &TurnTools,
         had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
@@ -441,6 +488,7 @@ impl Harness {
                         base_instructions: self.cfg.base_instructions.clone(),
                         developer_instructions: plan.effective_instructions.clone(),
                         model: self.cfg.model.clone(),
+                        tools: tools.specs.clone(),
                     })
                     .await
                     .map_err(failed(true))?;
@@ -457,7 +505,13 @@ impl Harness {
             }
             ThreadChoice::Reuse(thread) => {
                 self.backend
-                    .resume_thread(thread)
+                    .resume_thread(
+                        thread,
+                        &ResumeThread {
+                            base_instructions: self.cfg.base_instructions.clone(),
+                            developer_instructions: plan.resume_instructions.clone(),
+                        },
+                    )
                     .await
                     .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
@@ -487,12 +541,18 @@ impl Harness {
                     input: plan.input.clone(),
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
+                    tools: tools.clone(),
+                    additional_context: plan.additional_context.clone(),
                 },
                 tx,
             ),
             forward
         );
-        backend_chars += plan.input.chars().count();
+        backend_chars += plan.input.chars().count()
+            + plan
+                .additional_context
+                .as_deref()
+                .map_or(0, |c| c.chars().count());
         let outcome = outcome.map_err(failed(fresh))?;
         Ok(ExecutedTurn {
             outcome,
@@ -532,6 +592,11 @@ impl Harness {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
+            // A compaction during the turn dropped the additional context it holds.
+            context_refresh: outcome.auto_compaction.is_some()
+                && plan.decision.mode == EffectiveMode::ThreadBootstrap
+                && ctx.context_delivery == ContextDelivery::AdditionalContext,
             generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };
@@ -584,6 +649,10 @@ fn turn_report(
             .as_deref()
             .map_or(0, |s| s.chars().count()),
         developer_instructions_delivery: delivery.to_string(),
+        context_delivery: plan
+            .context_delivery
+            .map_or("none", ContextDelivery::as_str)
+            .to_string(),
         metrics: TurnMetrics {
             backend_chars: executed.backend_chars,
             rendered_context_chars: if decision.mode == EffectiveMode::None {

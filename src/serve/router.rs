@@ -205,9 +205,20 @@ impl UpstreamHandle {
     /// Makes sure a backend thread is loaded in the current upstream child: `thread/resume`
     /// unless this child already started, resumed or forked it.
     pub async fn ensure_attached(&self, backend_thread_id: &str) -> Result<(), RpcError> {
+        self.ensure_attached_with(backend_thread_id, json!({"threadId": backend_thread_id}))
+            .await
+    }
+
+    /// As [`UpstreamHandle::ensure_attached`], resuming with `params` (instructions re-sent).
+    pub async fn ensure_attached_with(
+        &self,
+        backend_thread_id: &str,
+        params: Value,
+    ) -> Result<(), RpcError> {
         let (tx, rx) = oneshot::channel();
         let sent = self.hub.send(HubMsg::EnsureAttached {
             thread: backend_thread_id.to_owned(),
+            params,
             reply: tx,
         });
         if sent.is_err() {
@@ -323,6 +334,7 @@ pub enum HubMsg {
     /// Resume a backend thread unless the current child has it loaded.
     EnsureAttached {
         thread: String,
+        params: Value,
         reply: oneshot::Sender<Result<(), RpcError>>,
     },
     /// A session moved to another backend thread ([`UpstreamHandle::bind_session`]).
@@ -531,14 +543,18 @@ impl Hub {
                 HubMsg::Watch { thread, tx } => {
                     self.watchers.entry(thread).or_default().push(tx);
                 }
-                HubMsg::EnsureAttached { thread, reply } => {
+                HubMsg::EnsureAttached {
+                    thread,
+                    params,
+                    reply,
+                } => {
                     if self.live.is_some() && self.attached.contains(&thread) {
                         let _ = reply.send(Ok(()));
                     } else {
                         let (tx, rx) = oneshot::channel();
                         self.forward(
                             "thread/resume".to_owned(),
-                            json!({"threadId": thread}),
+                            params,
                             Origin::Internal(Some(tx)),
                             false,
                         )

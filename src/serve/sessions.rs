@@ -27,13 +27,15 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
+use codex_app_server_client::AdditionalContext;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::codex::ADDITIONAL_CONTEXT_KEY;
 use crate::backend::{
     is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
-    Usage,
+    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
+    TurnRequest, Usage,
 };
 use crate::harness::{Harness, HarnessError, TurnSpec};
 use crate::serve::router::{
@@ -309,10 +311,26 @@ impl ThreadedBackend for ServeBackend {
         Ok(ThreadId(thread.to_owned()))
     }
 
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
-        self.attached("thread/resume", thread_id.as_str())
+    /// Resumes the thread unless the current child has it loaded, re-sending its instructions.
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
+        const OP: &str = "thread/resume";
+        let mut params = json!({"threadId": thread_id.as_str()});
+        if let Some(object) = params.as_object_mut() {
+            if let Some(text) = &resume.base_instructions {
+                object.insert("baseInstructions".into(), Value::String(text.clone()));
+            }
+            if let Some(text) = &resume.developer_instructions {
+                object.insert("developerInstructions".into(), Value::String(text.clone()));
+            }
+        }
+        self.upstream(OP)?
+            .ensure_attached_with(thread_id.as_str(), params)
             .await
-            .map(|_| ())
+            .map_err(|e| rpc_error(OP, thread_id.as_str(), e))
     }
 
     async fn inject_developer_message(
@@ -351,6 +369,17 @@ impl ThreadedBackend for ServeBackend {
         if let Some(object) = params.as_object_mut() {
             object.insert("threadId".into(), Value::String(thread.clone()));
             object.insert("input".into(), Value::Array(input));
+            if let Some(context) = &request.additional_context {
+                let entry = AdditionalContext::application(context.clone());
+                let value = serde_json::to_value(&entry).map_err(|e| BackendError::Other {
+                    operation: OP,
+                    message: format!("cannot encode additionalContext: {e}"),
+                })?;
+                object.insert(
+                    "additionalContext".into(),
+                    json!({ ADDITIONAL_CONTEXT_KEY: value }),
+                );
+            }
         }
         if let Some(input) = scope.as_ref().and_then(|s| s.params.get("input")) {
             upstream.show_user_input(&thread, input.clone());

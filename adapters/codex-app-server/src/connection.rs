@@ -75,9 +75,19 @@ pub(crate) enum Routed {
         method: String,
         params: Value,
     },
+    /// A server request about the thread's turn (`item/tool/call`) that the turn's consumer
+    /// answers (see [`Command::Respond`]).
+    ServerRequest {
+        id: Value,
+        method: String,
+        params: Value,
+    },
     /// The connection died; no more events will come.
     Closed(AppServerError),
 }
+
+/// Server requests routed to the turn streaming on their thread instead of being declined.
+pub(crate) const ROUTED_SERVER_REQUESTS: &[&str] = &["item/tool/call"];
 
 /// Subscribe a turn stream to a thread's notifications when a request is sent.
 #[derive(Debug)]
@@ -106,6 +116,11 @@ pub(crate) enum Command {
     },
     /// The caller gave up waiting (timeout): forget the pending entry and its route.
     Cancel { id: i64 },
+    /// Answer a server request: a `result`, or an `error` with this message.
+    Respond {
+        id: Value,
+        result: Result<Value, String>,
+    },
     /// SIGKILL the child; the reply comes once the death has been processed.
     Kill { reply: oneshot::Sender<()> },
     /// Close stdin, wait for the exit (kill after a grace period).
@@ -522,6 +537,16 @@ impl Actor {
                     }
                 }
             }
+            Command::Respond { id, result } => {
+                let message = match result {
+                    Ok(result) => json!({"id": id, "result": result}),
+                    Err(message) => json!({
+                        "id": id,
+                        "error": {"code": -32603, "message": message},
+                    }),
+                };
+                self.send_line(encode(&message));
+            }
             Command::Kill { reply } | Command::Shutdown { reply } => {
                 let _ = reply.send(());
             }
@@ -546,7 +571,10 @@ impl Actor {
             .map(str::to_owned);
         let id = message.get("id").cloned();
         match (method, id) {
-            (Some(method), Some(id)) => self.answer_server_request(&method, id),
+            (Some(method), Some(id)) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.answer_server_request(&method, id, params)
+            }
             (Some(method), None) => {
                 let params = message.get("params").cloned().unwrap_or(Value::Null);
                 self.route_notification(method, params);
@@ -558,9 +586,26 @@ impl Actor {
         }
     }
 
-    /// Requests from the server (approvals, user input, …) are not supported: answering with
-    /// an error keeps the server from waiting forever.
-    fn answer_server_request(&mut self, method: &str, id: Value) {
+    /// A server request of [`ROUTED_SERVER_REQUESTS`] (a dynamic tool call) goes to the turn
+    /// streaming on its thread, whose consumer answers it. Any other request (approvals, user
+    /// input, …), or one for a thread no turn is streaming on, is declined: answering with an
+    /// error keeps the server from waiting forever.
+    fn answer_server_request(&mut self, method: &str, id: Value, params: Value) {
+        if ROUTED_SERVER_REQUESTS.contains(&method) {
+            let thread_id = params.get("threadId").and_then(Value::as_str);
+            let subscription = thread_id.and_then(|t| self.subscriptions.get(t));
+            if let Some(subscription) = subscription {
+                let routed = Routed::ServerRequest {
+                    id: id.clone(),
+                    method: method.to_owned(),
+                    params,
+                };
+                if subscription.tx.send(routed).is_ok() {
+                    tracing::debug!(%method, "codex app-server: server request routed to its turn");
+                    return;
+                }
+            }
+        }
         tracing::warn!(%method, "codex app-server: declining a server request");
         let reply = json!({
             "id": id,
@@ -700,7 +745,7 @@ impl Actor {
             Command::Kill { reply } | Command::Shutdown { reply } => {
                 let _ = reply.send(());
             }
-            Command::Notify { .. } | Command::Cancel { .. } => {}
+            Command::Notify { .. } | Command::Cancel { .. } | Command::Respond { .. } => {}
         }
     }
 }

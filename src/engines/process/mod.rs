@@ -47,9 +47,10 @@ use self::connection::{CallRoute, Connection};
 use crate::contract::{
     json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult,
-    MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
-    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams, RuntimeContext,
+    EngineInfo, EngineMethod, EngineTool, IngestBatchParams, IngestBatchResult, IngestParams,
+    IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
+    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
+    RuntimeContext, ToolCallParams, ToolCallResult,
 };
 use crate::host::capabilities::Capability;
 
@@ -61,6 +62,8 @@ pub const DEFAULT_COMPACT_TIMEOUT: Duration = Duration::from_secs(180);
 pub const DEFAULT_INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a disposed engine gets to exit after stdin closes, before it is killed.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The child's environment variable naming its state dir (OpenClaw's name for it).
+pub const STATE_DIR_ENV: &str = "OPENCLAW_STATE_DIR";
 
 /// Who the host is, as told to the engine in `initialize.params.host`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +96,13 @@ pub struct ProcessEngineConfig {
     pub config: Value,
     pub agent_dir: Option<PathBuf>,
     pub workspace_dir: Option<PathBuf>,
+    /// The engine's own state directory, passed as `initialize.params.stateDir` and as the
+    /// child's `OPENCLAW_STATE_DIR`; the caller creates it.
+    pub state_dir: Option<PathBuf>,
+    /// `initialize.params.openclawConfig`: `{plugins: {slots, entries}}`.
+    pub openclaw_config: Option<Value>,
+    /// `initialize.params.model`: the backend's default model.
+    pub model: Option<String>,
     pub host: HostIdentity,
 }
 
@@ -111,6 +121,9 @@ impl ProcessEngineConfig {
             config: Value::Object(Default::default()),
             agent_dir: None,
             workspace_dir: None,
+            state_dir: None,
+            openclaw_config: None,
+            model: None,
             host,
         }
     }
@@ -129,6 +142,9 @@ pub struct ProcessEngine {
     engine_id: String,
     info: EngineInfo,
     methods: MethodSet,
+    tools: Vec<EngineTool>,
+    hooks: Vec<String>,
+    commands: Vec<protocol::EngineCommand>,
     pid: Option<u32>,
     call_timeout: Duration,
     compact_timeout: Duration,
@@ -170,6 +186,9 @@ impl ProcessEngine {
         if let Some(cwd) = &config.cwd {
             command.current_dir(cwd);
         }
+        if let Some(state_dir) = &config.state_dir {
+            command.env(STATE_DIR_ENV, state_dir);
+        }
         let child = command.spawn().map_err(|e| {
             process_error(format!(
                 "cannot start engine \"{}\" with {:?}: {e}",
@@ -198,6 +217,12 @@ impl ProcessEngine {
                 .workspace_dir
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
+            state_dir: config
+                .state_dir
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            openclaw_config: config.openclaw_config.as_ref(),
+            model: config.model.as_deref(),
         };
         // On any error below `connection` is dropped, which kills and reaps the child.
         let result = connection
@@ -229,6 +254,9 @@ impl ProcessEngine {
             engine_id: config.engine_id,
             info: outcome.info,
             methods: outcome.methods,
+            tools: outcome.tools,
+            hooks: outcome.hooks,
+            commands: outcome.commands,
             pid,
             call_timeout: config.call_timeout,
             compact_timeout: config.compact_timeout,
@@ -240,6 +268,16 @@ impl ProcessEngine {
     /// The configured engine id.
     pub fn engine_id(&self) -> &str {
         &self.engine_id
+    }
+
+    /// The hooks the engine listed in `initialize` (`hooks/<name>`).
+    pub fn hooks(&self) -> &[String] {
+        &self.hooks
+    }
+
+    /// The commands the engine listed in `initialize` (`commands/call`).
+    pub fn commands(&self) -> &[protocol::EngineCommand] {
+        &self.commands
     }
 
     /// The child's process id (while it was running).
@@ -430,6 +468,17 @@ impl ContextEngine for ProcessEngine {
     async fn on_subagent_ended(&self, params: OnSubagentEndedParams) -> Result<(), EngineError> {
         self.call_unit(EngineMethod::OnSubagentEnded, &params, CallRoute::default())
             .await
+    }
+
+    fn tools(&self) -> Vec<EngineTool> {
+        self.tools.clone()
+    }
+
+    /// Sends `tools/call`. A JSON-RPC error, a timeout, a dead process or a result that is not
+    /// `{content: [...], isError?}` is an `Err`; `isError: true` is the tool's answer.
+    async fn call_tool(&self, params: ToolCallParams) -> Result<ToolCallResult, EngineError> {
+        let route = call_route(&params.session_id, None);
+        self.call(EngineMethod::CallTool, &params, route).await
     }
 
     /// Sends `dispose`, then closes stdin and reaps the child (killing it after

@@ -2,10 +2,10 @@
 //! encoding and classification, the `initialize` exchange and the rule that turns its
 //! `methods` list into a [`MethodSet`]. Pure: no I/O here.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::contract::{json_kind, EngineInfo, EngineMethod, MethodSet};
+use crate::contract::{json_kind, EngineInfo, EngineMethod, EngineTool, MethodSet};
 use crate::host::capabilities::Capability;
 
 /// The protocol version this host speaks.
@@ -319,25 +319,56 @@ pub struct InitializeParams<'a> {
     pub agent_dir: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace_dir: Option<String>,
+    /// The engine's own state directory (created by the host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// The OpenClaw-shaped config `{plugins: {slots, entries}}` (a plugin's `api.config`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub openclaw_config: Option<&'a Value>,
+    /// The model the host's backend uses by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<&'a str>,
+}
+
+/// A slash command an engine registered (`initialize` result `commands[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineCommand {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub accepts_args: bool,
 }
 
 /// What `initialize` told the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitializeOutcome {
     pub info: EngineInfo,
+    /// The declared members; [`EngineMethod::CallTool`] is in it exactly when `tools` is not
+    /// empty.
     pub methods: MethodSet,
     /// Names in `methods` this host does not know (ignored, reported in a log line).
     pub unknown_methods: Vec<String>,
+    /// The tools the engine offers to the model.
+    pub tools: Vec<EngineTool>,
+    /// The hooks the engine listens to (`hooks/<name>`).
+    pub hooks: Vec<String>,
+    /// The commands the engine registered (`commands/call`).
+    pub commands: Vec<EngineCommand>,
 }
 
-/// Decodes the `initialize` result `{info, methods, protocolVersion?}`.
+/// Decodes the `initialize` result `{info, methods, protocolVersion?, tools?, hooks?,
+/// commands?}`.
 ///
 /// The `methods` rule: if the list names none of the required members (`ingest`,
 /// `assemble`, `compact`) it is the SPEC's form — the optional members the engine implements —
 /// and the required members are assumed present. If it names at least one required member it
 /// is a complete listing and is taken exactly, so a missing required member shows up in the
 /// registry's contract validation. `info` is always present (`initialize` returned it); an
-/// absent `methods` means "required members only". Unknown names are ignored.
+/// absent `methods` means "required members only". Unknown names are ignored. `tools/call`
+/// is a member exactly when `tools` lists at least one tool (whatever `methods` says); tool
+/// names must be unique.
 pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
     let Value::Object(mut obj) = result else {
         return Err(format!(
@@ -376,12 +407,49 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
             ))
         }
     };
-    let (methods, unknown_methods) = method_set_from_names(&names);
+    let (mut methods, unknown_methods) = method_set_from_names(&names);
+    let tools: Vec<EngineTool> = decode_optional_list(&mut obj, "tools")?;
+    let mut seen = std::collections::BTreeSet::new();
+    for tool in &tools {
+        if tool.name.trim().is_empty() {
+            return Err("`tools` holds a tool with an empty name".to_string());
+        }
+        if !seen.insert(tool.name.as_str()) {
+            return Err(format!("`tools` lists the tool {:?} twice", tool.name));
+        }
+    }
+    if tools.is_empty() {
+        methods.remove(EngineMethod::CallTool);
+    } else {
+        methods.insert(EngineMethod::CallTool);
+    }
+    let hooks: Vec<String> = decode_optional_list(&mut obj, "hooks")?;
+    let commands: Vec<EngineCommand> = decode_optional_list(&mut obj, "commands")?;
     Ok(InitializeOutcome {
         info,
         methods,
         unknown_methods,
+        tools,
+        hooks,
+        commands,
     })
+}
+
+/// An optional array field of the `initialize` result (`null`/absent = empty), decoded
+/// strictly; a mismatch names the field and the path inside it.
+fn decode_optional_list<T: serde::de::DeserializeOwned>(
+    obj: &mut Map<String, Value>,
+    field: &str,
+) -> Result<Vec<T>, String> {
+    match obj.remove(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(value @ Value::Array(_)) => serde_path_to_error::deserialize(value)
+            .map_err(|e| format!("`{field}{}`: {}", e.path(), e.inner())),
+        Some(other) => Err(format!(
+            "`{field}` is {}, expected an array",
+            json_kind(&other)
+        )),
+    }
 }
 
 /// Applies the `methods` rule of [`decode_initialize`] to a list of names.
@@ -568,6 +636,49 @@ mod tests {
         assert!(err.contains("methods"), "{err}");
         let err = decode_initialize(json!({"info": {}, "protocolVersion": 2})).unwrap_err();
         assert!(err.contains("protocolVersion"), "{err}");
+    }
+
+    /// `tools`, `hooks` and `commands` of the `initialize` result are kept; `tools/call` is a
+    /// member exactly when tools are listed; duplicate or mistyped tools are rejected.
+    #[test]
+    fn decode_initialize_keeps_tools_hooks_and_commands() {
+        let ok = decode_initialize(json!({
+            "info": {"id": "e", "name": "E"},
+            "methods": ["dispose"],
+            "tools": [{"name": "recall", "description": "Recall", "parameters": {"type": "object"}}],
+            "hooks": ["before_prompt_build"],
+            "commands": [{"name": "summary", "acceptsArgs": true}],
+        }))
+        .unwrap();
+        assert_eq!(ok.tools[0].name, "recall");
+        assert!(ok.methods.contains(EngineMethod::CallTool));
+        assert_eq!(ok.hooks, vec!["before_prompt_build".to_string()]);
+        assert!(ok.commands[0].accepts_args);
+
+        let none = decode_initialize(json!({
+            "info": {"id": "e", "name": "E"},
+            "methods": ["tools/call"],
+        }))
+        .unwrap();
+        assert!(none.tools.is_empty());
+        assert!(!none.methods.contains(EngineMethod::CallTool));
+        assert!(none.unknown_methods.is_empty());
+
+        let err = decode_initialize(json!({
+            "info": {"id": "e", "name": "E"},
+            "tools": [{"name": "a"}, {"name": "a"}],
+        }))
+        .unwrap_err();
+        assert!(err.contains("twice"), "{err}");
+        let err = decode_initialize(json!({
+            "info": {"id": "e", "name": "E"},
+            "tools": [{"description": "no name"}],
+        }))
+        .unwrap_err();
+        assert!(err.contains("tools[0]"), "{err}");
+        let err = decode_initialize(json!({"info": {"id": "e", "name": "E"}, "hooks": "all"}))
+            .unwrap_err();
+        assert!(err.contains("`hooks`"), "{err}");
     }
 
     /// Unit results accept null and objects only.
