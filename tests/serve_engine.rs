@@ -48,6 +48,16 @@ async fn start() -> Option<Env> {
 /// A server on the state (store, Codex home) kept in `dir`; the sample engine keeps a window
 /// of 2 messages and summarises `chunk` at a time.
 async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle {
+    serve_with(dir, mock, chunk, json!({})).await
+}
+
+/// As [`serve_in`] with a `projection` section.
+async fn serve_with(
+    dir: &Path,
+    mock: &MockModelServer,
+    chunk: u64,
+    projection: Value,
+) -> ServeHandle {
     let binary = locate_codex_binary().unwrap();
     let mut overrides = serde_json::Map::new();
     for (k, v) in offline_overrides(&mock.base_url()) {
@@ -72,7 +82,8 @@ async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle
             "codexHome": dir.join("codex-home"),
             "config": overrides,
         },
-        "store": {"path": dir.join("state").join("state.db")}
+        "store": {"path": dir.join("state").join("state.db")},
+        "projection": projection,
     });
     let config = Config::parse(&config.to_string(), "test.json5").unwrap();
     let args = ServeArgs {
@@ -492,6 +503,44 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
     assert!(
         input.contains("one"),
         "the summary covers the compacted turns: {input}"
+    );
+    env.handle.shutdown().await;
+}
+
+/// With `projection.codexContextDelivery: "additional-context"` a projecting turn reaches the
+/// model as the bare prompt plus the context in a separate (developer) item, so Codex's own
+/// user message holds only the user's words.
+#[tokio::test(flavor = "multi_thread")]
+async fn additional_context_delivery_keeps_the_user_message_clean() {
+    if locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let projection = json!({"codexContextDelivery": "additional-context"});
+    let handle = serve_with(dir.path(), &mock, 2, projection).await;
+    let env = Env { handle, mock, dir };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
+        let (_, done) = c.turn(id, &thread, text).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the third turn rotated");
+    let request = request_for(&env.mock.response_requests(), "three");
+    assert_eq!(request.last_user_text().unwrap(), "three", "bare prompt");
+    assert!(
+        request.body_contains("summarised"),
+        "the context reached the model"
+    );
+    assert_eq!(
+        projections_in(&request),
+        0,
+        "no projection in a user message"
     );
     env.handle.shutdown().await;
 }
