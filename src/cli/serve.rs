@@ -12,7 +12,9 @@ pub use crate::serve::command::ServeArgs;
 pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
-    let options = options(&config, &args).map_err(|e| CliError::Usage(error_chain(&e)))?;
+    let options = options(&config, &args)
+        .await
+        .map_err(|e| CliError::Usage(error_chain(&e)))?;
     // Sweeps idle state while serving; stops when serving ends.
     let _sweeper = options
         .store

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
     AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
-    StoreConfig, StoreKind,
+    ServeConfig, StoreConfig, StoreKind,
 };
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -105,6 +105,7 @@ impl Config {
             backend,
             store: raw.store,
             projection: raw.projection,
+            serve: raw.serve,
         })
     }
 }
@@ -121,6 +122,7 @@ struct RawConfig {
     backend: Option<Value>,
     store: StoreConfig,
     projection: ProjectionConfig,
+    serve: ServeConfig,
 }
 
 fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
@@ -340,6 +342,23 @@ mod tests {
             d.projection.developer_instruction_drift,
             DeveloperInstructionDrift::Inject
         );
+    }
+
+    /// `serve.engineThreads` parses; sessions run the harness whenever an engine other than
+    /// legacy is selected, and with legacy only when `engineThreads` is `all`.
+    #[test]
+    fn serve_engine_threads() {
+        use crate::config::EngineThreads;
+        let none = Config::parse(r#"{serve: {engineThreads: "none"}}"#, "c.json5").unwrap();
+        assert_eq!(none.serve.engine_threads, Some(EngineThreads::None));
+        assert!(!none.serve.engine_threads_for("legacy"));
+        assert!(none.serve.engine_threads_for("sample-summary"));
+        let all = Config::parse(r#"{serve: {engineThreads: "all"}}"#, "c.json5").unwrap();
+        assert!(all.serve.engine_threads_for("legacy"));
+        let default = Config::default();
+        assert!(!default.serve.engine_threads_for("legacy"));
+        assert!(default.serve.engine_threads_for("sample-summary"));
+        assert!(err(r#"{serve: {engineThreads: "some"}}"#).contains("engineThreads"));
     }
 
     /// The SPEC §14 example parses into the typed structs, comments and trailing commas included.

@@ -18,7 +18,8 @@ mod schema;
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, CodexContextDelivery, Config,
-    DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
-    ResponsesBackendConfig, ResponsesThreadKind, Retention, RetentionError, SlotsConfig,
-    StoreConfig, StoreKind, DEFAULT_AGENT_ID, DEFAULT_RETENTION, DEFAULT_STORE_PATH,
+    DeveloperInstructionDrift, EngineSlot, EngineThreads, PluginEntry, PluginsConfig,
+    ProjectionConfig, ResponsesBackendConfig, ResponsesThreadKind, Retention, RetentionError,
+    ServeConfig, SlotsConfig, StoreConfig, StoreKind, DEFAULT_AGENT_ID, DEFAULT_RETENTION,
+    DEFAULT_STORE_PATH,
 };

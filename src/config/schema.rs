@@ -28,6 +28,7 @@ pub struct Config {
     pub backend: BackendConfig,
     pub store: StoreConfig,
     pub projection: ProjectionConfig,
+    pub serve: ServeConfig,
 }
 
 /// The OpenClaw `plugins` section. ctxbridge acts on `slots.contextEngine` and `entries`; the
@@ -432,6 +433,34 @@ pub enum CodexContextDelivery {
     /// The framed context as one `turn/start.additionalContext` entry (a developer item before
     /// the user message); the turn input is the bare prompt.
     AdditionalContext,
+}
+
+/// `serve` (SPEC §16).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Which client threads run the harness: absent means `all` when an engine other than
+    /// `legacy` is selected, else `none` ([`ServeConfig::engine_threads_for`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_threads: Option<EngineThreads>,
+}
+
+/// `serve.engineThreads`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineThreads {
+    /// Every non-ephemeral client thread is a session served by the harness.
+    All,
+    /// Sessions pass through unchanged (only honoured with `legacy` selected, SPEC §16).
+    None,
+}
+
+impl ServeConfig {
+    /// Whether sessions run the harness when `engine_id` is selected: always with an engine
+    /// other than `legacy`; with `legacy`, when `engineThreads` is `all`.
+    pub fn engine_threads_for(&self, engine_id: &str) -> bool {
+        engine_id != LEGACY_ENGINE_ID || self.engine_threads == Some(EngineThreads::All)
+    }
 }
 
 /// How drifted developer instructions reach a thread that already has some (SPEC §9.6):

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use codex_app_server_client::{locate_codex_binary, AppServerConfig};
 
-use crate::app::store_target;
+use crate::app::{open_with_backend, store_target};
 use crate::backend::codex_config::codex_overrides;
 use crate::config::{BackendConfig, Config};
-use crate::serve::{CapabilityToken, ListenAddr, ServeOptions, DEFAULT_MAX_MESSAGE_BYTES};
+use crate::serve::{
+    CapabilityToken, EngineSessions, ListenAddr, ServeBackend, ServeOptions,
+    DEFAULT_MAX_MESSAGE_BYTES,
+};
 use crate::store::{open_store, StateStore};
 
 /// `ctxbridge serve` arguments.
@@ -57,8 +60,10 @@ pub enum ServeSetupError {
     StoreConfig(#[from] crate::app::AppError),
 }
 
-/// The options a configuration and the command line describe.
-pub fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeSetupError> {
+/// The options a configuration and the command line describe. Sessions run the harness (the
+/// selected engine on the shared upstream, [`EngineSessions`]) when an engine other than
+/// `legacy` is selected or `serve.engineThreads` is `"all"`; otherwise they pass through.
+pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeSetupError> {
     let listen = ListenAddr::parse(&args.listen)?;
     let auth = match (&args.ws_auth, &args.ws_token_file) {
         (Some(WsAuthMode::CapabilityToken), Some(file)) => Some(CapabilityToken::from_file(file)?),
@@ -108,6 +113,13 @@ pub fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeS
     let mut options = ServeOptions::new(listen, upstream);
     options.auth = auth;
     options.max_message_bytes = args.max_message_bytes;
+    let slot = config.engine_slot();
+    if config.serve.engine_threads_for(&slot.engine_id) {
+        let backend = Arc::new(ServeBackend::new());
+        let app = open_with_backend(config, store.clone(), backend.clone()).await;
+        tracing::info!(engine = %app.resolved.slot.engine_id, "serve: client threads run the context engine");
+        options.sessions = Arc::new(EngineSessions::new(Arc::new(app.harness), backend));
+    }
     options.store = Some(store);
     Ok(options)
 }

@@ -11,6 +11,8 @@
 //! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
 //!   ownership, server→client requests, and the [`SessionTurns`] seam through which a session's
 //!   `turn/start`, `thread/compact/start` and `thread/resume` are served.
+//! - [`sessions`]: [`EngineSessions`], the engine-backed seam: a session's turn is a harness
+//!   turn on [`ServeBackend`], the shared upstream as a threaded backend.
 //! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
 //!   the pure rewriting of relayed messages.
 //! - `upstream`: starting the `codex app-server` child and its raw JSON-RPC connection.
@@ -31,6 +33,7 @@ pub mod command;
 mod framing;
 pub mod listen;
 pub mod router;
+pub mod sessions;
 pub mod thread_map;
 mod transport;
 mod upstream;
@@ -39,6 +42,7 @@ pub use listen::{check_exposure, CapabilityToken, ListenAddr, ListenError};
 pub use router::{
     PassThroughSessions, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
 };
+pub use sessions::{EngineSessions, ServeBackend};
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
 pub use upstream::UpstreamError;
@@ -65,6 +69,14 @@ pub struct ServeOptions {
     pub sessions: Arc<dyn SessionTurns>,
     /// Time running turns get at shutdown.
     pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for ServeHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeHandle")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -110,7 +122,6 @@ pub enum ServeError {
 }
 
 /// A running server.
-#[derive(Debug)]
 pub struct ServeHandle {
     /// The bound WebSocket address (`ws://` listeners).
     pub local_addr: Option<SocketAddr>,
@@ -119,6 +130,7 @@ pub struct ServeHandle {
     grace: Duration,
     listener: tokio::task::JoinHandle<()>,
     hub_task: tokio::task::JoinHandle<()>,
+    sessions: Arc<dyn SessionTurns>,
 }
 
 impl ServeHandle {
@@ -138,6 +150,7 @@ impl ServeHandle {
             let _ = rx.await;
         }
         let _ = self.hub_task.await;
+        self.sessions.shutdown().await;
         self.listener.abort();
     }
 
@@ -210,6 +223,7 @@ pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
         grace: options.shutdown_grace,
         listener,
         hub_task,
+        sessions: options.sessions.clone(),
     })
 }
 

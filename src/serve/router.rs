@@ -153,6 +153,10 @@ pub trait SessionTurns: Send + Sync {
         request: SessionRequest,
         upstream: UpstreamHandle,
     ) -> Result<Value, RpcError>;
+
+    /// Called once when `serve` stops, after the last turn ended (background work of an engine
+    /// is awaited and the engine released there).
+    async fn shutdown(&self) {}
 }
 
 /// Session requests relayed unchanged to the upstream: what `serve` does when no engine other
@@ -186,6 +190,83 @@ pub struct UpstreamHandle {
 }
 
 impl UpstreamHandle {
+    /// Watches a backend thread: every upstream notification about it (backend ids, before
+    /// any rewriting) is copied to the returned receiver as `(method, params)` until the
+    /// receiver is dropped. Watch before starting a turn so its `turn/completed` is not missed.
+    pub fn watch(&self, backend_thread_id: &str) -> mpsc::UnboundedReceiver<(String, Value)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = self.hub.send(HubMsg::Watch {
+            thread: backend_thread_id.to_owned(),
+            tx,
+        });
+        rx
+    }
+
+    /// Makes sure a backend thread is loaded in the current upstream child: `thread/resume`
+    /// unless this child already started, resumed or forked it.
+    pub async fn ensure_attached(&self, backend_thread_id: &str) -> Result<(), RpcError> {
+        self.ensure_attached_with(backend_thread_id, json!({"threadId": backend_thread_id}))
+            .await
+    }
+
+    /// As [`UpstreamHandle::ensure_attached`], resuming with `params` (instructions re-sent).
+    pub async fn ensure_attached_with(
+        &self,
+        backend_thread_id: &str,
+        params: Value,
+    ) -> Result<(), RpcError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::EnsureAttached {
+            thread: backend_thread_id.to_owned(),
+            params,
+            reply: tx,
+        });
+        if sent.is_err() {
+            return Err(RpcError::new(
+                INTERNAL_ERROR,
+                "ctxbridge serve is shutting down",
+            ));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(RpcError::new(
+                INTERNAL_ERROR,
+                "ctxbridge serve is shutting down",
+            ))
+        })
+    }
+
+    /// Points a session's client thread id at the backend thread now serving it (a rotation:
+    /// the thread map's `bind`): the session's subscribers follow it, `conn` owns its turn, and
+    /// a backend thread other than the client's own is hidden from thread lists. Resolves once
+    /// the hub has applied it.
+    pub async fn bind_session(
+        &self,
+        client_thread_id: &str,
+        backend_thread_id: &str,
+        conn: ConnId,
+    ) {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::BindSession {
+            client: client_thread_id.to_owned(),
+            backend: backend_thread_id.to_owned(),
+            conn,
+            reply: tx,
+        });
+        if sent.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The user's own input for the turn about to start on a backend thread: relayed
+    /// `userMessage` items of that turn show `input` instead of what the upstream got (the
+    /// projected turn input), until its `turn/completed`.
+    pub fn show_user_input(&self, backend_thread_id: &str, input: Value) {
+        let _ = self.hub.send(HubMsg::ShowUserInput {
+            thread: backend_thread_id.to_owned(),
+            input,
+        });
+    }
+
     /// One request; the upstream's result or error. Starts the upstream if none runs.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -245,6 +326,27 @@ pub enum HubMsg {
         params: Value,
         reply: Option<oneshot::Sender<Result<Value, RpcError>>>,
     },
+    /// Copy the notifications of a backend thread to `tx` ([`UpstreamHandle::watch`]).
+    Watch {
+        thread: String,
+        tx: mpsc::UnboundedSender<(String, Value)>,
+    },
+    /// Resume a backend thread unless the current child has it loaded.
+    EnsureAttached {
+        thread: String,
+        params: Value,
+        reply: oneshot::Sender<Result<(), RpcError>>,
+    },
+    /// A session moved to another backend thread ([`UpstreamHandle::bind_session`]).
+    BindSession {
+        client: String,
+        backend: String,
+        conn: ConnId,
+        reply: oneshot::Sender<()>,
+    },
+    /// Show a user's own input in the next turn's `userMessage` items
+    /// ([`UpstreamHandle::show_user_input`]).
+    ShowUserInput { thread: String, input: Value },
     /// A session request served by the seam finished.
     SessionDone {
         conn: ConnId,
@@ -321,6 +423,10 @@ pub(crate) struct Hub {
     threads: ThreadMap,
     /// Backend threads loaded in the current child (started, resumed or forked through it).
     attached: std::collections::HashSet<String>,
+    /// Backend thread id → session tasks watching its notifications.
+    watchers: HashMap<String, Vec<mpsc::UnboundedSender<(String, Value)>>>,
+    /// Backend thread id → the user's own input of its running session turn.
+    user_inputs: HashMap<String, Value>,
     shutdown: Option<Shutdown>,
 }
 
@@ -346,6 +452,8 @@ pub(crate) fn start(
         server_requests: HashMap::new(),
         threads,
         attached: std::collections::HashSet::new(),
+        watchers: HashMap::new(),
+        user_inputs: HashMap::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -356,6 +464,27 @@ fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
     match outcome {
         Ok(result) => json!({"id": id, "result": result}),
         Err(error) => json!({"id": id, "error": error.to_value()}),
+    }
+}
+
+/// Replaces the content of the `userMessage` items of a turn notification (`item/started`,
+/// `item/completed`, `turn/completed`'s items) with the user's own `input`.
+fn show_user_input(params: &mut Value, input: &Value) {
+    let replace = |item: &mut Value| {
+        if item.get("type").and_then(Value::as_str) == Some("userMessage") {
+            if let Some(object) = item.as_object_mut() {
+                object.insert("content".to_owned(), input.clone());
+            }
+        }
+    };
+    if let Some(item) = params.get_mut("item") {
+        replace(item);
+    }
+    if let Some(items) = params
+        .pointer_mut("/turn/items")
+        .and_then(Value::as_array_mut)
+    {
+        items.iter_mut().for_each(replace);
     }
 }
 
@@ -407,6 +536,45 @@ impl Hub {
                 } => {
                     self.forward(method, params, Origin::Internal(reply), false)
                         .await;
+                }
+                HubMsg::ShowUserInput { thread, input } => {
+                    self.user_inputs.insert(thread, input);
+                }
+                HubMsg::Watch { thread, tx } => {
+                    self.watchers.entry(thread).or_default().push(tx);
+                }
+                HubMsg::EnsureAttached {
+                    thread,
+                    params,
+                    reply,
+                } => {
+                    if self.live.is_some() && self.attached.contains(&thread) {
+                        let _ = reply.send(Ok(()));
+                    } else {
+                        let (tx, rx) = oneshot::channel();
+                        self.forward(
+                            "thread/resume".to_owned(),
+                            params,
+                            Origin::Internal(Some(tx)),
+                            false,
+                        )
+                        .await;
+                        tokio::spawn(async move {
+                            let outcome = rx.await.unwrap_or_else(|_| {
+                                Err(RpcError::new(INTERNAL_ERROR, "upstream request dropped"))
+                            });
+                            let _ = reply.send(outcome.map(|_| ()));
+                        });
+                    }
+                }
+                HubMsg::BindSession {
+                    client,
+                    backend,
+                    conn,
+                    reply,
+                } => {
+                    self.bind_session(&client, &backend, conn);
+                    let _ = reply.send(());
                 }
                 HubMsg::SessionDone {
                     conn,
@@ -555,6 +723,30 @@ impl Hub {
             Some(client) => client.out.send(Outbound::Message(message)).is_ok(),
             None => false,
         }
+    }
+
+    /// See [`UpstreamHandle::bind_session`].
+    fn bind_session(&mut self, client: &str, backend: &str, conn: ConnId) {
+        let old = self.threads.backend_of(client);
+        if old == backend {
+            self.turn_owner.insert(backend.to_owned(), conn);
+            return;
+        }
+        if backend != client {
+            if let Err(error) = self.threads.hide(backend) {
+                tracing::warn!(%backend, %error, "serve: could not record a hidden backend thread");
+            }
+        }
+        if let Err(error) = self.threads.bind(client, backend) {
+            tracing::warn!(%client, %backend, %error, "serve: could not record the session's new backend thread");
+        }
+        let mut followers = self.subscribers.get(&old).cloned().unwrap_or_default();
+        followers.insert(conn);
+        for follower in followers {
+            self.subscribe(follower, backend);
+        }
+        self.turn_owner.insert(backend.to_owned(), conn);
+        tracing::info!(%client, from = %old, to = %backend, "serve: session moved to a new backend thread");
     }
 
     fn subscribe(&mut self, conn: ConnId, thread: &str) {
@@ -759,6 +951,17 @@ impl Hub {
                         }
                     }
                 }
+                if let (Ok(result), Origin::Internal(_)) = (&outcome, &pending.origin) {
+                    // A thread ctxbridge starts itself is a session's rotation target: never
+                    // announced to clients nor listed (it is bound to its client id later).
+                    if pending.method == "thread/start" {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            if let Err(error) = self.threads.hide(thread) {
+                                tracing::warn!(%thread, %error, "serve: could not record a hidden backend thread");
+                            }
+                        }
+                    }
+                }
                 if let (Ok(result), Origin::Client { conn, .. }) = (&outcome, &pending.origin) {
                     if matches!(pending.method.as_str(), "thread/start" | "thread/fork") {
                         if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
@@ -781,6 +984,16 @@ impl Hub {
     fn upstream_notification(&mut self, method: String, mut params: Value) {
         let thread = thread_of(&params).map(str::to_owned);
         if let Some(thread) = &thread {
+            if let Some(watchers) = self.watchers.get_mut(thread) {
+                watchers.retain(|tx| tx.send((method.clone(), params.clone())).is_ok());
+                if watchers.is_empty() {
+                    self.watchers.remove(thread);
+                }
+            }
+            if method == "thread/started" && self.threads.is_hidden(thread) {
+                tracing::debug!(%thread, "serve: a hidden backend thread started; not announced");
+                return;
+            }
             match method.as_str() {
                 "turn/started" => {
                     if let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) {
@@ -792,6 +1005,12 @@ impl Hub {
                     self.turn_owner.remove(thread);
                 }
                 _ => {}
+            }
+            if let Some(input) = self.user_inputs.get(thread) {
+                show_user_input(&mut params, input);
+                if method == "turn/completed" {
+                    self.user_inputs.remove(thread);
+                }
             }
         }
         self.threads.rewrite(&mut params, Direction::ToClient, None);
@@ -1099,6 +1318,51 @@ mod tests {
             got(&mut other).await["method"],
             "account/rateLimits/updated"
         );
+    }
+
+    /// What an engine session does on rotation, through its [`UpstreamHandle`]: a thread it
+    /// starts itself is never announced; once bound, the session's subscriber gets that
+    /// thread's notifications under the client id, with the user's own input in the
+    /// `userMessage` item, while the session's watch sees the upstream's raw notification.
+    #[tokio::test]
+    async fn rotation_through_the_handle() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut c = rig.client(1).await;
+        rig.request(1, json!(1), "thread/resume", json!({"threadId": "th"}));
+        let resume = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
+        got(&mut c).await;
+        let handle = UpstreamHandle {
+            hub: rig.hub.clone(),
+        };
+        let mut watch = handle.watch("new");
+        let starter = handle.clone();
+        let started = tokio::spawn(async move { starter.request("thread/start", json!({})).await });
+        let start = rig.upstream_got().await;
+        assert_eq!(start["method"], "thread/start");
+        rig.upstream_says(json!({"id": start["id"], "result": {"thread": {"id": "new"}}}));
+        rig.upstream_says(json!({"method": "thread/started", "params": {"thread": {"id": "new"}}}));
+        assert_eq!(started.await.unwrap().unwrap()["thread"]["id"], "new");
+        handle.bind_session("th", "new", 1).await;
+        handle.show_user_input("new", json!([{"type": "text", "text": "hi"}]));
+        let projected =
+            json!({"type": "userMessage", "content": [{"type": "text", "text": "CONTEXT hi"}]});
+        rig.upstream_says(json!({"method": "item/completed", "params": {"threadId": "new", "turnId": "t", "item": projected}}));
+        let relayed = got(&mut c).await;
+        assert_eq!(
+            relayed["method"], "item/completed",
+            "thread/started was not announced"
+        );
+        assert_eq!(relayed["params"]["threadId"], "th");
+        assert_eq!(
+            relayed["params"]["item"]["content"],
+            json!([{"type": "text", "text": "hi"}])
+        );
+        assert_eq!(watch.recv().await.unwrap().0, "thread/started");
+        let (method, raw) = watch.recv().await.unwrap();
+        assert_eq!(method, "item/completed");
+        assert_eq!(raw["threadId"], "new");
+        assert_eq!(raw["item"], projected);
     }
 
     /// With a session rotated onto another backend thread, the client only ever sees its own

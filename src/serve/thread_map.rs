@@ -20,6 +20,9 @@ use crate::store::{StateStore, StoreError};
 
 /// The store documents namespace of the map.
 pub const NAMESPACE: &str = "serve.thread-map";
+/// The store documents namespace of hidden backend threads (started by ctxbridge for a
+/// session's rotation; key = backend thread id). They never appear in thread lists.
+pub const HIDDEN_NAMESPACE: &str = "serve.hidden-thread";
 
 /// Which way a message travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +47,8 @@ pub struct ThreadMap {
     to_client: HashMap<String, String>,
     /// Threads started with `ephemeral: true`: never sessions, never stored.
     ephemeral: HashSet<String>,
+    /// Backend threads ctxbridge started itself (cache of [`HIDDEN_NAMESPACE`]).
+    hidden: HashSet<String>,
 }
 
 impl std::fmt::Debug for ThreadMap {
@@ -63,7 +68,35 @@ impl ThreadMap {
             to_backend: HashMap::new(),
             to_client: HashMap::new(),
             ephemeral: HashSet::new(),
+            hidden: HashSet::new(),
         }
+    }
+
+    /// Records a backend thread ctxbridge started for a session: it is never listed to
+    /// clients. Written through to the store.
+    pub fn hide(&mut self, backend: &str) -> Result<(), StoreError> {
+        if self.hidden.contains(backend) {
+            return Ok(());
+        }
+        if let Some(store) = &self.store {
+            store.save_document(HIDDEN_NAMESPACE, backend, "{}")?;
+        }
+        self.hidden.insert(backend.to_owned());
+        Ok(())
+    }
+
+    /// Whether a backend thread was started by ctxbridge for a session (memory, then store).
+    pub fn is_hidden(&mut self, backend: &str) -> bool {
+        if self.hidden.contains(backend) {
+            return true;
+        }
+        let stored = self.store.as_ref().is_some_and(|store| {
+            matches!(store.load_document(HIDDEN_NAMESPACE, backend), Ok(Some(_)))
+        });
+        if stored {
+            self.hidden.insert(backend.to_owned());
+        }
+        stored
     }
 
     /// Records a session: `client` is served by backend thread `backend` (for a new session
@@ -122,6 +155,14 @@ impl ThreadMap {
         client.to_owned()
     }
 
+    /// [`ThreadMap::is_hidden`] without caching (for use while the map is borrowed).
+    fn is_hidden_cached_or_stored(&self, backend: &str) -> bool {
+        self.hidden.contains(backend)
+            || self.store.as_ref().is_some_and(|store| {
+                matches!(store.load_document(HIDDEN_NAMESPACE, backend), Ok(Some(_)))
+            })
+    }
+
     /// The client thread id of a backend thread (the id itself when unmapped).
     pub fn client_of(&self, backend: &str) -> String {
         self.to_client
@@ -135,8 +176,38 @@ impl ThreadMap {
     pub fn rewrite(&mut self, value: &mut Value, direction: Direction, method: Option<&str>) {
         match direction {
             Direction::ToClient => {
+                // Lists show each session once, under its client id: hidden backend threads
+                // are dropped from `thread/list` (the client's own thread stands for the
+                // session) and `thread/loaded/list` loses the duplicates the mapping makes.
+                if method == Some("thread/list") {
+                    if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
+                        data.retain(|thread| {
+                            thread
+                                .get("id")
+                                .and_then(Value::as_str)
+                                .map_or(true, |id| !self.is_hidden_cached_or_stored(id))
+                        });
+                    }
+                }
+                if method == Some("thread/loaded/list") {
+                    // A hidden thread a session has moved on from stands for nothing.
+                    if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
+                        data.retain(|id| {
+                            id.as_str().map_or(true, |id| {
+                                self.to_client.contains_key(id)
+                                    || !self.is_hidden_cached_or_stored(id)
+                            })
+                        });
+                    }
+                }
                 let map = &self.to_client;
                 rewrite(value, method, &|id| map.get(id).cloned());
+                if method == Some("thread/loaded/list") {
+                    if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
+                        let mut seen = HashSet::new();
+                        data.retain(|id| seen.insert(id.to_string()));
+                    }
+                }
             }
             Direction::ToBackend => {
                 // Resolve every client id the message names first (the store may know it).
@@ -277,6 +348,30 @@ mod tests {
         let mut other = json!({"data": ["client-1"]});
         map.rewrite(&mut other, Direction::ToBackend, Some("fs/read"));
         assert_eq!(other, json!({"data": ["client-1"]}));
+    }
+
+    /// Hidden backend threads (rotation targets) are dropped from `thread/list`; in
+    /// `thread/loaded/list` the session's current one shows as the client id, once, and one it
+    /// moved on from not at all. The hidden mark survives a restart through the store.
+    #[test]
+    fn lists_hide_rotated_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> =
+            Arc::new(crate::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+        let mut map = ThreadMap::new(Some(store.clone()));
+        map.hide("old").unwrap();
+        map.hide("new").unwrap();
+        map.bind("client", "new").unwrap();
+        let mut list =
+            json!({"data": [{"id": "client"}, {"id": "old"}, {"id": "new"}, {"id": "x"}]});
+        map.rewrite(&mut list, Direction::ToClient, Some("thread/list"));
+        assert_eq!(list, json!({"data": [{"id": "client"}, {"id": "x"}]}));
+        let mut loaded = json!({"data": ["client", "old", "new", "x"]});
+        map.rewrite(&mut loaded, Direction::ToClient, Some("thread/loaded/list"));
+        assert_eq!(loaded, json!({"data": ["client", "x"]}));
+        let mut reopened = ThreadMap::new(Some(store));
+        assert!(reopened.is_hidden("old"));
+        assert!(!reopened.is_hidden("x"));
     }
 
     /// The map survives a restart through the store; unknown ids map to themselves.
