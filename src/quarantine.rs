@@ -368,6 +368,7 @@ fn failure_reason(error: &EngineError) -> String {
         }
         EngineError::Cancelled { .. } => "cancelled".to_string(),
         EngineError::Refused { operation, message } => format!("{operation} refused: {message}"),
+        EngineError::InvalidConfig { message, .. } => format!("invalid configuration: {message}"),
     }
 }
 

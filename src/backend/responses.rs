@@ -35,8 +35,9 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::{
-    is_overflow_message, BackendError, BackendKind, BackendProfile, NativeCompaction, StartThread,
-    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest, Usage,
+    is_overflow_message, BackendError, BackendKind, BackendProfile, Completion, CompletionRequest,
+    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    Usage,
 };
 
 /// The backend's name in [`BackendError::Unsupported`].
@@ -556,16 +557,15 @@ impl ThreadedBackend for ResponsesBackend {
     }
 
     /// A one-off `store: false` request outside any chain.
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
+    /// A one-off unstored request. The Responses client has no output-token bound yet, so
+    /// `max_tokens` is not applied.
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OPERATION: &str = "complete";
+        let model = request.model.unwrap_or_else(|| self.model.clone());
         let request = CreateResponse {
-            model: self.model.clone(),
-            instructions: instructions.filter(|i| !i.trim().is_empty()),
-            input: vec![InputItem::user_text(input)],
+            model: model.clone(),
+            instructions: request.instructions.filter(|i| !i.trim().is_empty()),
+            input: vec![InputItem::user_text(request.input)],
             previous_response_id: None,
             store: false,
         };
@@ -578,7 +578,15 @@ impl ThreadedBackend for ResponsesBackend {
             .collect()
             .await
             .map_err(|e| backend_error(OPERATION, "", e))?;
-        Ok(done.text)
+        Ok(Completion {
+            text: done.text,
+            model: Some(model),
+            usage: done.usage.map(|u| Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cached_input_tokens: u.cached_tokens,
+            }),
+        })
     }
 }
 

@@ -15,15 +15,22 @@ pub struct DoctorArgs {}
 /// store exists and cannot be used.
 pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
-    let registry = app::registry(&config);
+    let config_errors = app::EngineConfigErrors::default();
+    let registry = app::registry_with(&config, None, &config_errors);
     let host = config.backend.host_kind();
     let persisted = doctor::inspect_store(
         &config.store.path,
         &doctor::note_engine_ids(&config, &registry),
     );
-    let report = doctor::report(&config, &registry, &host.capabilities(), host.label())
+    let mut report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
         .with_persisted_state(persisted);
+    report.config_errors = config_errors
+        .all()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    report.node_checks = doctor::node_checks(&config).await;
     print!("{report}");
     Ok(if report.passes() {
         EXIT_OK

@@ -158,6 +158,15 @@ impl MethodSet {
     }
 }
 
+/// One problem an engine found in its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigIssue {
+    /// The key, relative to the entry's `config` (`"keepRecent"`, `"a.b"`).
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
 /// What went wrong in an engine call. The quarantine wrapper turns every kind but
 /// `Cancelled` into a quarantine (SPEC §2).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -214,6 +223,17 @@ pub enum EngineError {
     Cancelled {
         /// The member that was cancelled.
         method: EngineMethod,
+    },
+    /// The engine rejected its configuration (`plugins.entries.<id>.config`); `issues` name
+    /// the offending keys. Reported as a configuration error, not only a quarantine.
+    #[error("{method}: invalid engine configuration: {message}")]
+    InvalidConfig {
+        /// The member that was called (usually `info`: the `initialize` handshake).
+        method: EngineMethod,
+        /// What the engine said (it names the keys).
+        message: String,
+        /// Each offending key with its problem.
+        issues: Vec<ConfigIssue>,
     },
     /// A host-side refusal inside a callback (e.g. a rewrite outside the allowed suffix).
     #[error("{operation} refused: {message}")]

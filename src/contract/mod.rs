@@ -11,7 +11,7 @@ mod runtime;
 mod tools;
 mod types;
 
-pub use engine::{ContextEngine, EngineError, EngineMethod, MethodSet};
+pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
@@ -20,11 +20,12 @@ pub use types::{
     CommitTurnParams, CommitTurnResult, CompactDetails, CompactParams, CompactResult,
     CompactionTarget, ContextEngineSelection, ContextProjection, Diagnostics, EngineInfo,
     ExecutionHost, HostOperation, HostRequirement, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, MaintainParams,
-    MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams, PrepareSubagentSpawnParams,
-    PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority, ReasonCode,
-    RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo, RuntimeMode,
-    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode, SubagentEndReason,
-    TranscriptReplacement, TranscriptRewriteRequest, TranscriptRewriteResult, TranscriptSemantics,
-    TurnMaintenanceMode, CURRENT_TURN_FENCE_V1, TURN_ADVANCEMENT_IDEMPOTENCY_V1,
+    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, LlmUsage,
+    MaintainParams, MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams,
+    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority,
+    ReasonCode, RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo,
+    RuntimeMode, RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
+    SubagentEndReason, TranscriptReplacement, TranscriptRewriteRequest, TranscriptRewriteResult,
+    TranscriptSemantics, TurnMaintenanceMode, CURRENT_TURN_FENCE_V1,
+    TURN_ADVANCEMENT_IDEMPOTENCY_V1,
 };

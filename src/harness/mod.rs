@@ -45,7 +45,7 @@ use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
 use crate::store::{StateStore, StoreError, TranscriptEntry};
 
-pub use callbacks::HostCallbacks;
+pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};
 

@@ -35,6 +35,7 @@ pub mod protocol;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -268,6 +269,12 @@ impl ProcessEngine {
     /// The configured engine id.
     pub fn engine_id(&self) -> &str {
         &self.engine_id
+    }
+
+    /// Serves `runtime/llmComplete` requests made outside any lifecycle call (from a tool, a
+    /// hook or a command, or naming no session) through `callbacks`.
+    pub fn set_host_callbacks(&self, callbacks: Arc<dyn crate::contract::RuntimeCallbacks>) {
+        self.connection.set_host_callbacks(callbacks);
     }
 
     /// The hooks the engine listed in `initialize` (`hooks/<name>`).
