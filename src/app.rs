@@ -146,9 +146,15 @@ pub fn openclaw_config(config: &Config) -> Value {
     json!({"plugins": {"slots": slots, "entries": entries}})
 }
 
-/// The state dir of engine `engine_id`: `<state dir>/engines/<engineId>`.
+/// The state dir of engine `engine_id`: `<state dir>/engines/<engineId>`, absolute (the
+/// engine may run in another working directory).
 pub fn engine_state_dir(config: &Config, engine_id: &str) -> PathBuf {
-    state_dir(config).join("engines").join(engine_id)
+    absolute(state_dir(config).join("engines").join(engine_id))
+}
+
+/// `path` made absolute against the current directory (unchanged if that fails).
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// The model engines are told about (`initialize.model`): `agent.model`, else the Responses
@@ -331,6 +337,7 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
+        session_dir: Some(absolute(state_dir(config).join("sessions"))),
         ..HarnessConfig::default()
     }
 }

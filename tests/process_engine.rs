@@ -320,6 +320,7 @@ async fn callbacks_round_trip_through_runtime_context() {
         .maintain(MaintainParams {
             session_id: "s1".into(),
             session_key: None,
+            session_file: None,
             reason: MaintainReason::Turn,
             session_target: None,
             runtime_settings: None,

@@ -350,6 +350,7 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .maintain(MaintainParams {
                     session_id,
                     session_key,
+                    session_file: None,
                     reason: MaintainReason::Turn,
                     session_target: None,
                     runtime_settings: None,

@@ -435,6 +435,9 @@ pub struct BootstrapParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -599,6 +602,9 @@ pub struct CompactParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -698,6 +704,9 @@ pub struct AfterTurnParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -743,6 +752,9 @@ pub struct MaintainParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// What the maintenance follows.
     pub reason: MaintainReason,
     /// Where the session lives (SPEC §1.3).

@@ -28,6 +28,10 @@ pub struct HostCallbacks {
     pub(crate) delegated: Arc<AtomicBool>,
     /// Set by a successful transcript rewrite (the mirrored transcript changed).
     pub(crate) rewrote: Arc<AtomicBool>,
+    /// The session's transcript file, rewritten after a transcript rewrite.
+    pub(crate) session_file: Option<std::path::PathBuf>,
+    /// The working directory written in a rewritten session file's header.
+    pub(crate) cwd: String,
 }
 
 impl HostCallbacks {
@@ -218,6 +222,14 @@ impl RuntimeCallbacks for HostCallbacks {
             .replace_transcript_entries(&self.session_id, &entries)
             .map_err(|e| Self::refuse(OP, e.to_string()))?;
         self.rewrote.store(true, Ordering::SeqCst);
+        if let Some(path) = self.session_file.as_deref().filter(|p| p.exists()) {
+            super::session_file::rewrite_session_file(
+                path,
+                self.store.as_ref(),
+                &self.session_id,
+                &self.cwd,
+            );
+        }
         Ok(TranscriptRewriteResult {
             changed: true,
             bytes_freed: bytes_before.saturating_sub(bytes_after),

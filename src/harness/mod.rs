@@ -22,6 +22,7 @@ mod callbacks;
 mod compact;
 mod lifecycle;
 mod session;
+mod session_file;
 mod subagent;
 mod turn;
 
@@ -80,6 +81,9 @@ pub struct HarnessConfig {
     pub selection_source: SelectionSource,
     /// The working directory reported to engines.
     pub cwd: Option<String>,
+    /// Where each session's OpenClaw-format transcript file is kept (`sessionFile`, SPEC
+    /// §1.3); `None` keeps none.
+    pub session_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for HarnessConfig {
@@ -99,6 +103,7 @@ impl Default for HarnessConfig {
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
+            session_dir: None,
         }
     }
 }
@@ -586,6 +591,8 @@ impl Harness {
             allow_rewrite,
             delegated: delegated.clone(),
             rewrote: Arc::new(AtomicBool::new(false)),
+            session_file: self.session_file_path(session_id),
+            cwd: self.cfg.cwd.clone().unwrap_or_else(|| ".".to_string()),
         });
         (cb, delegated)
     }

@@ -117,6 +117,8 @@ impl Harness {
             .load_transcript(&session_id)
             .map_err(store_err("load transcript"))?;
         let messages: Vec<AgentMessage> = transcript.into_iter().map(|e| e.message).collect();
+        // The session file starts from the transcript as it is before this turn.
+        self.ensure_session_file(&session_id);
 
         // 2. Host requirements, fail closed (the engine that would run, quarantined or not).
         let info = self.engine.info();
@@ -259,6 +261,7 @@ impl Harness {
                 BootstrapParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
+                    session_file: self.ensure_session_file(session_id),
                     session_target: self.facts(session_key, session_id, None).session_target,
                     runtime_settings: Some(self.runtime_settings(serving, None)),
                     runtime_context: Some(self.runtime_context(
@@ -547,6 +550,7 @@ impl Harness {
         ];
         self.record_turn_state(&ctx.session_id, &entries, binding, ctx.guard)
             .await?;
+        self.append_session_file(&ctx.session_id, &entries);
         Ok(RecordedTurn {
             turn_id,
             user,
