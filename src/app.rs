@@ -399,6 +399,7 @@ pub async fn open_with_backend(
         backend,
         store,
     );
+    harness.gateway_start().await;
     App {
         harness,
         resolved,

@@ -800,3 +800,60 @@ async fn initialize_carries_state_dir_config_and_model() {
         "{message}"
     );
 }
+
+/// Hooks the engine listed are announced (`hooks`), sent as `hooks/<name>` requests (the
+/// `before_prompt_build` answer comes back) or notifications, with their event and ctx; a hook
+/// the engine did not list is not sent.
+#[tokio::test]
+async fn hooks_are_sent_as_requests_and_notifications() {
+    if !python3_available() {
+        return;
+    }
+    let engine = ProcessEngine::spawn(tool_engine_config("tools"))
+        .await
+        .unwrap();
+    assert!(engine.methods().contains(EngineMethod::Hook));
+    engine
+        .notify_hook(
+            HOOK_GATEWAY_START,
+            HookCall {
+                event: serde_json::json!({"port": null}),
+                ctx: serde_json::Value::Null,
+            },
+        )
+        .await
+        .unwrap();
+    let answer = engine
+        .call_hook(
+            HOOK_BEFORE_PROMPT_BUILD,
+            HookCall {
+                event: serde_json::json!({"prompt": "hi", "messages": []}),
+                ctx: serde_json::json!({"sessionId": "s1"}),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer, serde_json::json!({"prependContext": "hook context"}));
+    let unlisted = engine
+        .call_hook("session_end", HookCall::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unlisted,
+        EngineError::NotImplemented {
+            method: EngineMethod::Hook
+        }
+    );
+    let seen = engine
+        .call_tool(tool_call("hooks_seen", serde_json::json!({})))
+        .await
+        .unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&seen.text()).unwrap();
+    assert_eq!(seen[0]["name"], "gateway_start");
+    assert_eq!(seen[0]["request"], false);
+    assert_eq!(seen[1]["name"], "before_prompt_build");
+    assert_eq!(seen[1]["request"], true);
+    assert_eq!(seen[1]["params"]["event"]["prompt"], "hi");
+    assert_eq!(seen[1]["params"]["ctx"]["sessionId"], "s1");
+    assert_eq!(seen.as_array().unwrap().len(), 2);
+}

@@ -6,12 +6,17 @@
 #![warn(missing_docs)]
 
 mod engine;
+mod hooks;
 mod message;
 mod runtime;
 mod tools;
 mod types;
 
 pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
+pub use hooks::{
+    join_blocks, HookCall, PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_GATEWAY_START,
+    HOOK_GATEWAY_STOP, HOOK_SESSION_START,
+};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};

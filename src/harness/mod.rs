@@ -36,8 +36,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendError, ThreadId, ThreadedBackend};
 use crate::contract::{
-    AgentMessage, CompactResult, EngineError, EngineInfo, ReasonCode, RuntimeContext, RuntimeFacts,
-    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
+    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, ReasonCode,
+    RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
+    SubagentContextMode, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP,
 };
 use crate::engines::LegacyEngine;
 use crate::host::requirements::HostRequirementError;
@@ -611,7 +612,22 @@ impl Harness {
         }
     }
 
-    /// Waits (bounded) for background maintenance, disposes the engine and stops the backend.
+    /// Fires `gateway_start` (a notification, `{port: null}`: no gateway port behind the CLI)
+    /// when the engine listens to it; call once after the engine is initialised.
+    pub async fn gateway_start(&self) {
+        if self.engine.hooks().iter().any(|h| h == HOOK_GATEWAY_START) {
+            let call = HookCall {
+                event: serde_json::json!({"port": null}),
+                ctx: serde_json::json!({"agentId": self.cfg.agent_id}),
+            };
+            if let Err(e) = self.engine.notify_hook(HOOK_GATEWAY_START, call).await {
+                tracing::warn!(error = %e, "gateway_start hook failed");
+            }
+        }
+    }
+
+    /// Waits (bounded) for background maintenance, fires `gateway_stop`, disposes the engine
+    /// and stops the backend.
     pub async fn shutdown(&self) {
         self.background.close();
         if tokio::time::timeout(self.cfg.background_wait, self.background.wait())
@@ -619,6 +635,15 @@ impl Harness {
             .is_err()
         {
             tracing::warn!("background maintenance still running at shutdown; giving up waiting");
+        }
+        if self.engine.hooks().iter().any(|h| h == HOOK_GATEWAY_STOP) {
+            let call = HookCall {
+                event: serde_json::json!({"reason": "shutdown"}),
+                ctx: serde_json::json!({"agentId": self.cfg.agent_id}),
+            };
+            if let Err(e) = self.engine.call_hook(HOOK_GATEWAY_STOP, call).await {
+                tracing::warn!(error = %e, "gateway_stop hook failed");
+            }
         }
         // Quarantined engines are released too: an out-of-process one has a child to reap.
         self.engine.release().await;

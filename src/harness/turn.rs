@@ -11,7 +11,8 @@ use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnRep
 use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
-    EngineMethod, HostOperation, MaintainReason, PromptAuthority,
+    EngineMethod, HookCall, HostOperation, MaintainReason, PromptAuthority, PromptBuildResult,
+    HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -43,6 +44,8 @@ pub(super) struct TurnContext<'a> {
     pub(super) policy_fingerprint: String,
     /// The host's tool catalogue fingerprint.
     pub(super) tools_fingerprint: String,
+    /// The engine's `before_prompt_build` answer this turn, if it listens to the hook.
+    pub(super) prompt_build: Option<PromptBuildResult>,
 }
 
 impl TurnContext<'_> {
@@ -160,6 +163,9 @@ impl Harness {
         }
         // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
         // is not enough: a harness configured with legacy has its own legacy wrapper.
+        let prompt_build = self
+            .before_prompt_build(serving, &spec, &session_id, &assembled)
+            .await;
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
         let ctx = TurnContext {
@@ -171,6 +177,7 @@ impl Harness {
             tools_fingerprint: tools_fingerprint(&self.cfg.tools),
             info: serving_info,
             engine_active,
+            prompt_build,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
@@ -254,6 +261,15 @@ impl Harness {
         if done {
             return Ok(());
         }
+        if serving.hooks().iter().any(|h| h == HOOK_SESSION_START) {
+            let call = HookCall {
+                event: serde_json::json!({"sessionId": session_id, "sessionKey": session_key}),
+                ctx: self.hook_ctx(session_key, session_id),
+            };
+            if let Err(e) = serving.call_hook(HOOK_SESSION_START, call).await {
+                tracing::warn!(error = %e, "session_start hook failed");
+            }
+        }
         let info = serving.info();
         let methods = serving.methods();
         if methods.contains(EngineMethod::Bootstrap) {
@@ -333,6 +349,56 @@ impl Harness {
         }
     }
 
+    /// The `ctx` of a session's hook call.
+    fn hook_ctx(&self, session_key: &str, session_id: &str) -> serde_json::Value {
+        serde_json::json!({
+            "agentId": self.cfg.agent_id,
+            "sessionId": session_id,
+            "sessionKey": session_key,
+            "workspaceDir": self.cfg.cwd,
+        })
+    }
+
+    /// Runs `before_prompt_build {prompt, messages}` after `assemble` when the engine listens
+    /// to it. A failed call quarantines the engine (its wrapper answers `null`); an answer
+    /// that is not the hook's result shape is logged and ignored.
+    pub(super) async fn before_prompt_build(
+        &self,
+        serving: &QuarantineEngine,
+        spec: &TurnSpec,
+        session_id: &str,
+        assembled: &AssembleResult,
+    ) -> Option<PromptBuildResult> {
+        if !serving
+            .hooks()
+            .iter()
+            .any(|h| h == HOOK_BEFORE_PROMPT_BUILD)
+        {
+            return None;
+        }
+        let call = HookCall {
+            event: serde_json::json!({"prompt": spec.prompt, "messages": assembled.messages}),
+            ctx: self.hook_ctx(&spec.session_key, session_id),
+        };
+        let value = match serving.call_hook(HOOK_BEFORE_PROMPT_BUILD, call).await {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::warn!(error = %e, "before_prompt_build hook failed");
+                return None;
+            }
+        };
+        if value.is_null() || serving.is_quarantined() {
+            return None;
+        }
+        match serde_json::from_value::<PromptBuildResult>(value) {
+            Ok(result) => Some(result),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring a malformed before_prompt_build result");
+                None
+            }
+        }
+    }
+
     /// SPEC §10 pre-turn overflow check: only on backends without native auto-compaction.
     pub(super) fn overflow_precheck(
         &self,
@@ -385,6 +451,7 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
+            prompt_build: ctx.prompt_build.as_ref(),
         });
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {

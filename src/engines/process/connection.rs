@@ -70,6 +70,8 @@ enum Command {
     },
     /// The caller stopped waiting (timeout, abort, dropped future).
     Cancel { id: u64 },
+    /// A notification line to write (no answer expected).
+    Notify { line: String },
     /// Close stdin, wait `grace` for the child to exit, then kill it; reply once reaped.
     Shutdown {
         grace: Duration,
@@ -216,6 +218,24 @@ impl Connection {
             Ok(Reply::Dead(detail)) => Err(EngineError::Process { method, detail }),
             Err(_) => Err(self.gone(method)),
         }
+    }
+
+    /// Sends a notification (no answer). Fails only when the connection has ended.
+    pub fn notify<P: Serialize + ?Sized>(
+        &self,
+        method: EngineMethod,
+        wire_method: &str,
+        params: &P,
+    ) -> Result<(), EngineError> {
+        let line = protocol::encode_notification(wire_method, params).map_err(|e| {
+            EngineError::failed(
+                method,
+                format!("cannot encode the {wire_method} notification: {e}"),
+            )
+        })?;
+        self.commands
+            .send(Command::Notify { line })
+            .map_err(|_| self.gone(method))
     }
 
     /// Closes stdin, waits up to `grace` for the child to exit, kills it otherwise, and
@@ -375,6 +395,9 @@ impl ConnectionTask {
                         .writer
                         .send(WriterMsg::Line(protocol::encode_cancel(id)));
                 }
+            }
+            Command::Notify { line } => {
+                let _ = self.writer.send(WriterMsg::Line(line));
             }
             Command::Shutdown { .. } => {}
         }
@@ -548,7 +571,7 @@ impl ConnectionTask {
                 Command::Shutdown { done, .. } => {
                     let _ = done.send(None);
                 }
-                Command::Cancel { .. } => {}
+                Command::Cancel { .. } | Command::Notify { .. } => {}
             }
         }
     }

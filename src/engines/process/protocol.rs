@@ -150,6 +150,20 @@ pub fn encode_request<P: Serialize + ?Sized>(
     Ok(line)
 }
 
+/// A host → engine notification line (no id, no answer).
+pub fn encode_notification<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+) -> Result<String, serde_json::Error> {
+    let mut line = serde_json::to_string(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": method,
+        "params": serde_json::to_value(params)?,
+    }))?;
+    line.push('\n');
+    Ok(line)
+}
+
 /// The `$/cancelRequest {id}` notification line.
 pub fn encode_cancel(id: u64) -> String {
     let mut line = serde_json::json!({
@@ -446,6 +460,11 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
         methods.insert(EngineMethod::CallTool);
     }
     let hooks: Vec<String> = decode_optional_list(&mut obj, "hooks")?;
+    if hooks.is_empty() {
+        methods.remove(EngineMethod::Hook);
+    } else {
+        methods.insert(EngineMethod::Hook);
+    }
     let commands: Vec<EngineCommand> = decode_optional_list(&mut obj, "commands")?;
     Ok(InitializeOutcome {
         info,
