@@ -143,7 +143,9 @@ fn published_api_plugin_runs_unchanged_through_ctxbridge() {
 fn session_file_entries(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("session file {}: {e}", path.display()));
-    let mut lines = text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let mut lines = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap());
     let header = lines.next().unwrap();
     assert_eq!(header["type"], "session", "{header}");
     assert_eq!(header["version"], 4, "{header}");
@@ -206,7 +208,11 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
         let dir = dir.path().to_path_buf();
         let home = home.path().to_path_buf();
         tokio::task::spawn_blocking(move || {
-            let out = run(&dir, &home, &["turn", "--session", "demo", "--json", prompt]);
+            let out = run(
+                &dir,
+                &home,
+                &["turn", "--session", "demo", "--json", prompt],
+            );
             let err = String::from_utf8_lossy(&out.stderr).into_owned();
             assert_eq!(out.status.code(), Some(0), "turn failed: {err}");
             assert!(!err.contains("quarantined for this process"), "{err}");
@@ -251,11 +257,11 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
     assert_eq!(imported, 1, "bootstrap imported the session file's marker");
 
     let requests = mock.response_requests();
-    let summary_requests: Vec<_> = requests
-        .iter()
-        .filter(|r| !r.store)
-        .collect();
-    assert!(!summary_requests.is_empty(), "the plugin's llm.complete reached the model");
+    let summary_requests: Vec<_> = requests.iter().filter(|r| !r.store).collect();
+    assert!(
+        !summary_requests.is_empty(),
+        "the plugin's llm.complete reached the model"
+    );
     for r in &summary_requests {
         assert_eq!(
             r.instructions.as_deref(),
@@ -266,7 +272,11 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
     let turns: Vec<_> = requests.iter().filter(|r| r.store).collect();
     assert_eq!(turns.len(), 3);
     let guidance = "The session-summary plugin keeps older messages as a summary.";
-    assert!(!turns[0].instructions.as_deref().unwrap_or("").contains(guidance));
+    assert!(!turns[0]
+        .instructions
+        .as_deref()
+        .unwrap_or("")
+        .contains(guidance));
     for r in &turns[1..] {
         let instructions = r.instructions.as_deref().unwrap_or("");
         assert!(instructions.starts_with("Be brief."), "{instructions}");

@@ -833,7 +833,10 @@ async fn hooks_are_sent_as_requests_and_notifications() {
         )
         .await
         .unwrap();
-    assert_eq!(answer, serde_json::json!({"prependContext": "hook context"}));
+    assert_eq!(
+        answer,
+        serde_json::json!({"prependContext": "hook context"})
+    );
     let unlisted = engine
         .call_hook("session_end", HookCall::default())
         .await
