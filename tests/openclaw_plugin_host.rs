@@ -306,3 +306,65 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
         "state stays under the state dir"
     );
 }
+
+/// The rollback handle the plugin's `prepareSubagentSpawn` returns (a function, which the Node
+/// host keeps and names by `rollbackId`) comes back to ctxbridge as an id and runs when the
+/// launch fails: the failed child's row is gone from the plugin's database, a launched
+/// child's row stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails() {
+    let Some(node) = sqlite_node("rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let plugin = repo().join("examples/openclaw-summary-plugin");
+    let config = json!({
+        "plugins": {
+            "slots": { "contextEngine": "session-summary" },
+            "entries": { "session-summary": {
+                "command": [node, host.display().to_string(), plugin.display().to_string()],
+                "timeoutMs": 20000,
+            } },
+        },
+        "backend": { "kind": "mock" },
+        "store": { "path": dir.path().join("state/state.db").display().to_string() },
+    });
+    let config = ctxbridge::config::Config::parse(&config.to_string(), "ctxbridge.json5").unwrap();
+    let app = ctxbridge::app::open(&config).await.unwrap();
+    let spawn = |child: &str| ctxbridge::harness::SubagentSpawn {
+        parent_session_key: "parent".into(),
+        child_session_key: child.into(),
+        context_mode: ctxbridge::contract::SubagentContextMode::Fork,
+        light_context: false,
+        ttl_ms: None,
+    };
+    let failed = app
+        .harness
+        .spawn_subagent(spawn("parent:failed"), || async {
+            Err::<(), _>("launch failed")
+        })
+        .await;
+    assert!(failed.is_err());
+    app.harness
+        .spawn_subagent(spawn("parent:launched"), || async { Ok::<_, String>(()) })
+        .await
+        .unwrap();
+    assert!(!app.harness.engine().is_quarantined());
+    app.harness.shutdown().await;
+
+    let db = dir
+        .path()
+        .join("state/engines/session-summary/home/.session-summary/summary.sqlite");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT child_session_key FROM children ORDER BY child_session_key")
+        .unwrap();
+    let children: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(children, vec!["parent:launched".to_string()]);
+}
