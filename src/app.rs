@@ -13,17 +13,19 @@ use codex_app_server_client::locate_codex_binary;
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
 use crate::backend::codex_config::codex_overrides;
 use crate::backend::responses::{
-    ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError,
+    ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError, ResponsesThreads,
 };
 use crate::backend::{MockBackend, ThreadedBackend};
-use crate::config::{BackendConfig, Config, DeveloperInstructionDrift};
+use crate::config::{
+    self, BackendConfig, Config, DeveloperInstructionDrift, ResponsesThreadKind, StoreKind,
+};
 use crate::contract::{ConfigIssue, ContextEngine, EngineError, RuntimeCallbacks};
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig, HostLlmCallbacks};
 use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
-use crate::store::{SqliteStore, StateStore, StoreError};
+use crate::store::{open_store, PostgresOptions, StateStore, StoreError, StoreTarget};
 
 /// The owner of engines declared in the configuration file.
 pub const CONFIG_OWNER: &str = "config";
@@ -38,6 +40,11 @@ pub enum AppError {
     /// `backend.command` of the Codex backend names no program.
     #[error("backend: backend.command is empty")]
     EmptyCodexCommand,
+    /// `store.kind: "postgres"` without `store.url`.
+    #[error(
+        "store: store.url is required with store.kind \"postgres\" (postgres://user@host:5432/db)"
+    )]
+    MissingStoreUrl,
     /// The Responses backend could not be built from its configuration.
     #[error("backend: {source}")]
     Responses {
@@ -314,13 +321,9 @@ pub fn backend(
                 env: Vec::new(),
             })))
         }
-        BackendConfig::Responses(r) => ResponsesBackend::new(ResponsesBackendConfig {
-            base_url: r.base_url.clone(),
-            model: r.model.clone(),
-            api_key_env: r.api_key_env.clone(),
-        })
-        .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
-        .map_err(|source| AppError::Responses { source }),
+        BackendConfig::Responses(r) => ResponsesBackend::new(responses_backend_config(r))
+            .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
+            .map_err(|source| AppError::Responses { source }),
     }
 }
 
@@ -370,7 +373,7 @@ impl App {
 
 /// Opens the store, builds the backend, resolves the selected engine and returns the harness.
 pub async fn open(config: &Config) -> Result<App, AppError> {
-    let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(&config.store.path)?);
+    let store = open_store(&store_target(config)?)?;
     open_with_store(config, store).await
 }
 
@@ -479,5 +482,45 @@ mod tests {
         assert_eq!(mock.label, "the mock backend");
         config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
         assert_eq!(host_identity(&config).id, "ctxbridge-codex");
+    }
+}
+
+/// The Responses backend's settings from the config file's `backend` section: the thread kind,
+/// and the stream limits where the file sets them (the backend's defaults otherwise).
+fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
+    let mut out = ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone());
+    out.api_key_env = r.api_key_env.clone();
+    out.threads = match r.threads {
+        ResponsesThreadKind::Conversation => ResponsesThreads::Conversation,
+        ResponsesThreadKind::Chain => ResponsesThreads::Chain,
+    };
+    if let Some(ms) = r.idle_timeout_ms {
+        out.idle_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = r.turn_timeout_ms {
+        out.turn_timeout = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = r.max_reply_bytes {
+        out.max_reply_bytes = bytes;
+    }
+    if let Some(bytes) = r.max_event_bytes {
+        out.max_event_bytes = bytes;
+    }
+    out
+}
+
+/// Where the configured state lives: the SQLite file at `store.path`, or the PostgreSQL
+/// database at `store.url` (in `store.schema` when set).
+pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
+    match config.store.kind {
+        StoreKind::Sqlite => Ok(StoreTarget::Sqlite(config.store.path.clone())),
+        StoreKind::Postgres => {
+            let url = config.store.url.clone().ok_or(AppError::MissingStoreUrl)?;
+            let mut options = PostgresOptions::default();
+            if let Some(schema) = &config.store.schema {
+                options = options.with_schema(schema.clone());
+            }
+            Ok(StoreTarget::Postgres { url, options })
+        }
     }
 }

@@ -21,7 +21,7 @@ use crate::host::requirements::{
 };
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
-use crate::store::{SqliteStore, StateStore, StoreError};
+use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreTarget};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -308,6 +308,20 @@ pub async fn node_checks(config: &Config) -> Vec<NodeCheck> {
         });
     }
     checks
+}
+
+/// Connects to the configured store of any kind and reads what earlier runs left there; a
+/// PostgreSQL store that cannot be reached is reported unusable (naming the URL without its
+/// password), never created anew.
+pub fn inspect_target(target: &StoreTarget, engine_ids: &[String]) -> PersistedState {
+    match target {
+        StoreTarget::Sqlite(path) => inspect_store(path, engine_ids),
+        StoreTarget::Postgres { .. } => open_store(target)
+            .and_then(|store| read_persisted_state(store.as_ref(), engine_ids))
+            .unwrap_or_else(|error| PersistedState::Unusable {
+                error: error.to_string(),
+            }),
+    }
 }
 
 /// `ms` since the Unix epoch as an RFC 3339 UTC timestamp (`2023-11-14T22:13:20Z`).

@@ -31,6 +31,8 @@
 //!   command context and errors, and one file per command.
 //! - [`bench`](mod@bench): the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
 //!   and scale figures.
+//! - [`serve`] (`serve/`): `ctxbridge serve`, the Codex app-server proxy (SPEC §16) — listeners,
+//!   one actor per client connection, the shared upstream, the thread-id map and the router.
 
 pub mod app;
 pub mod backend;
@@ -46,4 +48,5 @@ pub mod projection;
 pub mod quarantine;
 pub mod registry;
 pub mod runtime_settings;
+pub mod serve;
 pub mod store;

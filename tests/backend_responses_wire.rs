@@ -13,7 +13,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use ctxbridge::backend::responses::{ResponsesBackendConfigError, COMPACTED_CHAIN_PREFIX};
+use ctxbridge::backend::responses::{
+    ResponsesBackendConfigError, ResponsesThreads, COMPACTED_CHAIN_PREFIX,
+};
 use ctxbridge::backend::{
     BackendError, CompletionRequest, ResponsesBackend, ResponsesBackendConfig, StartThread,
     ThreadId, ThreadedBackend, TurnEvent, TurnRequest, Usage,
@@ -118,7 +120,9 @@ impl Harness {
     fn backend(&self) -> ResponsesBackend {
         let config =
             ResponsesConfig::new(&self.base_url).with_backoff_base(Duration::from_millis(1));
-        ResponsesBackend::with_client_config(config, "test-model").unwrap()
+        ResponsesBackend::with_client_config(config, "test-model")
+            .unwrap()
+            .with_threads(ResponsesThreads::Chain)
     }
 
     fn bodies(&self, path: &str) -> Vec<Value> {
@@ -395,9 +399,9 @@ async fn api_key_is_sent_but_never_shown() {
     }))
     .await;
     let backend = ResponsesBackend::new(ResponsesBackendConfig {
-        base_url: harness.base_url.clone(),
-        model: "test-model".into(),
         api_key_env: Some(VARIABLE.into()),
+        threads: ResponsesThreads::Chain,
+        ..ResponsesBackendConfig::new(harness.base_url.clone(), "test-model")
     })
     .unwrap();
     let (tx, _rx) = mpsc::channel(64);
@@ -417,9 +421,8 @@ async fn api_key_is_sent_but_never_shown() {
 async fn unset_key_variable_is_a_clear_error() {
     const VARIABLE: &str = "CTXBRIDGE_TEST_RESPONSES_KEY_NEVER_SET";
     let error = ResponsesBackend::new(ResponsesBackendConfig {
-        base_url: "http://127.0.0.1:9/v1".into(),
-        model: "m".into(),
         api_key_env: Some(VARIABLE.into()),
+        ..ResponsesBackendConfig::new("http://127.0.0.1:9/v1", "m")
     })
     .unwrap_err();
     assert!(

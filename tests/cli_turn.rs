@@ -161,8 +161,48 @@ async fn turn_json_on_codex() {
     );
 }
 
-/// On the Responses API backend (against the stateful mock): the chain continues across
-/// invocations with `previous_response_id` and no resent history.
+/// On the Responses API backend with `threads: "conversation"` (the default), against the
+/// stateful mock: both invocations run on one conversation, whose id is the stable `threadId`;
+/// the second request names it, sends no `previous_response_id` and no resent history.
+#[tokio::test(flavor = "multi_thread")]
+async fn turn_json_on_responses_conversation() {
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &sample_engine(
+            json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"}),
+        ),
+    );
+    let path = dir.path().to_path_buf();
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        (
+            turn(&path, "c", "first on a conversation"),
+            turn(&path, "c", "second on a conversation"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(first["threadAction"], "started");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(first["threadId"], second["threadId"]);
+    assert!(first["threadId"].as_str().unwrap().starts_with("conv"));
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r.conversation_id.as_deref(), first["threadId"].as_str());
+        assert_eq!(r.previous_response_id, None);
+    }
+    assert_eq!(
+        requests[1].input_texts("user"),
+        vec!["second on a conversation".to_string()]
+    );
+}
+
+/// On the Responses API backend with `threads: "chain"` (against the stateful mock): the chain
+/// continues across invocations with `previous_response_id` and no resent history.
 #[tokio::test(flavor = "multi_thread")]
 async fn turn_json_on_responses() {
     let mock = MockModelServer::start(MockModelConfig::stateful())
@@ -172,7 +212,7 @@ async fn turn_json_on_responses() {
     write_config(
         dir.path(),
         &sample_engine(
-            json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"}),
+            json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model", "threads": "chain"}),
         ),
     );
     let path = dir.path().to_path_buf();

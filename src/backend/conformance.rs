@@ -10,8 +10,7 @@
 use tokio::sync::mpsc;
 
 use super::{
-    BackendError, BackendKind, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
-    TurnRequest,
+    BackendError, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
 use crate::host::capabilities::Capability;
 
@@ -87,7 +86,7 @@ pub async fn continue_thread(backend: &dyn ThreadedBackend) {
     .await;
     let outcome = outcome.unwrap_or_else(|e| panic!("{label}: second turn failed: {e}"));
     assert!(!outcome.reply.is_empty(), "{label}: empty second reply");
-    if backend.kind() != BackendKind::Responses {
+    if !backend.thread_id_advances_per_turn() {
         assert_eq!(
             outcome.thread_id, thread,
             "{label}: thread id changed on a thread backend"

@@ -291,6 +291,13 @@ pub trait ThreadedBackend: Send + Sync {
         self.profile().instructions_per_request
     }
 
+    /// Whether a turn moves the thread to a new id ([`TurnOutcome::thread_id`]): true for
+    /// Responses `previous_response_id` chains, false for stable threads (Codex, the mock,
+    /// Responses conversations).
+    fn thread_id_advances_per_turn(&self) -> bool {
+        false
+    }
+
     /// Starts a new thread.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;
 

@@ -1,6 +1,17 @@
-//! The Responses API backend (SPEC §12): a thread is a chain of `previous_response_id`s.
+//! The Responses API backend (SPEC §12). A thread is, by [`ResponsesThreads`] (config
+//! `backend.threads`):
 //!
-//! Thread ids, as the binding stores them:
+//! - `conversation` (the default): a server-side conversation (`POST /conversations`, then
+//!   `conversation: <id>` on every response). The thread id is the `conv_…` id and stays the
+//!   same from turn to turn; the server keeps the items without the 30-day limit of stored
+//!   responses. `start_thread` creates the conversation, `resume_thread` retrieves it, and a
+//!   deleted or unknown conversation is [`BackendError::ThreadNotFound`] (the harness then starts
+//!   a new one, re-projects, retries once and rewrites the binding — the rule for an expired
+//!   chain). Native compaction is [`BackendError::Unsupported`] on conversations.
+//! - `chain`: a chain of `previous_response_id`s, described below. Its thread id changes every
+//!   turn: `turn --json`'s `threadId` is the chain head, the last response id.
+//!
+//! Chain thread ids, as the binding stores them:
 //! - `resp_…` (anything without one of the prefixes below): the last response of a stored chain.
 //!   Every turn continues from it and the outcome carries the new response id.
 //! - `chain:<uuid>`: a chain that has no response yet (`start_thread` makes no server call; the
@@ -15,7 +26,11 @@
 //!
 //! Every request carries `instructions` = base + developer instructions of the [`TurnRequest`]
 //! (the API does not carry them over), `store: true`, and as `input` only the new turn: history
-//! is never sent together with `previous_response_id`.
+//! is never sent together with `previous_response_id` or `conversation`.
+//!
+//! Every response is bounded by an idle timeout between stream events, an overall turn deadline
+//! and a cap on the reply size (and on one event's size); each ends the turn with a clear error
+//! and nothing is committed. The base URL is shown only redacted (userinfo and query values).
 //!
 //! `inject_developer_message` makes no server call: the message is held in memory and sent as a
 //! `developer` input item in front of the next turn of that thread (it then becomes part of the
@@ -23,13 +38,16 @@
 //! follows the chain from turn to turn; after a restart the configured model is used.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use responses_client::{
-    output_item_text, ApiKey, CompactRequest, CreateResponse, InputItem, ResponseEvent,
-    ResponsesClient, ResponsesConfig, ResponsesError,
+    output_item_text, redact_url_str, ApiKey, CompactRequest, CreateResponse, InputItem,
+    ResponseEvent, ResponsesClient, ResponsesConfig, ResponsesError,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -47,8 +65,36 @@ pub const FRESH_CHAIN_PREFIX: &str = "chain:";
 /// Prefix of a chain continued from a compacted window held in memory.
 pub const COMPACTED_CHAIN_PREFIX: &str = "compacted:";
 
-/// What the backend is built from (the `backend` section of the config).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The config keys of the limits, named in the errors they cause.
+const IDLE_TIMEOUT_KEY: &str = "backend.idleTimeoutMs";
+const TURN_TIMEOUT_KEY: &str = "backend.turnTimeoutMs";
+const MAX_REPLY_BYTES_KEY: &str = "backend.maxReplyBytes";
+const MAX_EVENT_BYTES_KEY: &str = "backend.maxEventBytes";
+
+/// What a Responses thread is (config `backend.threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsesThreads {
+    /// A chain of `previous_response_id`s; the thread id is the chain head and changes every
+    /// turn. Stored responses expire after 30 days.
+    Chain,
+    /// A server-side conversation; the thread id (`conv_…`) is stable.
+    #[default]
+    Conversation,
+}
+
+impl ResponsesThreads {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponsesThreads::Chain => "chain",
+            ResponsesThreads::Conversation => "conversation",
+        }
+    }
+}
+
+/// What the backend is built from (the `backend` section of the config). Its `Debug` shows the
+/// base URL redacted.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ResponsesBackendConfig {
     /// The API root; requests go to `{base_url}/responses`.
     pub base_url: String,
@@ -56,6 +102,48 @@ pub struct ResponsesBackendConfig {
     pub model: String,
     /// The environment variable holding the API key; `None` sends no `Authorization` header.
     pub api_key_env: Option<String>,
+    /// What a thread is; [`ResponsesThreads::Conversation`] by default.
+    pub threads: ResponsesThreads,
+    /// The longest wait for the next stream event (default 120 s).
+    pub idle_timeout: Duration,
+    /// The longest one response may take in all (default 20 min).
+    pub turn_timeout: Duration,
+    /// The longest reply text, in bytes (default 8 MiB).
+    pub max_reply_bytes: usize,
+    /// The longest event-stream line or event, in bytes (default 16 MiB).
+    pub max_event_bytes: usize,
+}
+
+impl ResponsesBackendConfig {
+    /// A configuration with the defaults: no key variable, conversation threads, and the
+    /// client's default limits.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        ResponsesBackendConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key_env: None,
+            threads: ResponsesThreads::default(),
+            idle_timeout: ResponsesConfig::DEFAULT_IDLE_TIMEOUT,
+            turn_timeout: ResponsesConfig::DEFAULT_TURN_TIMEOUT,
+            max_reply_bytes: ResponsesConfig::DEFAULT_MAX_REPLY_BYTES,
+            max_event_bytes: ResponsesConfig::DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+impl fmt::Debug for ResponsesBackendConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponsesBackendConfig")
+            .field("base_url", &redact_url_str(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("threads", &self.threads)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("turn_timeout", &self.turn_timeout)
+            .field("max_reply_bytes", &self.max_reply_bytes)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish()
+    }
 }
 
 /// Why the backend could not be built. Names the key's variable, never its value.
@@ -176,10 +264,17 @@ pub fn compose_instructions(base: Option<&str>, developer: Option<&str>) -> Opti
     }
 }
 
+/// Where a turn continues: a chain position, or a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Continuation {
+    Chain(ChainPosition),
+    Conversation(String),
+}
+
 /// The request of one turn. Pure: the thread's position and held state decide everything.
 fn turn_request(
     default_model: &str,
-    position: &ChainPosition,
+    continuation: &Continuation,
     state: &ChainState,
     request: &TurnRequest,
 ) -> CreateResponse {
@@ -204,9 +299,14 @@ fn turn_request(
             request.developer_instructions.as_deref(),
         ),
         input,
-        previous_response_id: match position {
-            ChainPosition::Response(id) => Some(id.clone()),
-            ChainPosition::Fresh | ChainPosition::Compacted => None,
+        previous_response_id: match continuation {
+            Continuation::Chain(ChainPosition::Response(id)) => Some(id.clone()),
+            Continuation::Chain(ChainPosition::Fresh | ChainPosition::Compacted)
+            | Continuation::Conversation(_) => None,
+        },
+        conversation: match continuation {
+            Continuation::Conversation(id) => Some(id.clone()),
+            Continuation::Chain(_) => None,
         },
         store: true,
     }
@@ -214,7 +314,7 @@ fn turn_request(
 
 /// Maps a client error onto the port's error kinds.
 fn backend_error(operation: &'static str, thread_id: &str, error: ResponsesError) -> BackendError {
-    if error.is_previous_response_not_found() {
+    if error.is_previous_response_not_found() || error.is_conversation_not_found() {
         return BackendError::ThreadNotFound {
             operation,
             thread_id: thread_id.to_owned(),
@@ -236,8 +336,27 @@ fn backend_error(operation: &'static str, thread_id: &str, error: ResponsesError
         ResponsesError::ResponseFailed { .. } | ResponsesError::ErrorEvent { .. } => {
             BackendError::TurnFailed { operation, message }
         }
+        ResponsesError::IdleTimeout { .. } => BackendError::Unavailable {
+            operation,
+            message: format!("{message}; the server went silent (the limit is {IDLE_TIMEOUT_KEY})"),
+        },
+        ResponsesError::Deadline { .. } => BackendError::Unavailable {
+            operation,
+            message: format!("{message}; the turn was abandoned (the limit is {TURN_TIMEOUT_KEY})"),
+        },
+        ResponsesError::ReplyTooLarge { .. } => BackendError::TurnFailed {
+            operation,
+            message: format!(
+                "{message}; the turn was abandoned (the limit is {MAX_REPLY_BYTES_KEY})"
+            ),
+        },
+        ResponsesError::EventTooLarge { .. } => BackendError::TurnFailed {
+            operation,
+            message: format!(
+                "{message}; the turn was abandoned (the limit is {MAX_EVENT_BYTES_KEY})"
+            ),
+        },
         ResponsesError::Connect { .. }
-        | ResponsesError::IdleTimeout { .. }
         | ResponsesError::StreamClosed { .. }
         | ResponsesError::Transport { .. }
         | ResponsesError::Decode { .. } => BackendError::Unavailable { operation, message },
@@ -251,19 +370,26 @@ pub struct ResponsesBackend {
     client: ResponsesClient,
     model: String,
     label: String,
+    threads: ResponsesThreads,
     chains: Mutex<HashMap<ThreadId, ChainState>>,
 }
 
 impl ResponsesBackend {
-    /// Builds the backend with the client's default timeouts and retries, reading the key from
-    /// the process environment.
+    /// Builds the backend with the configured limits and thread kind and the client's default
+    /// retries, reading the key from the process environment.
     pub fn new(config: ResponsesBackendConfig) -> Result<Self, ResponsesBackendConfigError> {
         let api_key = api_key_from_env(config.api_key_env.as_deref(), |name| std::env::var(name))?;
-        let client_config = ResponsesConfig::new(config.base_url).with_api_key(api_key);
-        Self::with_client_config(client_config, config.model)
+        let client_config = ResponsesConfig::new(config.base_url)
+            .with_api_key(api_key)
+            .with_idle_timeout(config.idle_timeout)
+            .with_turn_timeout(config.turn_timeout)
+            .with_max_reply_bytes(config.max_reply_bytes)
+            .with_max_event_bytes(config.max_event_bytes);
+        Ok(Self::with_client_config(client_config, config.model)?.with_threads(config.threads))
     }
 
-    /// Builds the backend from a full client configuration (timeouts, retries, key).
+    /// Builds the backend from a full client configuration (timeouts, retries, key), with
+    /// conversation threads (see [`ResponsesBackend::with_threads`]).
     pub fn with_client_config(
         client_config: ResponsesConfig,
         model: impl Into<String>,
@@ -275,14 +401,26 @@ impl ResponsesBackend {
         let client = ResponsesClient::new(client_config)?;
         let label = format!(
             "the Responses API at {}",
-            client.config().base_url.trim_end_matches('/')
+            client.display_base_url().trim_end_matches('/')
         );
         Ok(ResponsesBackend {
             client,
             model,
             label,
+            threads: ResponsesThreads::default(),
             chains: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The same backend with threads of this kind.
+    pub fn with_threads(mut self, threads: ResponsesThreads) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// What a thread is on this backend.
+    pub fn threads(&self) -> ResponsesThreads {
+        self.threads
     }
 
     pub fn client(&self) -> &ResponsesClient {
@@ -309,8 +447,8 @@ impl ResponsesBackend {
         }
     }
 
-    /// Fails for ids that cannot name a thread here: blank ones, and compacted windows this
-    /// process does not hold.
+    /// Fails for ids that cannot name a thread here: blank ones, compacted windows this
+    /// process does not hold, and (on conversation threads) chain ids.
     fn check_known(
         &self,
         operation: &'static str,
@@ -322,6 +460,16 @@ impl ResponsesBackend {
                 thread_id,
                 "the thread id is blank",
             ));
+        }
+        if self.threads == ResponsesThreads::Conversation {
+            if ChainPosition::of(thread_id) != ChainPosition::Response(thread_id.to_string()) {
+                return Err(Self::not_found(
+                    operation,
+                    thread_id,
+                    "a chain id does not name a conversation",
+                ));
+            }
+            return Ok(());
         }
         if ChainPosition::of(thread_id) == ChainPosition::Compacted
             && !self
@@ -419,10 +567,26 @@ impl ThreadedBackend for ResponsesBackend {
         BackendProfile::RESPONSES
     }
 
-    /// No server call: the chain begins with its first turn. Instructions are not kept (every
-    /// turn sends its own); a model override is.
+    /// A chain moves to its new head every turn; a conversation keeps its id.
+    fn thread_id_advances_per_turn(&self) -> bool {
+        self.threads == ResponsesThreads::Chain
+    }
+
+    /// Conversation threads: creates the conversation. Chain threads: no server call, the chain
+    /// begins with its first turn. Instructions are not kept (every turn sends its own); a
+    /// model override is.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
-        let thread_id = new_thread_id(FRESH_CHAIN_PREFIX);
+        let thread_id = match self.threads {
+            ResponsesThreads::Chain => new_thread_id(FRESH_CHAIN_PREFIX),
+            ResponsesThreads::Conversation => {
+                let conversation = self
+                    .client
+                    .create_conversation()
+                    .await
+                    .map_err(|e| backend_error("start thread", "", e))?;
+                ThreadId(conversation.id)
+            }
+        };
         if let Some(model) = request.model.filter(|m| !m.trim().is_empty()) {
             self.chains().insert(
                 thread_id.clone(),
@@ -432,14 +596,23 @@ impl ThreadedBackend for ResponsesBackend {
                 },
             );
         }
-        tracing::debug!(thread = %thread_id, "started a Responses chain (no server call)");
+        tracing::debug!(thread = %thread_id, threads = self.threads.as_str(), "started a Responses thread");
         Ok(thread_id)
     }
 
-    /// No server call for response ids: a chain that is gone shows as
-    /// [`BackendError::ThreadNotFound`] on its next turn.
+    /// Conversation threads: retrieves the conversation (a deleted or unknown one is
+    /// [`BackendError::ThreadNotFound`]). Chain threads: no server call for response ids; a
+    /// chain that is gone shows as [`BackendError::ThreadNotFound`] on its next turn.
     async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
-        self.check_known("resume thread", thread_id)
+        const OPERATION: &str = "resume thread";
+        self.check_known(OPERATION, thread_id)?;
+        if self.threads == ResponsesThreads::Conversation {
+            self.client
+                .retrieve_conversation(thread_id.as_str())
+                .await
+                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e))?;
+        }
+        Ok(())
     }
 
     /// Held in memory and sent as a developer item in front of the thread's next turn.
@@ -465,18 +638,26 @@ impl ThreadedBackend for ResponsesBackend {
         const OPERATION: &str = "run turn";
         let thread_id = request.thread_id.clone();
         self.check_known(OPERATION, &thread_id)?;
-        let position = ChainPosition::of(&thread_id);
+        let continuation = match self.threads {
+            ResponsesThreads::Chain => Continuation::Chain(ChainPosition::of(&thread_id)),
+            ResponsesThreads::Conversation => Continuation::Conversation(thread_id.to_string()),
+        };
         let taken = self.chains().remove(&thread_id).unwrap_or_default();
-        let create = turn_request(&self.model, &position, &taken, &request);
+        let create = turn_request(&self.model, &continuation, &taken, &request);
         tracing::debug!(
             thread = %thread_id,
             chained = create.previous_response_id.is_some(),
+            conversation = create.conversation.is_some(),
             input_items = create.input.len(),
             "running a Responses turn"
         );
         match self.stream_turn(create, &events).await {
             Ok((response_id, reply, usage)) => {
-                let new_thread = ThreadId(response_id);
+                // A conversation keeps its id; a chain moves to its new head.
+                let new_thread = match continuation {
+                    Continuation::Conversation(_) => thread_id.clone(),
+                    Continuation::Chain(_) => ThreadId(response_id),
+                };
                 let carried = taken.carried_forward();
                 if !carried.is_empty() {
                     self.chains().insert(new_thread.clone(), carried);
@@ -498,10 +679,17 @@ impl ThreadedBackend for ResponsesBackend {
         }
     }
 
-    /// Through `POST /responses/compact`; the new window continues as a `compacted:` thread. A
-    /// chain without responses has nothing to compact (no call, thread unchanged).
+    /// Chain threads: through `POST /responses/compact`; the new window continues as a
+    /// `compacted:` thread. A chain without responses has nothing to compact (no call, thread
+    /// unchanged). Conversation threads: [`BackendError::Unsupported`].
     async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
         const OPERATION: &str = "compact thread";
+        if self.threads == ResponsesThreads::Conversation {
+            return Err(BackendError::Unsupported {
+                operation: "native compaction of a conversation thread",
+                backend: BACKEND_NAME,
+            });
+        }
         self.check_known(OPERATION, thread_id)?;
         let position = ChainPosition::of(thread_id);
         let state = self.chains().get(thread_id).cloned().unwrap_or_default();
@@ -567,6 +755,7 @@ impl ThreadedBackend for ResponsesBackend {
             instructions: request.instructions.filter(|i| !i.trim().is_empty()),
             input: vec![InputItem::user_text(request.input)],
             previous_response_id: None,
+            conversation: None,
             store: false,
         };
         let stream = self
@@ -642,8 +831,9 @@ mod tests {
             pending_developer_messages: vec!["note".into()],
             ..ChainState::default()
         };
-        let position = ChainPosition::Response("resp_7".into());
+        let position = Continuation::Chain(ChainPosition::Response("resp_7".into()));
         let request = turn_request("m", &position, &state, &turn("resp_7", "hi"));
+        assert_eq!(request.conversation, None);
         assert_eq!(request.previous_response_id.as_deref(), Some("resp_7"));
         assert_eq!(
             request.input,
@@ -667,7 +857,7 @@ mod tests {
         };
         let request = turn_request(
             "m",
-            &ChainPosition::Compacted,
+            &Continuation::Chain(ChainPosition::Compacted),
             &state,
             &turn("compacted:1", "hi"),
         );
@@ -677,6 +867,122 @@ mod tests {
             request.input,
             vec![InputItem::Raw(window), InputItem::user_text("hi")]
         );
+    }
+
+    /// A conversation turn names the conversation, never a previous response, and sends only
+    /// the new turn (with queued developer notes) and the instructions.
+    #[test]
+    fn conversation_turn_names_the_conversation_only() {
+        let state = ChainState {
+            pending_developer_messages: vec!["note".into()],
+            ..ChainState::default()
+        };
+        let request = turn_request(
+            "m",
+            &Continuation::Conversation("conv_1".into()),
+            &state,
+            &turn("conv_1", "hi"),
+        );
+        assert_eq!(request.conversation.as_deref(), Some("conv_1"));
+        assert_eq!(request.previous_response_id, None);
+        assert_eq!(
+            request.input,
+            vec![
+                InputItem::developer_text("note"),
+                InputItem::user_text("hi")
+            ]
+        );
+        assert_eq!(request.instructions.as_deref(), Some("base\n\ndev"));
+        assert!(request.store);
+    }
+
+    /// Conversation threads are the default, in the backend config and its wire name.
+    #[test]
+    fn conversation_threads_are_the_default() {
+        let config = ResponsesBackendConfig::new("http://127.0.0.1:1/v1", "m");
+        assert_eq!(config.threads, ResponsesThreads::Conversation);
+        assert_eq!(
+            serde_json::to_value(ResponsesThreads::Chain).unwrap(),
+            serde_json::json!("chain")
+        );
+        assert_eq!(
+            serde_json::from_value::<ResponsesThreads>(serde_json::json!("conversation")).unwrap(),
+            ResponsesThreads::Conversation
+        );
+    }
+
+    /// The backend config's Debug and the backend's label never show a key written into the
+    /// base URL.
+    #[test]
+    fn base_url_secrets_never_print() {
+        let config = ResponsesBackendConfig::new(
+            "http://user:sk-userinfo@127.0.0.1:1/v1?api-key=sk-query",
+            "m",
+        );
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains("sk-userinfo") && !debug.contains("sk-query"),
+            "{debug}"
+        );
+        let backend = ResponsesBackend::new(config).unwrap();
+        let label = backend.label().to_owned();
+        assert!(
+            !label.contains("sk-userinfo") && !label.contains("sk-query"),
+            "{label}"
+        );
+        assert!(label.contains("127.0.0.1:1/v1?api-key=***"), "{label}");
+        let debug = format!("{backend:?}");
+        assert!(
+            !debug.contains("sk-userinfo") && !debug.contains("sk-query"),
+            "{debug}"
+        );
+    }
+
+    /// The stream limits map to clear backend errors naming the setting to change.
+    #[test]
+    fn limits_map_to_clear_errors() {
+        let idle = backend_error(
+            "run turn",
+            "t",
+            ResponsesError::IdleTimeout {
+                operation: "create response",
+                after: Duration::from_secs(120),
+            },
+        );
+        assert!(matches!(idle, BackendError::Unavailable { .. }));
+        assert!(idle.to_string().contains(IDLE_TIMEOUT_KEY), "{idle}");
+        let deadline = backend_error(
+            "run turn",
+            "t",
+            ResponsesError::Deadline {
+                operation: "create response",
+                after: Duration::from_secs(1200),
+            },
+        );
+        assert!(deadline.to_string().contains("turn deadline"), "{deadline}");
+        assert!(
+            deadline.to_string().contains(TURN_TIMEOUT_KEY),
+            "{deadline}"
+        );
+        let large = backend_error(
+            "run turn",
+            "t",
+            ResponsesError::ReplyTooLarge {
+                operation: "create response",
+                limit: 10,
+            },
+        );
+        assert!(matches!(large, BackendError::TurnFailed { .. }));
+        assert!(large.to_string().contains(MAX_REPLY_BYTES_KEY), "{large}");
+        let event = backend_error(
+            "run turn",
+            "t",
+            ResponsesError::EventTooLarge {
+                operation: "create response",
+                limit: 10,
+            },
+        );
+        assert!(event.to_string().contains(MAX_EVENT_BYTES_KEY), "{event}");
     }
 
     /// The key variable is read; unset, empty and absent configurations are told apart and

@@ -81,6 +81,12 @@ pub enum CliError {
         #[source]
         source: Box<BenchError>,
     },
+    /// `serve` failed while running.
+    #[error("serve: {source}")]
+    Serve {
+        #[source]
+        source: crate::serve::ServeError,
+    },
 }
 
 impl CliError {
@@ -95,7 +101,8 @@ impl CliError {
             | CliError::Json { .. }
             | CliError::Io { .. }
             | CliError::MockModel { .. }
-            | CliError::Bench { .. } => EXIT_RUNTIME_FAILURE,
+            | CliError::Bench { .. }
+            | CliError::Serve { .. } => EXIT_RUNTIME_FAILURE,
         }
     }
 

@@ -18,10 +18,13 @@ pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliE
     let config_errors = app::EngineConfigErrors::default();
     let registry = app::registry_with(&config, None, &config_errors);
     let host = config.backend.host_kind();
-    let persisted = doctor::inspect_store(
-        &config.store.path,
-        &doctor::note_engine_ids(&config, &registry),
-    );
+    let engine_ids = doctor::note_engine_ids(&config, &registry);
+    let persisted = match app::store_target(&config) {
+        Ok(target) => doctor::inspect_target(&target, &engine_ids),
+        Err(error) => doctor::PersistedState::Unusable {
+            error: error.to_string(),
+        },
+    };
     let mut report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
         .with_persisted_state(persisted);

@@ -13,6 +13,7 @@ pub mod context;
 pub mod demo;
 pub mod doctor;
 pub mod mock_model;
+pub mod serve;
 pub mod turn;
 
 use std::path::PathBuf;
@@ -54,6 +55,8 @@ pub enum Command {
     MockModel(mock_model::MockModelArgs),
     /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
     Bench(bench::BenchArgs),
+    /// Serve the Codex app-server protocol in front of the configured Codex backend (SPEC §16).
+    Serve(serve::ServeArgs),
 }
 
 /// Runs a parsed command line.
@@ -69,6 +72,7 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Demo(args) => demo::run(&context, args).await,
         Command::MockModel(args) => mock_model::run(&context, args).await,
         Command::Bench(args) => bench::run(&context, args).await,
+        Command::Serve(args) => serve::run(&context, args).await,
     }
 }
 

@@ -266,7 +266,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::config::{DeveloperInstructionDrift, ResponsesBackendConfig};
+    use crate::config::{DeveloperInstructionDrift, ResponsesBackendConfig, ResponsesThreadKind};
     use crate::host::capabilities::HostKind;
 
     fn err(source: &str) -> String {
@@ -346,9 +346,39 @@ mod tests {
                 base_url: "http://127.0.0.1:9".into(),
                 model: "m".into(),
                 api_key_env: Some("K".into()),
+                threads: ResponsesThreadKind::Conversation,
+                idle_timeout_ms: None,
+                turn_timeout_ms: None,
+                max_reply_bytes: None,
+                max_event_bytes: None,
             })
         );
         assert_eq!(c.backend.host_kind(), HostKind::Responses);
+    }
+
+    /// The Responses thread kind and stream limits are read from the `backend` section.
+    #[test]
+    fn responses_threads_and_limits_parse() {
+        let c = Config::parse(
+            r#"{backend: {kind: "responses", baseUrl: "http://127.0.0.1:9", model: "m",
+                threads: "chain", idleTimeoutMs: 5000, turnTimeoutMs: 60000,
+                maxReplyBytes: 1024, maxEventBytes: 2048}}"#,
+            "c.json5",
+        )
+        .unwrap();
+        let BackendConfig::Responses(r) = c.backend else {
+            panic!("not a responses backend");
+        };
+        assert_eq!(r.threads, ResponsesThreadKind::Chain);
+        assert_eq!(r.idle_timeout_ms, Some(5000));
+        assert_eq!(r.turn_timeout_ms, Some(60000));
+        assert_eq!(r.max_reply_bytes, Some(1024));
+        assert_eq!(r.max_event_bytes, Some(2048));
+        assert!(Config::parse(
+            r#"{backend: {kind: "responses", baseUrl: "u", model: "m", threads: "rope"}}"#,
+            "c.json5"
+        )
+        .is_err());
     }
 
     /// A wrong type reports file, line and column of the value and the dotted key path.

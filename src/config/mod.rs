@@ -19,5 +19,6 @@ pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, Config,
     DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
-    ResponsesBackendConfig, SlotsConfig, StoreConfig, DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
+    ResponsesBackendConfig, ResponsesThreadKind, SlotsConfig, StoreConfig, StoreKind,
+    DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,
 };

@@ -220,22 +220,71 @@ pub struct ResponsesBackendConfig {
     /// The environment variable holding the API key, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// What a backend thread is (default: a Conversations API object).
+    #[serde(default)]
+    pub threads: ResponsesThreadKind,
+    /// The longest wait for the next stream event, in ms (default 120 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// The longest one response may take in all, in ms (default 1 200 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_ms: Option<u64>,
+    /// The longest reply text, in bytes (default 8 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_reply_bytes: Option<usize>,
+    /// The longest event-stream line or event, in bytes (default 16 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_event_bytes: Option<usize>,
+}
+
+/// `backend.threads` for `kind: "responses"`: what a backend thread is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResponsesThreadKind {
+    /// A Conversations API object: a stable id, items kept without the 30-day limit.
+    #[default]
+    Conversation,
+    /// A `previous_response_id` chain; the thread id is the chain's head and changes every turn.
+    Chain,
 }
 
 /// `store`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// The state database; relative paths are relative to the working directory.
+    /// Which store keeps the state: the embedded SQLite file (default) or PostgreSQL.
+    pub kind: StoreKind,
+    /// The SQLite state database; relative paths are relative to the working directory.
     pub path: PathBuf,
+    /// The PostgreSQL connection URL (`postgres://user:pass@host:5432/db`), for `kind: "postgres"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The PostgreSQL schema holding ctxbridge's tables (created if missing; default: the
+    /// server's search path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            kind: StoreKind::Sqlite,
             path: PathBuf::from(DEFAULT_STORE_PATH),
+            url: None,
+            schema: None,
         }
     }
+}
+
+/// `store.kind`: which store keeps bindings, transcripts, the outbox and leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// The embedded SQLite file at `store.path` (one machine).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database at `store.url`, shared by a fleet of bridges.
+    Postgres,
 }
 
 /// `projection`.

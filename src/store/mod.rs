@@ -2,11 +2,14 @@
 //! outbox, quarantine records, session leases, engine bootstrap marks and the mock backend's
 //! threads.
 //!
-//! [`StateStore`] is the port; [`SqliteStore`] (embedded, WAL) is the implementation shipped
-//! today. A server database can implement the same trait later. The methods are synchronous:
-//! every statement is a short local write or an indexed read, so the harness calls them
-//! directly instead of paying for a thread hop per call.
+//! [`StateStore`] is the port; [`SqliteStore`] (embedded, WAL) is the default implementation and
+//! [`PostgresStore`] gives the same guarantees to instances on several machines. The methods
+//! are synchronous: every statement is a short write or an indexed read, so the harness calls
+//! them directly (the PostgreSQL store hands each call to its own worker thread).
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+mod postgres;
 mod sqlite;
 
 use std::path::PathBuf;
@@ -15,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::AgentMessage;
 
+pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
@@ -75,6 +79,46 @@ pub enum StoreError {
         path: PathBuf,
         found: i64,
         supported: i64,
+    },
+    /// A PostgreSQL statement, transaction or URL failed; `detail` spells out the source chain
+    /// (the driver's own message names only the error kind). The URL has its password redacted.
+    #[error("state store {url}: {operation}: {detail}")]
+    Postgres {
+        url: String,
+        operation: &'static str,
+        detail: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// No PostgreSQL connection could be had (server down, refused, authentication failed).
+    #[error("state store {url}: {operation}: cannot get a PostgreSQL connection: {detail}")]
+    PostgresConnect {
+        url: String,
+        operation: &'static str,
+        detail: String,
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+    /// A PostgreSQL call did not finish within its time bound.
+    #[error("state store {url}: {operation}: no answer from PostgreSQL within {waited_ms} ms")]
+    PostgresTimeout {
+        url: String,
+        operation: &'static str,
+        waited_ms: u64,
+    },
+    /// The PostgreSQL store cannot run: its options are unusable or its worker thread is gone.
+    #[error("state store {url}: {operation}: {message}")]
+    PostgresSetup {
+        url: String,
+        operation: &'static str,
+        message: String,
+    },
+    /// The PostgreSQL store's worker thread could not be started.
+    #[error("state store {url}: cannot start the PostgreSQL worker thread: {source}")]
+    PostgresWorker {
+        url: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -163,6 +207,30 @@ pub trait StateStore: Send + Sync {
         lease_generation: u64,
     ) -> Result<(), StoreError>;
 
+    /// As [`StateStore::record_turn`], and queues the turn's durable commit (`commit`, SPEC §6)
+    /// in the same atomic, fenced step: a crash cannot leave a recorded turn without its queued
+    /// commit, and a fenced holder queues nothing. A duplicate advancement key keeps the queued
+    /// row. The default runs the two steps one after the other, for stores that cannot do
+    /// better; both shipped stores override it.
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        self.record_turn(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+        )?;
+        self.enqueue_outbox(commit)
+    }
+
     // --- transcript
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
     fn append_transcript(
@@ -211,4 +279,27 @@ pub trait StateStore: Send + Sync {
     // --- generic keyed documents (used by the mock backend to persist its threads)
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
+}
+
+/// Which store to open: what the config's `store` section selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreTarget {
+    /// The embedded SQLite file (`store: {path}`, the default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (`store: {kind: "postgres", url}`).
+    Postgres {
+        url: String,
+        options: PostgresOptions,
+    },
+}
+
+/// Opens the selected store (for a PostgreSQL one: connects and applies pending migrations).
+pub fn open_store(target: &StoreTarget) -> Result<std::sync::Arc<dyn StateStore>, StoreError> {
+    Ok(match target {
+        StoreTarget::Sqlite(path) => std::sync::Arc::new(SqliteStore::open(path)?),
+        StoreTarget::Postgres { url, options } => {
+            std::sync::Arc::new(PostgresStore::connect(url, options.clone())?)
+        }
+    })
 }

@@ -262,6 +262,24 @@ fn insert_entries(
     Ok(())
 }
 
+/// Queues an outbox row (a duplicate advancement key keeps the queued row).
+fn insert_outbox(conn: &Connection, row: &OutboxRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
+         ON CONFLICT(session_id, advancement_key) DO NOTHING",
+    )?
+    .execute(params![
+        row.session_id,
+        row.advancement_key,
+        row.engine_id,
+        row.params_json,
+        row.attempts,
+        row.last_error
+    ])
+    .map(|_| ())
+}
+
 /// Writes a binding unless a newer lease generation fences the writer; returns that newer
 /// generation when fenced (inside the caller's transaction, which must then not commit).
 fn upsert_binding(
@@ -402,6 +420,29 @@ impl StateStore for SqliteStore {
         stale_check("record turn", binding_key, lease_generation, fenced)
     }
 
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        let fenced = self.with_conn("record turn", |conn| {
+            let tx = conn.transaction()?;
+            let fenced = upsert_binding(&tx, binding_key, binding_json, lease_generation)?;
+            if fenced.is_none() {
+                insert_entries(&tx, session_id, &encoded)?;
+                insert_outbox(&tx, commit)?;
+                tx.commit()?;
+            }
+            Ok(fenced)
+        })?;
+        stale_check("record turn", binding_key, lease_generation, fenced)
+    }
+
     fn replace_transcript_entries(
         &self,
         session_id: &str,
@@ -442,21 +483,7 @@ impl StateStore for SqliteStore {
     }
 
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.with_conn("enqueue outbox row", |conn| {
-            conn.prepare_cached("INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
-                 ON CONFLICT(session_id, advancement_key) DO NOTHING")?
-                .execute(params![
-                    row.session_id,
-                    row.advancement_key,
-                    row.engine_id,
-                    row.params_json,
-                    row.attempts,
-                    row.last_error
-                ],
-            )
-            .map(|_| ())
-        })
+        self.with_conn("enqueue outbox row", |conn| insert_outbox(conn, row))
     }
 
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
@@ -637,139 +664,9 @@ impl StateStore for SqliteStore {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::contract::AgentMessage;
 
-    fn entry(id: &str, text: &str) -> TranscriptEntry {
-        TranscriptEntry {
-            entry_id: id.into(),
-            message: AgentMessage::user(text),
-        }
-    }
-
-    /// Transcript entries come back in append order, across appends.
-    #[test]
-    fn transcript_appends_in_order() {
-        let s = SqliteStore::in_memory().unwrap();
-        s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
-            .unwrap();
-        s.append_transcript("s", &[entry("c", "3")]).unwrap();
-        let ids: Vec<_> = s
-            .load_transcript("s")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.entry_id)
-            .collect();
-        assert_eq!(ids, ["a", "b", "c"]);
-        assert!(s.load_transcript("other").unwrap().is_empty());
-    }
-
-    /// A rewrite naming one unknown entry changes nothing (all or none).
-    #[test]
-    fn rewrite_is_atomic() {
-        let s = SqliteStore::in_memory().unwrap();
-        s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
-            .unwrap();
-        let err = s
-            .replace_transcript_entries("s", &[entry("a", "changed"), entry("zzz", "x")])
-            .unwrap_err();
-        assert!(err.to_string().contains("zzz"), "{err}");
-        let t = s.load_transcript("s").unwrap();
-        assert_eq!(t[0].message.plain_text(), "1");
-        s.replace_transcript_entries("s", &[entry("b", "two")])
-            .unwrap();
-        assert_eq!(
-            s.load_transcript("s").unwrap()[1].message.plain_text(),
-            "two"
-        );
-    }
-
-    /// A second holder is refused while the lease is live, and gets it after expiry with a
-    /// higher generation that fences the first holder's binding writes.
-    #[test]
-    fn leases_serialise_and_fence() {
-        let s = SqliteStore::in_memory().unwrap();
-        let LeaseAttempt::Acquired(first) = s.try_acquire_lease("k", "p1", 1_000, 500).unwrap()
-        else {
-            panic!("first lease refused");
-        };
-        assert!(matches!(
-            s.try_acquire_lease("k", "p2", 1_200, 500).unwrap(),
-            LeaseAttempt::Busy { .. }
-        ));
-        let LeaseAttempt::Acquired(second) = s.try_acquire_lease("k", "p2", 1_600, 500).unwrap()
-        else {
-            panic!("expired lease not taken over");
-        };
-        assert!(second.generation > first.generation);
-        s.save_binding("k", "{}", second.generation).unwrap();
-        let err = s
-            .save_binding("k", "{\"stale\":1}", first.generation)
-            .unwrap_err();
-        assert!(matches!(err, StoreError::StaleGeneration { .. }), "{err}");
-        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{}");
-        s.release_lease(&second).unwrap();
-        assert!(matches!(
-            s.try_acquire_lease("k", "p1", 1_700, 500).unwrap(),
-            LeaseAttempt::Acquired(_)
-        ));
-    }
-
-    /// A turn's transcript entries and binding are written together, or — for a holder whose
-    /// lease generation is stale — not at all.
-    #[test]
-    fn record_turn_is_atomic_and_fenced() {
-        let s = SqliteStore::in_memory().unwrap();
-        let LeaseAttempt::Acquired(old) = s.try_acquire_lease("k", "p1", 0, 10).unwrap() else {
-            panic!("lease refused");
-        };
-        s.record_turn(
-            "sess",
-            &[entry("a", "1"), entry("b", "2")],
-            "k",
-            "{\"t\":1}",
-            old.generation,
-        )
-        .unwrap();
-        assert_eq!(s.load_transcript("sess").unwrap().len(), 2);
-        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"t\":1}");
-        let LeaseAttempt::Acquired(new) = s.try_acquire_lease("k", "p2", 100, 10).unwrap() else {
-            panic!("expired lease not taken over");
-        };
-        assert!(new.generation > old.generation);
-        let err = s
-            .record_turn("sess", &[entry("c", "3")], "k", "{\"t\":2}", old.generation)
-            .unwrap_err();
-        assert!(matches!(err, StoreError::StaleGeneration { .. }), "{err:?}");
-        assert_eq!(
-            s.load_transcript("sess").unwrap().len(),
-            2,
-            "no entry from a fenced holder"
-        );
-        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"t\":1}");
-    }
-
-    /// Outbox rows stay queued until completed; a duplicate enqueue keeps one row.
-    #[test]
-    fn outbox_queue() {
-        let s = SqliteStore::in_memory().unwrap();
-        let row = OutboxRow {
-            session_id: "s".into(),
-            advancement_key: "t1".into(),
-            engine_id: "e".into(),
-            params_json: "{}".into(),
-            attempts: 0,
-            last_error: None,
-        };
-        s.enqueue_outbox(&row).unwrap();
-        s.enqueue_outbox(&row).unwrap();
-        s.fail_outbox("s", "t1", "boom").unwrap();
-        let rows = s.pending_outbox("s").unwrap();
-        assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].attempts, 1);
-        assert_eq!(rows[0].last_error.as_deref(), Some("boom"));
-        s.complete_outbox("s", "t1").unwrap();
-        assert!(s.pending_outbox("s").unwrap().is_empty());
-    }
+    // The store-generic checks (transcript, rewrite, leases and fencing, record_turn, outbox)
+    // are in the shared conformance suite, `store::conformance`, run on every store.
 
     /// State survives reopening the file.
     #[test]

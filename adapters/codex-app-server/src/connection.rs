@@ -276,6 +276,28 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     }
 }
 
+/// Fuzzing hook: runs the stdout reader over `stdout` (bounded lines of at most
+/// `max_line_bytes`) and returns the messages it hands to the actor, in order. Not part of the
+/// API.
+#[doc(hidden)]
+pub async fn read_stdout_messages<R: AsyncRead + Unpin>(
+    stdout: R,
+    max_line_bytes: usize,
+) -> Vec<serde_json::Map<String, Value>> {
+    let (tx, mut rx) = mpsc::channel(16);
+    let collect = async move {
+        let mut messages = Vec::new();
+        while let Some(incoming) = rx.recv().await {
+            if let Incoming::Message(message) = incoming {
+                messages.push(message);
+            }
+        }
+        messages
+    };
+    let ((), messages) = tokio::join!(read_stdout(stdout, max_line_bytes, tx), collect);
+    messages
+}
+
 /// One stdout line as a JSON object, or `None` (with a warning) for anything else.
 fn parse_line(line: &[u8]) -> Option<serde_json::Map<String, Value>> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);

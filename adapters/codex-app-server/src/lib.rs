@@ -30,6 +30,12 @@ pub mod error;
 pub mod turn;
 pub mod version;
 
+/// Entry points for the fuzz targets; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::connection::read_stdout_messages;
+}
+
 pub use client::{
     AdditionalContext, AdditionalContextKind, AppServerClient, ServerInfo, ThreadResumeParams,
     ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,

@@ -8,7 +8,11 @@
 //!   `response.output_item.done` and `response.completed` with usage; `POST /v1/responses/compact`
 //!   answers the unary compaction endpoint. Every request is recorded in memory (and optionally
 //!   appended to a JSONL log); [`MockModelServer::requests`] reads them back. A stateful mode
-//!   stores responses and honours `previous_response_id`, like the real API.
+//!   stores responses and honours `previous_response_id`, like the real API. Conversations
+//!   (`POST /v1/conversations`, `GET`/`DELETE /v1/conversations/{id}`,
+//!   `GET /v1/conversations/{id}/items`) are served too; in stateful mode a response naming a
+//!   `conversation` is computed on its items and appends its input and output to them, and an
+//!   unknown conversation answers 404 with an OpenAI-style error.
 //! - [`script`]: per-request behaviour ([`ScriptedReply`]): reply text, usage, HTTP errors, a
 //!   stream dropped mid-way, a delay, a `response.failed` event.
 //! - [`record`]: what was recorded ([`RecordedRequest`]) and helpers to read Responses items.

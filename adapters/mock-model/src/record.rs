@@ -11,6 +11,9 @@ pub enum RequestKind {
     Responses,
     /// `POST /v1/responses/compact` (or `/responses/compact`): a unary compaction.
     Compact,
+    /// `/v1/conversations…` (or `/conversations…`): create, retrieve, delete a conversation, or
+    /// list its items.
+    Conversations,
     /// Anything else; answered 404.
     Other,
 }
@@ -37,10 +40,15 @@ pub struct RecordedRequest {
     pub input: Vec<Value>,
     /// `previous_response_id` of the request, if any.
     pub previous_response_id: Option<String>,
+    /// `conversation` of the request (given as a string or as `{id}`), if any; for the
+    /// conversations endpoints, the conversation the path names.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
     /// `store` of the request (`false` when absent).
     pub store: bool,
     /// The full conversation the reply was computed on: the stored chain rebuilt from
-    /// `previous_response_id` (stateful mode) followed by `input`; `input` alone otherwise.
+    /// `previous_response_id`, or the items of the named conversation (stateful mode), followed
+    /// by `input`; `input` alone otherwise.
     pub conversation: Vec<Value>,
     /// The HTTP status the mock answered with.
     pub status: u16,

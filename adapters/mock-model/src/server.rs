@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -98,7 +98,30 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     /// Stored responses: response id → the full conversation including that response's output.
     store: Mutex<HashMap<String, Vec<Value>>>,
+    /// Conversations: id → the conversation object's fields and its items.
+    conversations: Mutex<HashMap<String, MockConversation>>,
     log: Option<tokio::sync::Mutex<tokio::fs::File>>,
+}
+
+/// One conversation the mock holds.
+#[derive(Debug, Clone)]
+struct MockConversation {
+    created_at: u64,
+    metadata: Value,
+    /// The items in order: those given at creation, then each completed response's input and
+    /// output.
+    items: Vec<Value>,
+}
+
+impl MockConversation {
+    fn object(&self, id: &str) -> Value {
+        json!({
+            "id": id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+        })
+    }
 }
 
 /// A poisoned lock only means another handler panicked mid-update; the data is still usable for
@@ -161,6 +184,7 @@ impl MockModelServer {
             default_reply: Mutex::new(config.default_reply),
             requests: Mutex::new(Vec::new()),
             store: Mutex::new(HashMap::new()),
+            conversations: Mutex::new(HashMap::new()),
             log,
         });
         let app = Router::new()
@@ -168,6 +192,18 @@ impl MockModelServer {
             .route("/responses", post(responses))
             .route("/v1/responses/compact", post(compact))
             .route("/responses/compact", post(compact))
+            .route("/v1/conversations", post(create_conversation))
+            .route("/conversations", post(create_conversation))
+            .route(
+                "/v1/conversations/:id",
+                get(retrieve_conversation).delete(delete_conversation),
+            )
+            .route(
+                "/conversations/:id",
+                get(retrieve_conversation).delete(delete_conversation),
+            )
+            .route("/v1/conversations/:id/items", get(conversation_items))
+            .route("/conversations/:id/items", get(conversation_items))
             .fallback(fallback)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -246,6 +282,27 @@ impl MockModelServer {
     /// Stateful mode: whether a response id is stored (and so can be chained on).
     pub fn is_stored(&self, response_id: &str) -> bool {
         lock(&self.shared.store).contains_key(response_id)
+    }
+
+    /// The items of a conversation (creation items, then each completed response's input and
+    /// output), or `None` when the mock holds no such conversation.
+    pub fn conversation_items(&self, conversation_id: &str) -> Option<Vec<Value>> {
+        lock(&self.shared.conversations)
+            .get(conversation_id)
+            .map(|c| c.items.clone())
+    }
+
+    /// Whether the mock holds this conversation.
+    pub fn has_conversation(&self, conversation_id: &str) -> bool {
+        lock(&self.shared.conversations).contains_key(conversation_id)
+    }
+
+    /// Forget one conversation, as `DELETE /v1/conversations/{id}` would, so that using it
+    /// answers 404. Returns whether it was held.
+    pub fn delete_conversation(&self, conversation_id: &str) -> bool {
+        lock(&self.shared.conversations)
+            .remove(conversation_id)
+            .is_some()
     }
 
     /// Stop accepting connections and wait (briefly) for the server task to end.
@@ -364,6 +421,12 @@ impl Incoming {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let store = self.body.get("store").and_then(Value::as_bool) == Some(true);
+        // `conversation` is a string or an object with an `id`.
+        let conversation_id = self
+            .body
+            .get("conversation")
+            .and_then(|c| c.as_str().or_else(|| c.get("id").and_then(Value::as_str)))
+            .map(str::to_owned);
         RecordedRequest {
             seq: self.seq,
             received_at_ms: self.received_at_ms,
@@ -377,6 +440,7 @@ impl Incoming {
             conversation: input.clone(),
             input,
             previous_response_id,
+            conversation_id,
             store,
             status: StatusCode::OK.as_u16(),
             response_id: None,
@@ -431,12 +495,42 @@ impl Shared {
         ))
     }
 
-    /// Stateful mode: rebuild the conversation from `previous_response_id`, or answer (and
-    /// record) `previous_response_not_found` when that response is unknown or expired.
-    /// Stateless mode records the chain id but answers on `input` alone.
+    /// Stateful mode: rebuild the conversation from `previous_response_id` or from the named
+    /// conversation, or answer (and record) `previous_response_not_found` when that response is
+    /// unknown or expired, 404 when the conversation is unknown, and 400 when both are given.
+    /// Stateless mode records the chain and conversation ids but answers on `input` alone.
     async fn resolve_chain(&self, record: &mut RecordedRequest) -> Result<(), Response> {
         if !self.stateful {
             return Ok(());
+        }
+        if let Some(conversation_id) = record.conversation_id.clone() {
+            let failure = if record.previous_response_id.is_some() {
+                Some((
+                    StatusCode::BAD_REQUEST,
+                    "Mutually exclusive parameters: 'previous_response_id' and 'conversation' cannot be used together.".to_owned(),
+                ))
+            } else {
+                match lock(&self.conversations).get(&conversation_id) {
+                    Some(conversation) => {
+                        let mut items = conversation.items.clone();
+                        items.extend(record.input.iter().cloned());
+                        record.conversation = items;
+                        None
+                    }
+                    None => Some((
+                        StatusCode::NOT_FOUND,
+                        format!("Conversation with id '{conversation_id}' not found."),
+                    )),
+                }
+            };
+            return match failure {
+                None => Ok(()),
+                Some((status, message)) => {
+                    record.status = status.as_u16();
+                    self.remember(record).await;
+                    Err(conversation_error(status, &message))
+                }
+            };
         }
         let Some(previous) = record.previous_response_id.clone() else {
             return Ok(());
@@ -461,6 +555,33 @@ impl Shared {
             }
         }
     }
+}
+
+/// The API's error for a request about a conversation: `param: "conversation"`, no code.
+fn conversation_error(status: StatusCode, message: &str) -> Response {
+    let body = json!({
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "conversation",
+            "code": Value::Null,
+        }
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn json_ok(body: &Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn new_id(prefix: &str) -> String {
@@ -559,6 +680,14 @@ async fn responses(
         let mut conversation = record.conversation.clone();
         conversation.push(item.clone());
         lock(&shared.store).insert(response_id.clone(), conversation);
+    }
+    if shared.stateful && reply.outcome == ReplyOutcome::Complete {
+        if let Some(conversation_id) = &record.conversation_id {
+            if let Some(conversation) = lock(&shared.conversations).get_mut(conversation_id) {
+                conversation.items.extend(record.input.iter().cloned());
+                conversation.items.push(item.clone());
+            }
+        }
     }
     shared.remember(&record).await;
     tracing::debug!(seq = record.seq, path = %record.path, status = record.status, "mock model request");
@@ -692,6 +821,119 @@ async fn compact(
         body.to_string(),
     )
         .into_response()
+}
+
+/// `POST /v1/conversations`: a new conversation holding the given `items` (if any).
+async fn create_conversation(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &body);
+    let mut record = incoming.record(RequestKind::Conversations);
+    // An empty body is an empty conversation.
+    if !body.is_empty() {
+        if let Err(response) = shared.reject_non_json(&mut record).await {
+            return response;
+        }
+    }
+    let id = new_id("conv");
+    let conversation = MockConversation {
+        created_at: now_ms() / 1000,
+        metadata: record.body.get("metadata").cloned().unwrap_or(json!({})),
+        items: normalize_input(record.body.get("items")),
+    };
+    let object = conversation.object(&id);
+    lock(&shared.conversations).insert(id.clone(), conversation);
+    record.conversation_id = Some(id);
+    shared.remember(&record).await;
+    json_ok(&object)
+}
+
+/// Records a conversations request about `id` and answers 404 when the mock does not hold it.
+async fn conversation_request(
+    shared: &Shared,
+    incoming: Incoming,
+    id: &str,
+) -> Result<RecordedRequest, Response> {
+    let mut record = incoming.record(RequestKind::Conversations);
+    record.conversation_id = Some(id.to_owned());
+    if lock(&shared.conversations).contains_key(id) {
+        shared.remember(&record).await;
+        return Ok(record);
+    }
+    record.status = StatusCode::NOT_FOUND.as_u16();
+    shared.remember(&record).await;
+    Err(conversation_error(
+        StatusCode::NOT_FOUND,
+        &format!("Conversation with id '{id}' not found."),
+    ))
+}
+
+/// `GET /v1/conversations/{id}`.
+async fn retrieve_conversation(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
+    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+        return response;
+    }
+    match lock(&shared.conversations).get(&id) {
+        Some(conversation) => json_ok(&conversation.object(&id)),
+        None => conversation_error(
+            StatusCode::NOT_FOUND,
+            &format!("Conversation with id '{id}' not found."),
+        ),
+    }
+}
+
+/// `DELETE /v1/conversations/{id}`.
+async fn delete_conversation(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
+    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+        return response;
+    }
+    lock(&shared.conversations).remove(&id);
+    json_ok(&json!({"id": id, "object": "conversation.deleted", "deleted": true}))
+}
+
+/// `GET /v1/conversations/{id}/items`: every item, oldest first, in one page.
+async fn conversation_items(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
+    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+        return response;
+    }
+    let items = lock(&shared.conversations)
+        .get(&id)
+        .map(|c| c.items.clone())
+        .unwrap_or_default();
+    let first_id = items.first().and_then(|i| i.get("id")).cloned();
+    let last_id = items.last().and_then(|i| i.get("id")).cloned();
+    json_ok(&json!({
+        "object": "list",
+        "data": items,
+        "first_id": first_id,
+        "last_id": last_id,
+        "has_more": false,
+    }))
 }
 
 /// Any other route: recorded, then 404 with an OpenAI-style error.

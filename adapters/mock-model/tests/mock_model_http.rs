@@ -498,3 +498,147 @@ async fn requests_are_appended_to_the_jsonl_log() {
     assert_eq!(logged[1].status, 500);
     assert_eq!(logged[0].reply_text.as_deref(), Some("mock reply to: one"));
 }
+
+/// A GET or DELETE, answered with JSON: (status, body).
+async fn call(method: reqwest::Method, url: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .request(method, url)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Conversations: create answers a `conv_…` conversation object, retrieve answers it again,
+/// each completed response naming the conversation is computed on its items and appends its
+/// input and output (the `{id}` form of `conversation` included), and the items endpoint lists
+/// them in order.
+#[tokio::test]
+async fn stateful_conversations_hold_the_items_of_each_response() {
+    let server = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let base = server.base_url();
+    let created = post(&format!("{base}/conversations"), &json!({})).await;
+    assert_eq!(created.status, 200);
+    let id = created.json["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("conv_"), "{id}");
+    assert_eq!(created.json["object"], "conversation");
+    assert!(created.json["created_at"].as_u64().unwrap() > 0);
+    assert_eq!(created.json["metadata"], json!({}));
+    let (status, retrieved) =
+        call(reqwest::Method::GET, &format!("{base}/conversations/{id}")).await;
+    assert_eq!((status, &retrieved), (200, &created.json));
+
+    let url = format!("{base}/responses");
+    let first = post(
+        &url,
+        &json!({"model": "m", "stream": true, "store": true, "conversation": id, "input": [user("first question")]}),
+    )
+    .await;
+    assert_eq!(first.text(), "mock reply to: first question");
+    let second = post(
+        &url,
+        &json!({"model": "m", "stream": true, "conversation": {"id": id}, "input": [user("second question")]}),
+    )
+    .await;
+    assert_eq!(second.status, 200);
+
+    let recorded = server.response_requests();
+    assert_eq!(recorded[1].conversation_id.as_deref(), Some(id.as_str()));
+    assert_eq!(
+        recorded[1].conversation_texts("user"),
+        vec!["first question".to_owned(), "second question".to_owned()]
+    );
+    assert_eq!(
+        recorded[1].conversation_texts("assistant"),
+        vec!["mock reply to: first question".to_owned()]
+    );
+    let items = server.conversation_items(&id).unwrap();
+    assert_eq!(items.len(), 4);
+    let roles: Vec<&str> = items.iter().map(|i| i["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, vec!["user", "assistant", "user", "assistant"]);
+    let (status, listed) = call(
+        reqwest::Method::GET,
+        &format!("{base}/conversations/{id}/items"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["object"], "list");
+    assert_eq!(listed["data"], Value::Array(items));
+    assert!(server
+        .requests()
+        .iter()
+        .filter(|r| r.kind == RequestKind::Conversations)
+        .all(|r| r.conversation_id.as_deref() == Some(id.as_str())));
+}
+
+/// A deleted or never-created conversation answers 404 with an OpenAI-style error naming the
+/// `conversation` parameter — on retrieve, delete and on a response; a response naming both a
+/// conversation and a previous response is refused with 400.
+#[tokio::test]
+async fn unknown_and_deleted_conversations_are_not_found() {
+    let server = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let base = server.base_url();
+    let url = format!("{base}/responses");
+    let id = post(
+        &format!("{base}/conversations"),
+        &json!({"items": [user("seed")]}),
+    )
+    .await
+    .json["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(server.conversation_items(&id).unwrap().len(), 1);
+
+    let both = post(
+        &url,
+        &json!({"model": "m", "stream": true, "conversation": id, "previous_response_id": "resp_x", "input": "hi"}),
+    )
+    .await;
+    assert_eq!(both.status, 400);
+    assert_eq!(both.json["error"]["param"], "conversation");
+
+    let (status, deleted) = call(
+        reqwest::Method::DELETE,
+        &format!("{base}/conversations/{id}"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        deleted,
+        json!({"id": id, "object": "conversation.deleted", "deleted": true})
+    );
+    assert!(!server.has_conversation(&id));
+    let expected = json!({"error": {
+        "message": format!("Conversation with id '{id}' not found."),
+        "type": "invalid_request_error",
+        "param": "conversation",
+        "code": null,
+    }});
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let (status, body) = call(method, &format!("{base}/conversations/{id}")).await;
+        assert_eq!((status, &body), (404, &expected));
+    }
+    let turn = post(
+        &url,
+        &json!({"model": "m", "stream": true, "conversation": id, "input": "hi"}),
+    )
+    .await;
+    assert_eq!(turn.status, 404);
+    assert_eq!(turn.json, expected);
+    assert_eq!(server.requests().last().unwrap().status, 404);
+
+    let kept = post(&format!("{base}/conversations"), &json!({}))
+        .await
+        .json["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(server.delete_conversation(&kept));
+    assert!(!server.delete_conversation(&kept));
+}

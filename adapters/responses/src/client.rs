@@ -1,29 +1,46 @@
 //! The HTTP side: requests, bearer auth, retries, the compaction endpoint.
 
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::time::Instant;
+use url::Url;
 
 use crate::config::ResponsesConfig;
 use crate::error::ResponsesError;
-use crate::sse::ResponseStream;
-use crate::types::{CompactRequest, CompactedResponse, CreateResponse, WireUsage};
+use crate::sse::{ResponseStream, StreamLimits};
+use crate::types::{CompactRequest, CompactedResponse, Conversation, CreateResponse, WireUsage};
+use crate::urls::{endpoint, parse_base_url, redact_url};
 
 const CREATE_OPERATION: &str = "create response";
 const COMPACT_OPERATION: &str = "compact response";
+const CREATE_CONVERSATION_OPERATION: &str = "create conversation";
+const RETRIEVE_CONVERSATION_OPERATION: &str = "retrieve conversation";
+const DELETE_CONVERSATION_OPERATION: &str = "delete conversation";
 /// Longest server error text kept in an error.
 const MAX_ERROR_BODY_CHARS: usize = 2_000;
 
-/// A Responses API client. Cheap to clone (one shared connection pool).
-#[derive(Debug, Clone)]
+/// A Responses API client. Cheap to clone (one shared connection pool). Its `Debug` shows the
+/// base URL redacted and never the key.
+#[derive(Clone)]
 pub struct ResponsesClient {
     http: reqwest::Client,
     config: ResponsesConfig,
-    responses_url: String,
-    compact_url: String,
+    base_url: Url,
+    responses_url: Url,
+    compact_url: Url,
     /// `Bearer <key>`, marked sensitive so that no formatter prints it.
     authorization: Option<HeaderValue>,
+}
+
+impl std::fmt::Debug for ResponsesClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponsesClient")
+            .field("base_url", &redact_url(&self.base_url))
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The body of `POST /responses`: the request plus `stream: true`.
@@ -46,21 +63,21 @@ struct WireCompacted {
 /// One HTTP call as the retry loop sees it.
 struct Call<'a> {
     operation: &'static str,
-    url: &'a str,
-    body: Vec<u8>,
+    method: Method,
+    url: &'a Url,
+    body: Option<Vec<u8>>,
     accept: &'static str,
     chained: bool,
+    conversation: bool,
 }
 
 impl ResponsesClient {
     pub fn new(config: ResponsesConfig) -> Result<Self, ResponsesError> {
-        let base = config.base_url.trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ResponsesError::Config {
+        let base_url =
+            parse_base_url(&config.base_url).map_err(|message| ResponsesError::Config {
                 operation: "build Responses client",
-                message: format!("base URL {base:?} is not an http(s) URL"),
-            });
-        }
+                message,
+            })?;
         let authorization = match &config.api_key {
             None => None,
             Some(key) => {
@@ -79,12 +96,13 @@ impl ResponsesClient {
             .build()
             .map_err(|e| ResponsesError::Config {
                 operation: "build Responses client",
-                message: error_chain(&e),
+                message: error_chain(&e.without_url()),
             })?;
         Ok(ResponsesClient {
             http,
-            responses_url: format!("{base}/responses"),
-            compact_url: format!("{base}/responses/compact"),
+            responses_url: endpoint(&base_url, &["responses"]),
+            compact_url: endpoint(&base_url, &["responses", "compact"]),
+            base_url,
             config,
             authorization,
         })
@@ -92,6 +110,22 @@ impl ResponsesClient {
 
     pub fn config(&self) -> &ResponsesConfig {
         &self.config
+    }
+
+    /// The base URL as it may be shown: userinfo and query values redacted.
+    pub fn display_base_url(&self) -> String {
+        redact_url(&self.base_url)
+    }
+
+    /// The bounds of a response requested at `started`.
+    fn stream_limits(&self, started: Instant) -> StreamLimits {
+        StreamLimits {
+            idle_timeout: self.config.idle_timeout,
+            turn_timeout: self.config.turn_timeout,
+            started,
+            max_event_bytes: self.config.max_event_bytes,
+            max_reply_bytes: self.config.max_reply_bytes,
+        }
     }
 
     /// `POST {base_url}/responses` with `stream: true`; the returned stream yields the typed
@@ -109,10 +143,12 @@ impl ResponsesClient {
             operation: CREATE_OPERATION,
             message: format!("cannot encode the request: {e}"),
         })?;
+        let started = Instant::now();
         tracing::debug!(
-            url = %self.responses_url,
+            url = %redact_url(&self.responses_url),
             model = %request.model,
             previous_response_id = request.previous_response_id.as_deref().unwrap_or(""),
+            conversation = request.conversation.as_deref().unwrap_or(""),
             store = request.store,
             input_items = request.input.len(),
             body_bytes = body.len(),
@@ -120,17 +156,26 @@ impl ResponsesClient {
         );
         let call = Call {
             operation: CREATE_OPERATION,
+            method: Method::POST,
             url: &self.responses_url,
-            body,
+            body: Some(body),
             accept: "text/event-stream",
             chained: request.previous_response_id.is_some(),
+            conversation: request.conversation.is_some(),
         };
-        let response = self.send_with_retries(call).await?;
-        let stream = ResponseStream::from_sse_bytes(
-            response.bytes_stream(),
-            self.config.idle_timeout,
-            CREATE_OPERATION,
-        );
+        let limits = self.stream_limits(started);
+        let sent = match started.checked_add(self.config.turn_timeout) {
+            Some(deadline) => tokio::time::timeout_at(deadline, self.send_with_retries(call))
+                .await
+                .map_err(|_| ResponsesError::Deadline {
+                    operation: CREATE_OPERATION,
+                    after: self.config.turn_timeout,
+                })?,
+            None => self.send_with_retries(call).await,
+        };
+        let response = sent?;
+        let stream =
+            ResponseStream::from_sse_bytes_with(response.bytes_stream(), limits, CREATE_OPERATION);
         Ok(match self.config.api_key.clone() {
             Some(key) => stream.map_errors(move |e| e.redacted(key.expose())),
             None => stream,
@@ -149,7 +194,7 @@ impl ResponsesClient {
             message: format!("cannot encode the request: {e}"),
         })?;
         tracing::debug!(
-            url = %self.compact_url,
+            url = %redact_url(&self.compact_url),
             model = %request.model,
             previous_response_id = request.previous_response_id.as_deref().unwrap_or(""),
             input_items = request.input.len(),
@@ -157,10 +202,12 @@ impl ResponsesClient {
         );
         let call = Call {
             operation: COMPACT_OPERATION,
+            method: Method::POST,
             url: &self.compact_url,
-            body,
+            body: Some(body),
             accept: "application/json",
             chained: request.previous_response_id.is_some(),
+            conversation: false,
         };
         let response = match self.send_with_retries(call).await {
             Ok(response) => response,
@@ -178,21 +225,7 @@ impl ResponsesClient {
             }
             Err(error) => return Err(error),
         };
-        let bytes = tokio::time::timeout(self.config.request_timeout, response.bytes())
-            .await
-            .map_err(|_| ResponsesError::Transport {
-                operation: COMPACT_OPERATION,
-                message: format!(
-                    "no complete body within the request timeout of {:?}",
-                    self.config.request_timeout
-                ),
-            })?
-            .map_err(|e| {
-                self.redact(ResponsesError::Transport {
-                    operation: COMPACT_OPERATION,
-                    message: error_chain(&e),
-                })
-            })?;
+        let bytes = self.read_json_body(COMPACT_OPERATION, response).await?;
         let wire: WireCompacted =
             serde_json::from_slice(&bytes).map_err(|e| ResponsesError::Decode {
                 operation: COMPACT_OPERATION,
@@ -204,6 +237,95 @@ impl ResponsesClient {
             output: wire.output,
             usage: wire.usage.map(Into::into),
         })
+    }
+
+    /// `POST {base_url}/conversations`: a new, empty conversation (a durable thread whose items
+    /// the server keeps; pass its id as [`CreateResponse::conversation`]).
+    pub async fn create_conversation(&self) -> Result<Conversation, ResponsesError> {
+        let url = endpoint(&self.base_url, &["conversations"]);
+        let call = Call {
+            operation: CREATE_CONVERSATION_OPERATION,
+            method: Method::POST,
+            url: &url,
+            body: Some(b"{}".to_vec()),
+            accept: "application/json",
+            chained: false,
+            conversation: false,
+        };
+        let conversation = self.conversation_call(call).await?;
+        tracing::debug!(conversation = %conversation.id, "created a conversation");
+        Ok(conversation)
+    }
+
+    /// `GET {base_url}/conversations/{id}`. A conversation that does not exist (or was deleted)
+    /// is an error for which [`ResponsesError::is_conversation_not_found`] holds.
+    pub async fn retrieve_conversation(&self, id: &str) -> Result<Conversation, ResponsesError> {
+        let url = endpoint(&self.base_url, &["conversations", id]);
+        let call = Call {
+            operation: RETRIEVE_CONVERSATION_OPERATION,
+            method: Method::GET,
+            url: &url,
+            body: None,
+            accept: "application/json",
+            chained: false,
+            conversation: true,
+        };
+        self.conversation_call(call).await
+    }
+
+    /// `DELETE {base_url}/conversations/{id}`. Deleting a conversation that does not exist is
+    /// an error for which [`ResponsesError::is_conversation_not_found`] holds.
+    pub async fn delete_conversation(&self, id: &str) -> Result<(), ResponsesError> {
+        let url = endpoint(&self.base_url, &["conversations", id]);
+        let call = Call {
+            operation: DELETE_CONVERSATION_OPERATION,
+            method: Method::DELETE,
+            url: &url,
+            body: None,
+            accept: "application/json",
+            chained: false,
+            conversation: true,
+        };
+        let response = self.send_with_retries(call).await?;
+        self.read_json_body(DELETE_CONVERSATION_OPERATION, response)
+            .await?;
+        Ok(())
+    }
+
+    /// Sends a conversations call and decodes the conversation object it answers with.
+    async fn conversation_call(&self, call: Call<'_>) -> Result<Conversation, ResponsesError> {
+        let operation = call.operation;
+        let response = self.send_with_retries(call).await?;
+        let bytes = self.read_json_body(operation, response).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ResponsesError::Decode {
+            operation,
+            what: "conversation object".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The whole body of a unary (JSON) answer, within the request timeout.
+    async fn read_json_body(
+        &self,
+        operation: &'static str,
+        response: reqwest::Response,
+    ) -> Result<Vec<u8>, ResponsesError> {
+        let bytes = tokio::time::timeout(self.config.request_timeout, response.bytes())
+            .await
+            .map_err(|_| ResponsesError::Transport {
+                operation,
+                message: format!(
+                    "no complete body within the request timeout of {:?}",
+                    self.config.request_timeout
+                ),
+            })?
+            .map_err(|e| {
+                self.redact(ResponsesError::Transport {
+                    operation,
+                    message: error_chain(&e.without_url()),
+                })
+            })?;
+        Ok(bytes.to_vec())
     }
 
     /// Sends until a success, a non-retryable answer, or the retry budget is spent.
@@ -239,16 +361,19 @@ impl ResponsesClient {
     ) -> Result<reqwest::Response, ResponsesError> {
         let mut builder = self
             .http
-            .post(call.url)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, call.accept)
-            .body(call.body.clone());
+            .request(call.method.clone(), call.url.clone())
+            .header(ACCEPT, call.accept);
+        if let Some(body) = &call.body {
+            builder = builder
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone());
+        }
         if let Some(authorization) = &self.authorization {
             builder = builder.header(AUTHORIZATION, authorization.clone());
         }
         let no_answer = |message: String| ResponsesError::Connect {
             operation: call.operation,
-            url: call.url.to_owned(),
+            url: redact_url(call.url),
             attempts: attempt,
             message,
         };
@@ -263,10 +388,11 @@ impl ResponsesClient {
             Ok(Err(error)) if error.is_builder() => {
                 return Err(ResponsesError::Config {
                     operation: call.operation,
-                    message: error_chain(&error),
+                    message: error_chain(&error.without_url()),
                 })
             }
-            Ok(Err(error)) => return Err(no_answer(error_chain(&error))),
+            // `without_url`: reqwest's text would repeat the URL, secrets included.
+            Ok(Err(error)) => return Err(no_answer(error_chain(&error.without_url()))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
@@ -280,12 +406,13 @@ impl ResponsesClient {
         let (code, message) = parse_api_error(status, &body);
         Err(ResponsesError::Api {
             operation: call.operation,
-            url: call.url.to_owned(),
+            url: redact_url(call.url),
             status: status.as_u16(),
             code,
             message,
             attempts: attempt,
             chained: call.chained,
+            conversation: call.conversation,
         })
     }
 
@@ -370,10 +497,33 @@ mod tests {
             Err(ResponsesError::Config { .. })
         ));
         let client = ResponsesClient::new(ResponsesConfig::new("http://127.0.0.1:9/v1/")).unwrap();
-        assert_eq!(client.responses_url, "http://127.0.0.1:9/v1/responses");
         assert_eq!(
-            client.compact_url,
+            client.responses_url.as_str(),
+            "http://127.0.0.1:9/v1/responses"
+        );
+        assert_eq!(
+            client.compact_url.as_str(),
             "http://127.0.0.1:9/v1/responses/compact"
         );
+    }
+
+    /// A base URL with a query keeps it after the endpoint path, and the client's shown base
+    /// URL hides the secrets in it.
+    #[test]
+    fn endpoints_keep_the_query_and_the_shown_url_hides_secrets() {
+        let client = ResponsesClient::new(ResponsesConfig::new(
+            "http://u:sk-user@127.0.0.1:9/v1?api-key=sk-query",
+        ))
+        .unwrap();
+        assert_eq!(
+            client.responses_url.as_str(),
+            "http://u:sk-user@127.0.0.1:9/v1/responses?api-key=sk-query"
+        );
+        let shown = client.display_base_url();
+        assert!(
+            !shown.contains("sk-user") && !shown.contains("sk-query"),
+            "{shown}"
+        );
+        assert!(!format!("{client:?}").contains("sk-"), "{client:?}");
     }
 }

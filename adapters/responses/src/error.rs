@@ -8,6 +8,10 @@ pub const PREVIOUS_RESPONSE_NOT_FOUND: &str = "previous_response_not_found";
 /// The API's error code for an input that does not fit the model's context window.
 pub const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
 
+/// The error code a server may give for a conversation that does not exist (the OpenAI API
+/// answers a plain 404 instead, see [`ResponsesError::is_conversation_not_found`]).
+pub const CONVERSATION_NOT_FOUND: &str = "conversation_not_found";
+
 /// Phrases of an overflow message sent without the code (matched case-insensitively).
 const OVERFLOW_PHRASES: [&str; 3] = ["context window", "context length", "maximum context"];
 
@@ -42,6 +46,9 @@ pub enum ResponsesError {
         attempts: u32,
         /// Whether the request continued a chain (`previous_response_id` was set).
         chained: bool,
+        /// Whether the request named a conversation (`conversation` was set, or the call was
+        /// on `/conversations/{id}`).
+        conversation: bool,
     },
     /// The stream reported `response.failed` (or `response.incomplete`).
     #[error("{operation}: response {} failed{}: {message}", .response_id.as_deref().unwrap_or("(unknown)"), code_suffix(.code))]
@@ -59,10 +66,28 @@ pub enum ResponsesError {
         message: String,
     },
     /// No SSE event arrived within the idle timeout.
-    #[error("{operation}: no event within the idle timeout of {idle_timeout:?}")]
+    #[error("{operation}: no stream event within the idle timeout of {after:?}")]
     IdleTimeout {
         operation: &'static str,
-        idle_timeout: Duration,
+        after: Duration,
+    },
+    /// The response did not complete within the turn deadline.
+    #[error("{operation}: the response did not complete within the turn deadline of {after:?}")]
+    Deadline {
+        operation: &'static str,
+        after: Duration,
+    },
+    /// The reply text grew past the cap.
+    #[error("{operation}: the reply is larger than the cap of {limit} bytes")]
+    ReplyTooLarge {
+        operation: &'static str,
+        limit: usize,
+    },
+    /// One SSE line or event's data is longer than the cap.
+    #[error("{operation}: an event-stream line or event is larger than the cap of {limit} bytes")]
+    EventTooLarge {
+        operation: &'static str,
+        limit: usize,
     },
     /// The stream ended before `response.completed`.
     #[error("{operation}: stream closed before response.completed (response {})", .response_id.as_deref().unwrap_or("not yet created"))]
@@ -146,6 +171,22 @@ impl ResponsesError {
         )
     }
 
+    /// The conversation named by the request does not exist (never created, or deleted): code
+    /// `conversation_not_found`, or a 404 on a request that named a conversation.
+    pub fn is_conversation_not_found(&self) -> bool {
+        if self.code() == Some(CONVERSATION_NOT_FOUND) {
+            return true;
+        }
+        matches!(
+            self,
+            ResponsesError::Api {
+                status: 404,
+                conversation: true,
+                ..
+            }
+        )
+    }
+
     /// The input did not fit the model's context window: code `context_length_exceeded`, or a
     /// server message naming the context window/length.
     pub fn is_context_overflow(&self) -> bool {
@@ -205,6 +246,7 @@ impl ResponsesError {
                 message,
                 attempts,
                 chained,
+                conversation,
             } => ResponsesError::Api {
                 operation,
                 url: scrub(url),
@@ -213,6 +255,7 @@ impl ResponsesError {
                 message: scrub(message),
                 attempts,
                 chained,
+                conversation,
             },
             ResponsesError::ResponseFailed {
                 operation,
@@ -263,7 +306,10 @@ impl ResponsesError {
                 url: scrub(url),
                 status,
             },
-            error @ ResponsesError::IdleTimeout { .. } => error,
+            error @ (ResponsesError::IdleTimeout { .. }
+            | ResponsesError::Deadline { .. }
+            | ResponsesError::ReplyTooLarge { .. }
+            | ResponsesError::EventTooLarge { .. }) => error,
         }
     }
 }
@@ -282,6 +328,7 @@ mod tests {
             message: message.into(),
             attempts: 1,
             chained,
+            conversation: false,
         }
     }
 
@@ -299,6 +346,26 @@ mod tests {
             message: "gone".into(),
         };
         assert!(failed.is_previous_response_not_found());
+    }
+
+    /// A missing conversation is recognised by its code anywhere, and by a 404 only on a
+    /// request that named a conversation.
+    #[test]
+    fn conversation_not_found_predicate() {
+        let on_conversation = ResponsesError::Api {
+            operation: "create response",
+            url: "http://127.0.0.1:1/responses".into(),
+            status: 404,
+            code: None,
+            message: "Conversation with id 'conv_x' not found.".into(),
+            attempts: 1,
+            chained: false,
+            conversation: true,
+        };
+        assert!(on_conversation.is_conversation_not_found());
+        assert!(!on_conversation.is_previous_response_not_found());
+        assert!(!api(404, None, "Not Found", false).is_conversation_not_found());
+        assert!(api(400, Some(CONVERSATION_NOT_FOUND), "gone", false).is_conversation_not_found());
     }
 
     /// Overflow is recognised by the code or by the wording of the server's message.

@@ -54,7 +54,8 @@ impl InputItem {
     }
 }
 
-/// `POST /responses`. The client always adds `"stream": true`.
+/// `POST /responses`. The client always adds `"stream": true`. `previous_response_id` and
+/// `conversation` exclude each other (the API refuses both together).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CreateResponse {
     pub model: String,
@@ -63,7 +64,23 @@ pub struct CreateResponse {
     pub input: Vec<InputItem>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_response_id: Option<String>,
+    /// The conversation (`conv_…`) the response continues; its input and output items are
+    /// appended to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
     pub store: bool,
+}
+
+/// A conversation object (`POST /conversations`, `GET /conversations/{id}`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Conversation {
+    /// `conv_…`.
+    pub id: String,
+    /// Seconds since the Unix epoch.
+    #[serde(default)]
+    pub created_at: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
 }
 
 /// `POST /responses/compact`: compacts either a stored chain (`previous_response_id`) or an
@@ -188,6 +205,7 @@ mod tests {
                 InputItem::Raw(json!({"type": "compaction", "encrypted_content": "x"})),
             ],
             previous_response_id: Some("resp_1".into()),
+            conversation: None,
             store: true,
         };
         assert_eq!(
@@ -205,6 +223,15 @@ mod tests {
                 "store": true
             })
         );
+        let in_conversation = CreateResponse {
+            previous_response_id: None,
+            conversation: Some("conv_1".into()),
+            input: vec![InputItem::user_text("u")],
+            ..request
+        };
+        let wire = serde_json::to_value(&in_conversation).unwrap();
+        assert_eq!(wire["conversation"], "conv_1");
+        assert!(wire.get("previous_response_id").is_none());
     }
 
     /// The text of a message output item is its output_text parts; other items have none.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -29,6 +29,8 @@ enum Reply {
     Sse(Vec<String>),
     /// 200 with these SSE chunks, then silence with the connection open.
     SseThenHang(Vec<String>),
+    /// 200 with these SSE chunks, then the last one again and again, without end.
+    SseForever(Vec<String>),
     /// 200 with a JSON body.
     Json(Value),
 }
@@ -44,16 +46,24 @@ struct Server {
 #[derive(Clone, Debug)]
 struct Recorded {
     path: &'static str,
+    query: Option<String>,
     body: Value,
     authorization: Option<String>,
 }
 
-async fn record(server: &Server, path: &'static str, headers: &HeaderMap, body: &Bytes) -> Reply {
+async fn record(
+    server: &Server,
+    path: &'static str,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Reply {
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let index = {
         let mut requests = server.requests.lock().unwrap();
         requests.push(Recorded {
             path,
+            query: uri.query().map(str::to_owned),
             body: body.clone(),
             authorization: headers
                 .get("authorization")
@@ -87,6 +97,13 @@ fn render(reply: Reply) -> Response {
             .chain(futures::stream::pending());
             sse_response(Body::from_stream(stream))
         }
+        Reply::SseForever(chunks) => {
+            let last = chunks.last().cloned().unwrap_or_default();
+            let stream = futures::stream::iter(chunks)
+                .chain(futures::stream::repeat(last))
+                .map(|c| Ok::<_, std::io::Error>(Bytes::from(c)));
+            sse_response(Body::from_stream(stream))
+        }
     }
 }
 
@@ -97,12 +114,22 @@ fn sse_response(body: Body) -> Response {
         .unwrap()
 }
 
-async fn responses(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
-    render(record(&server, "/responses", &headers, &body).await)
+async fn responses(
+    State(server): State<Server>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    render(record(&server, "/responses", &uri, &headers, &body).await)
 }
 
-async fn compact(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
-    render(record(&server, "/responses/compact", &headers, &body).await)
+async fn compact(
+    State(server): State<Server>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    render(record(&server, "/responses/compact", &uri, &headers, &body).await)
 }
 
 /// Which compaction route the server offers.
@@ -170,6 +197,7 @@ fn request(previous_response_id: Option<&str>) -> CreateResponse {
         instructions: Some("be brief".into()),
         input: vec![InputItem::user_text("hello")],
         previous_response_id: previous_response_id.map(str::to_owned),
+        conversation: None,
         store: true,
     }
 }
@@ -584,4 +612,139 @@ async fn compact_of_a_lost_chain_is_not_found() {
         .await
         .unwrap_err();
     assert!(error.is_previous_response_not_found(), "{error:?}");
+}
+
+/// A key written into the base URL (userinfo and a query value) is sent where it belongs — the
+/// query stays after the joined path — but never shows in errors, Debug output or the retry
+/// WARN lines; nor in the error of a connection that was refused.
+#[tokio::test]
+async fn secrets_in_the_base_url_never_print() {
+    const USER_SECRET: &str = "sk-in-userinfo-8d1e";
+    const QUERY_SECRET: &str = "sk-in-query-3c7a";
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (base, requests) = start(
+        CompactRoute::Missing,
+        Arc::new(|index, _| {
+            if index == 0 {
+                Reply::Status(502, api_error("bad_gateway", "upstream down"))
+            } else {
+                Reply::Status(400, api_error("invalid_request", "bad request"))
+            }
+        }),
+    )
+    .await;
+    let secret_base = base.replace("http://", &format!("http://user:{USER_SECRET}@"))
+        + &format!("?api-key={QUERY_SECRET}");
+    let client = ResponsesClient::new(
+        ResponsesConfig::new(&secret_base).with_backoff_base(Duration::from_millis(1)),
+    )
+    .unwrap();
+    let error = client.create_response(request(None)).await.unwrap_err();
+    assert_eq!(count(&requests), 2, "the request reached /v1/responses");
+    let recorded = requests.lock().unwrap()[0].clone();
+    assert_eq!(recorded.path, "/responses");
+    assert_eq!(recorded.query, Some(format!("api-key={QUERY_SECRET}")));
+
+    let refused = ResponsesClient::new(
+        ResponsesConfig::new(format!(
+            "http://user:{USER_SECRET}@127.0.0.1:1/v1?api-key={QUERY_SECRET}"
+        ))
+        .with_max_retries(1)
+        .with_backoff_base(Duration::from_millis(1)),
+    )
+    .unwrap()
+    .create_response(request(None))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, ResponsesError::Connect { .. }),
+        "{refused:?}"
+    );
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("retrying"), "the retry was logged: {logs}");
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        refused.to_string(),
+        format!("{refused:?}"),
+        format!("{client:?}"),
+        logs,
+    ] {
+        assert!(!shown.contains(USER_SECRET), "{shown}");
+        assert!(!shown.contains(QUERY_SECRET), "{shown}");
+    }
+    assert!(
+        error.to_string().contains("/v1/responses?api-key=***"),
+        "{error}"
+    );
+}
+
+/// A stream that stops after response.created ends at the turn deadline, well before the idle
+/// timeout, with the deadline error.
+#[tokio::test]
+async fn a_stalled_stream_ends_at_the_turn_deadline() {
+    let (base, _) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::SseThenHang(vec![sse(
+                json!({"type": "response.created", "response": {"id": "resp_stall"}}),
+            )])
+        }),
+    )
+    .await;
+    let client = ResponsesClient::new(
+        ResponsesConfig::new(&base)
+            .with_idle_timeout(Duration::from_secs(600))
+            .with_turn_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let error = client
+        .create_response(request(None))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResponsesError::Deadline { after, .. } if after == Duration::from_millis(200)),
+        "{error:?}"
+    );
+}
+
+/// A stream of deltas that never completes ends with ReplyTooLarge once the reply passes the
+/// cap, instead of growing without end.
+#[tokio::test]
+async fn an_endless_delta_stream_hits_the_reply_cap() {
+    let (base, _) = start(
+        CompactRoute::Missing,
+        Arc::new(|_, _| {
+            Reply::SseForever(vec![
+                sse(json!({"type": "response.created", "response": {"id": "resp_endless"}})),
+                sse(json!({"type": "response.output_text.delta", "delta": "0123456789".repeat(100)})),
+            ])
+        }),
+    )
+    .await;
+    let client =
+        ResponsesClient::new(ResponsesConfig::new(&base).with_max_reply_bytes(64 * 1024)).unwrap();
+    let error = client
+        .create_response(request(None))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ResponsesError::ReplyTooLarge { limit, .. } if limit == 64 * 1024),
+        "{error:?}"
+    );
 }

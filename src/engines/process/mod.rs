@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
 use crate::contract::{
-    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
     EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
     IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
@@ -345,11 +345,21 @@ impl ProcessEngine {
     }
 }
 
-/// Decodes a result strictly into the contract type; a mismatch names the JSON path.
-fn decode_result<R: DeserializeOwned>(
+/// Decodes a result strictly into the contract type: an object, whose mismatches name the
+/// JSON path. Public only for the fuzz targets.
+#[doc(hidden)]
+pub fn decode_result<R: DeserializeOwned>(
     method: EngineMethod,
     value: Value,
 ) -> Result<R, EngineError> {
+    // Every result type is a struct, which serde would also read from an array of its fields
+    // in order (`["committed"]` as `{status: "committed"}`); the protocol sends objects.
+    if !value.is_object() {
+        return Err(EngineError::malformed(
+            method,
+            format!("expected an object, got {}", json_kind(&value)),
+        ));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let detail = if path == "." {
@@ -507,7 +517,7 @@ impl ContextEngine for ProcessEngine {
                 method,
                 format!(
                     "hooks/{name} answered {}, expected null or an object",
-                    crate::contract::json_kind(&other)
+                    json_kind(&other)
                 ),
             )),
         }

@@ -1,0 +1,7 @@
+//! Fuzz target `engine_jsonrpc_line`: see `harness::engine_jsonrpc_line` for what it feeds and what it checks.
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::engine_jsonrpc_line(data));

@@ -1,0 +1,20 @@
+//! `ctxbridge serve --listen URL`: ctxbridge as a Codex app-server in front of the configured
+//! Codex backend (SPEC §16). The proxy itself lives in [`crate::serve`]; this file only turns
+//! the command line and the configuration into its options and maps its errors to exit codes.
+
+use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+use crate::serve::command::options;
+use crate::serve::error_chain;
+
+pub use crate::serve::command::ServeArgs;
+
+/// Serves until SIGINT/SIGTERM (or, on `stdio://`, until standard input closes).
+pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliError> {
+    let config = context.load_config()?;
+    // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
+    let options = options(&config, &args).map_err(|e| CliError::Usage(error_chain(&e)))?;
+    crate::serve::run(options)
+        .await
+        .map_err(|source| CliError::Serve { source })?;
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,118 @@
+//! The `serve` command's arguments and how a configuration becomes [`ServeOptions`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use codex_app_server_client::{locate_codex_binary, AppServerConfig};
+
+use crate::app::store_target;
+use crate::backend::codex_config::codex_overrides;
+use crate::config::{BackendConfig, Config};
+use crate::serve::{CapabilityToken, ListenAddr, ServeOptions, DEFAULT_MAX_MESSAGE_BYTES};
+use crate::store::{open_store, StateStore};
+
+/// `ctxbridge serve` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// `ws://IP:PORT`, `unix://PATH` or `stdio://`.
+    #[arg(long, value_name = "URL", default_value = "stdio://")]
+    pub listen: String,
+    /// WebSocket client auth.
+    #[arg(long, value_enum, requires = "ws_token_file")]
+    pub ws_auth: Option<WsAuthMode>,
+    /// File holding the capability token (`Authorization: Bearer TOKEN`).
+    #[arg(long, value_name = "FILE", requires = "ws_auth")]
+    pub ws_token_file: Option<PathBuf>,
+    /// Largest client message in bytes (WebSocket: larger ones close the connection, 1009).
+    #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
+}
+
+/// `--ws-auth` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WsAuthMode {
+    /// A bearer token read from `--ws-token-file`.
+    CapabilityToken,
+}
+
+/// Why the options could not be built (a usage or configuration error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeSetupError {
+    /// `--listen` / auth.
+    #[error(transparent)]
+    Listen(#[from] crate::serve::ListenError),
+    /// The backend is not Codex.
+    #[error("serve needs backend.kind \"codex\" in the configuration (the upstream app-server)")]
+    NotCodex,
+    /// `backend.command` is empty.
+    #[error("backend.command is empty")]
+    EmptyCommand,
+    /// The state store cannot be opened.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The store section is incomplete (`store.kind: "postgres"` without `store.url`).
+    #[error(transparent)]
+    StoreConfig(#[from] crate::app::AppError),
+}
+
+/// The options a configuration and the command line describe.
+pub fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeSetupError> {
+    let listen = ListenAddr::parse(&args.listen)?;
+    let auth = match (&args.ws_auth, &args.ws_token_file) {
+        (Some(WsAuthMode::CapabilityToken), Some(file)) => Some(CapabilityToken::from_file(file)?),
+        _ => None,
+    };
+    crate::serve::check_exposure(&listen, auth.as_ref())?;
+    let BackendConfig::Codex(codex) = &config.backend else {
+        return Err(ServeSetupError::NotCodex);
+    };
+    let mut command = codex.command.clone();
+    if command.is_empty() {
+        return Err(ServeSetupError::EmptyCommand);
+    }
+    // `codex` installed by `npm ci` lives in node_modules, not on PATH.
+    if command[0] == "codex" && which_codex_missing() {
+        if let Some(binary) = locate_codex_binary() {
+            command[0] = binary.display().to_string();
+        }
+    }
+    let state_dir = config
+        .store
+        .path
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let codex_home = codex
+        .codex_home
+        .clone()
+        .unwrap_or_else(|| state_dir.join("codex-home"));
+    let mut upstream = AppServerConfig::new(codex_home)
+        .with_command(command)
+        .with_overrides(codex_overrides(codex));
+    if let Ok(cwd) = std::env::current_dir() {
+        upstream = upstream.with_cwd(cwd);
+    }
+    if let Some(parent) = config
+        .store
+        .path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        if let Err(error) = std::fs::create_dir_all(parent) {
+            tracing::warn!(%error, dir = %parent.display(), "serve: cannot create the state directory");
+        }
+    }
+    let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
+    let mut options = ServeOptions::new(listen, upstream);
+    options.auth = auth;
+    options.max_message_bytes = args.max_message_bytes;
+    options.store = Some(store);
+    Ok(options)
+}
+
+fn which_codex_missing() -> bool {
+    !std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("codex").is_file()))
+}

@@ -1,0 +1,199 @@
+//! Where `serve` listens and who may connect: the `--listen` URL (`ws://IP:PORT`,
+//! `unix://PATH`, `stdio://`, the same forms as `codex app-server --listen`) and WebSocket
+//! capability-token auth (`--ws-auth capability-token --ws-token-file F`).
+//!
+//! Everything here is pure except reading the token file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// A parsed `--listen` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// WebSocket (text frames, one JSON-RPC message each) plus `/readyz` and `/healthz`.
+    Ws(SocketAddr),
+    /// A unix socket, newline-delimited JSON-RPC; the socket file gets mode 0600.
+    Unix(PathBuf),
+    /// One client on this process's stdin/stdout, newline-delimited JSON-RPC.
+    Stdio,
+}
+
+/// A `--listen` or auth setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListenError {
+    /// The URL is not one of the accepted forms.
+    #[error("--listen {url}: {reason} (expected ws://IP:PORT, unix://PATH or stdio://)")]
+    BadUrl { url: String, reason: String },
+    /// A non-loopback WebSocket address without auth would expose the backend to the network.
+    #[error("--listen {addr}: refusing a non-loopback address without auth; use a loopback address or --ws-auth capability-token --ws-token-file FILE")]
+    NonLoopbackWithoutAuth { addr: SocketAddr },
+    /// Auth was given for a transport that has no handshake to carry it.
+    #[error("--ws-auth applies only to ws:// listeners")]
+    AuthWithoutWs,
+    /// The token file could not be read.
+    #[error("reading the WebSocket token file {path}")]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file holds no token.
+    #[error("the WebSocket token file {path} is empty")]
+    EmptyToken { path: PathBuf },
+}
+
+impl ListenAddr {
+    /// Parses `ws://IP:PORT`, `unix://PATH` or `stdio://`.
+    pub fn parse(url: &str) -> Result<ListenAddr, ListenError> {
+        let bad = |reason: &str| ListenError::BadUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if url == "stdio://" || url == "stdio" {
+            return Ok(ListenAddr::Stdio);
+        }
+        if let Some(path) = url.strip_prefix("unix://") {
+            if path.is_empty() {
+                return Err(bad("a unix socket path is required"));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        if let Some(rest) = url.strip_prefix("ws://") {
+            let rest = rest.strip_suffix('/').unwrap_or(rest);
+            return rest
+                .parse::<SocketAddr>()
+                .map(ListenAddr::Ws)
+                .map_err(|_| bad("the address must be IP:PORT"));
+        }
+        Err(bad("unknown scheme"))
+    }
+}
+
+/// The capability token a WebSocket client must present as `Authorization: Bearer TOKEN`.
+/// Only its SHA-256 digest is kept, so comparisons take the same time whatever the input.
+#[derive(Clone)]
+pub struct CapabilityToken {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for CapabilityToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapabilityToken(<redacted>)")
+    }
+}
+
+impl CapabilityToken {
+    /// A token given directly (surrounding whitespace ignored).
+    pub fn new(token: &str) -> CapabilityToken {
+        CapabilityToken {
+            digest: Sha256::digest(token.trim().as_bytes()).into(),
+        }
+    }
+
+    /// The token held by a file (surrounding whitespace ignored).
+    pub fn from_file(path: &Path) -> Result<CapabilityToken, ListenError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ListenError::TokenFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        if text.trim().is_empty() {
+            return Err(ListenError::EmptyToken {
+                path: path.to_owned(),
+            });
+        }
+        Ok(CapabilityToken::new(&text))
+    }
+
+    /// Whether an `Authorization` header value carries this token, compared in constant time.
+    pub fn accepts(&self, authorization: Option<&str>) -> bool {
+        let Some(value) = authorization else {
+            return false;
+        };
+        let Some((scheme, token)) = value.trim().split_once(' ') else {
+            return false;
+        };
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return false;
+        }
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        bool::from(digest.ct_eq(&self.digest))
+    }
+}
+
+/// Refuses listener settings that would expose the backend: a non-loopback WebSocket address
+/// without auth, or auth on a transport without a handshake.
+pub fn check_exposure(
+    addr: &ListenAddr,
+    auth: Option<&CapabilityToken>,
+) -> Result<(), ListenError> {
+    match (addr, auth) {
+        (ListenAddr::Ws(socket), None) if !socket.ip().is_loopback() => {
+            Err(ListenError::NonLoopbackWithoutAuth { addr: *socket })
+        }
+        (ListenAddr::Unix(_) | ListenAddr::Stdio, Some(_)) => Err(ListenError::AuthWithoutWs),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The three URL forms parse; anything else is a usage error naming the URL.
+    #[test]
+    fn listen_urls_parse() {
+        assert_eq!(
+            ListenAddr::parse("ws://127.0.0.1:4500").unwrap(),
+            ListenAddr::Ws("127.0.0.1:4500".parse().unwrap())
+        );
+        assert_eq!(
+            ListenAddr::parse("unix:///tmp/x.sock").unwrap(),
+            ListenAddr::Unix(PathBuf::from("/tmp/x.sock"))
+        );
+        assert_eq!(ListenAddr::parse("stdio://").unwrap(), ListenAddr::Stdio);
+        for bad in [
+            "http://127.0.0.1:1",
+            "ws://localhost",
+            "unix://",
+            "ws://1.2.3.4",
+        ] {
+            let error = ListenAddr::parse(bad).unwrap_err().to_string();
+            assert!(error.contains(bad), "{error}");
+        }
+    }
+
+    /// A non-loopback ws address needs auth; loopback does not; auth needs ws.
+    #[test]
+    fn exposure_rules() {
+        let open = ListenAddr::parse("ws://0.0.0.0:1").unwrap();
+        let token = CapabilityToken::new("secret");
+        assert!(matches!(
+            check_exposure(&open, None),
+            Err(ListenError::NonLoopbackWithoutAuth { .. })
+        ));
+        assert!(check_exposure(&open, Some(&token)).is_ok());
+        assert!(check_exposure(&ListenAddr::parse("ws://[::1]:1").unwrap(), None).is_ok());
+        assert!(matches!(
+            check_exposure(&ListenAddr::Stdio, Some(&token)),
+            Err(ListenError::AuthWithoutWs)
+        ));
+    }
+
+    /// Only `Bearer <the token>` is accepted; the token's debug form never shows it.
+    #[test]
+    fn bearer_token_check() {
+        let token = CapabilityToken::new("s3cret\n");
+        assert!(token.accepts(Some("Bearer s3cret")));
+        assert!(token.accepts(Some("bearer s3cret")));
+        assert!(!token.accepts(Some("Bearer wrong")));
+        assert!(!token.accepts(Some("Basic s3cret")));
+        assert!(!token.accepts(Some("s3cret")));
+        assert!(!token.accepts(None));
+        assert!(!format!("{token:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,254 @@
+//! `ctxbridge serve`: ctxbridge as a Codex app-server (SPEC §16). Clients speak the app-server
+//! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` child shared by
+//! all of them.
+//!
+//! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
+//! processor routing each request, an outgoing side owning server→client requests):
+//! - [`listen`]: the `--listen` URL and capability-token auth; the exposure rules.
+//! - `transport`: the WebSocket (axum, `/readyz`, `/healthz`), unix-socket and stdio
+//!   listeners; one client actor per accepted connection plus a writer task.
+//! - `client`: the client actor — framing errors, its `initialize` state, its own id space.
+//! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
+//!   ownership, server→client requests, and the [`SessionTurns`] seam through which a session's
+//!   `turn/start`, `thread/compact/start` and `thread/resume` are served.
+//! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
+//!   the pure rewriting of relayed messages.
+//! - `upstream`: starting the `codex app-server` child and its raw JSON-RPC connection.
+//! - `framing`: bounded newline-delimited reading.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use codex_app_server_client::AppServerConfig;
+use tokio::sync::{oneshot, watch};
+
+use crate::store::StateStore;
+
+mod client;
+pub mod command;
+mod framing;
+pub mod listen;
+pub mod router;
+pub mod thread_map;
+mod transport;
+mod upstream;
+
+pub use listen::{check_exposure, CapabilityToken, ListenAddr, ListenError};
+pub use router::{
+    PassThroughSessions, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
+};
+pub use thread_map::ThreadMap;
+pub use transport::CLOSE_TOO_BIG;
+pub use upstream::UpstreamError;
+
+/// Default limit of one client message (a WebSocket message or a line).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Default time running turns get to finish at shutdown before they are interrupted.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything `serve` needs.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// Where to listen.
+    pub listen: ListenAddr,
+    /// WebSocket capability token, if auth is on.
+    pub auth: Option<CapabilityToken>,
+    /// Client messages over this size are refused (WebSocket: close 1009).
+    pub max_message_bytes: usize,
+    /// How the upstream `codex app-server` child is started.
+    pub upstream: AppServerConfig,
+    /// Where the thread-id map is kept (memory only without one).
+    pub store: Option<Arc<dyn StateStore>>,
+    /// What serves session requests.
+    pub sessions: Arc<dyn SessionTurns>,
+    /// Time running turns get at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("auth", &self.auth.is_some())
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("upstream", &self.upstream.command)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeOptions {
+    /// Pass-through serving on `listen` in front of `upstream`, default limits, no store.
+    pub fn new(listen: ListenAddr, upstream: AppServerConfig) -> ServeOptions {
+        ServeOptions {
+            listen,
+            auth: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            upstream,
+            store: None,
+            sessions: Arc::new(PassThroughSessions),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// `serve` could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listen/auth settings are refused.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// Binding the listener failed.
+    #[error("serve: binding {what}")]
+    Bind {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServeHandle {
+    /// The bound WebSocket address (`ws://` listeners).
+    pub local_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    hub: tokio::sync::mpsc::UnboundedSender<router::HubMsg>,
+    grace: Duration,
+    listener: tokio::task::JoinHandle<()>,
+    hub_task: tokio::task::JoinHandle<()>,
+}
+
+impl ServeHandle {
+    /// Stops accepting, lets running turns finish within the grace period (then interrupts
+    /// them), stops the upstream child and returns when all is down.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let (tx, rx) = oneshot::channel();
+        if self
+            .hub
+            .send(router::HubMsg::Shutdown {
+                grace: self.grace,
+                reply: tx,
+            })
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        let _ = self.hub_task.await;
+        self.listener.abort();
+    }
+
+    /// Resolves when the listener ends by itself (stdio: the client closed stdin).
+    pub async fn listener_finished(&mut self) {
+        let _ = (&mut self.listener).await;
+    }
+}
+
+/// Starts listening and returns at once.
+pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
+    check_exposure(&options.listen, options.auth.as_ref())?;
+    let threads = ThreadMap::new(options.store.clone());
+    let (hub, hub_task) = router::start(
+        Arc::new(upstream::ChildConnector(options.upstream.clone())),
+        threads,
+        options.sessions.clone(),
+    );
+    let shared = transport::Shared {
+        hub: hub.clone(),
+        max_message_bytes: options.max_message_bytes,
+        auth: options.auth.clone(),
+        next_conn: Arc::new(AtomicU64::new(0)),
+    };
+    let (stop, mut stop_rx) = watch::channel(false);
+    let mut local_addr = None;
+    let listener = match &options.listen {
+        ListenAddr::Ws(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    what: format!("ws://{addr}"),
+                    source,
+                })?;
+            local_addr = listener.local_addr().ok();
+            tracing::info!(addr = ?local_addr, "serve: listening (WebSocket)");
+            let app = transport::ws_router(shared);
+            tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = stop_rx.changed().await;
+                };
+                if let Err(error) = axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+                {
+                    tracing::warn!(%error, "serve: WebSocket listener failed");
+                }
+            })
+        }
+        ListenAddr::Unix(path) => {
+            let listener = transport::bind_unix(path).map_err(|source| ServeError::Bind {
+                what: format!("unix://{}", path.display()),
+                source,
+            })?;
+            tracing::info!(path = %path.display(), "serve: listening (unix socket)");
+            tokio::spawn(transport::accept_unix(listener, shared, stop_rx))
+        }
+        ListenAddr::Stdio => {
+            let span = tracing::info_span!("client", conn = 1u64, transport = "stdio");
+            tokio::spawn(tracing::Instrument::instrument(
+                transport::serve_lines(tokio::io::stdin(), tokio::io::stdout(), 1, shared),
+                span,
+            ))
+        }
+    };
+    Ok(ServeHandle {
+        local_addr,
+        stop,
+        hub,
+        grace: options.shutdown_grace,
+        listener,
+        hub_task,
+    })
+}
+
+/// Serves until SIGINT/SIGTERM (or, on stdio, until stdin closes), then shuts down cleanly.
+pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
+    let mut handle = start(options).await?;
+    let stdio = handle.local_addr.is_none();
+    tokio::select! {
+        () = shutdown_signal() => tracing::info!("serve: signal received; shutting down"),
+        () = handle.listener_finished(), if stdio => tracing::info!("serve: listener ended"),
+    }
+    handle.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "serve: cannot watch SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// An error and its sources on one line (messages to clients and the CLI).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

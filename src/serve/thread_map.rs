@@ -1,0 +1,294 @@
+//! The thread-id map: client thread id ↔ current backend thread id (SPEC §16 "Sessions",
+//! "Rewriting").
+//!
+//! A session's client thread id is the id of its first backend thread and never changes; when
+//! the harness rotates the session onto a new backend thread the map points the client id at
+//! it. Until then the map is the identity. Entries are kept durably in the state store's
+//! documents (namespace [`NAMESPACE`], key = client thread id) with an in-memory cache.
+//!
+//! The rewriting of relayed messages is pure: [`rewrite`] walks a message and replaces every
+//! `threadId` and every thread object's `id` (under `thread`, or the entries of
+//! `thread/list`'s `data`), and the strings of `thread/loaded/list`'s `data`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::store::{StateStore, StoreError};
+
+/// The store documents namespace of the map.
+pub const NAMESPACE: &str = "serve.thread-map";
+
+/// Which way a message travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From a client to the backend: client ids become backend ids.
+    ToBackend,
+    /// From the backend to a client: backend ids become client ids.
+    ToClient,
+}
+
+/// One stored entry: `{"backendThreadId": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    backend_thread_id: String,
+}
+
+/// Client thread id ↔ backend thread id, cached in memory, persisted in the store.
+pub struct ThreadMap {
+    store: Option<Arc<dyn StateStore>>,
+    to_backend: HashMap<String, String>,
+    to_client: HashMap<String, String>,
+    /// Threads started with `ephemeral: true`: never sessions, never stored.
+    ephemeral: HashSet<String>,
+}
+
+impl std::fmt::Debug for ThreadMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadMap")
+            .field("sessions", &self.to_backend.len())
+            .field("ephemeral", &self.ephemeral.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadMap {
+    /// An empty map persisting to `store` (or only in memory without one).
+    pub fn new(store: Option<Arc<dyn StateStore>>) -> ThreadMap {
+        ThreadMap {
+            store,
+            to_backend: HashMap::new(),
+            to_client: HashMap::new(),
+            ephemeral: HashSet::new(),
+        }
+    }
+
+    /// Records a session: `client` is served by backend thread `backend` (for a new session
+    /// both are the same id). Written through to the store.
+    pub fn bind(&mut self, client: &str, backend: &str) -> Result<(), StoreError> {
+        if let Some(store) = &self.store {
+            let json = serde_json::json!({"backendThreadId": backend}).to_string();
+            store.save_document(NAMESPACE, client, &json)?;
+        }
+        if let Some(old) = self
+            .to_backend
+            .insert(client.to_owned(), backend.to_owned())
+        {
+            self.to_client.remove(&old);
+        }
+        self.to_client.insert(backend.to_owned(), client.to_owned());
+        Ok(())
+    }
+
+    /// Marks an ephemeral thread (pure pass-through, never stored).
+    pub fn mark_ephemeral(&mut self, thread_id: &str) {
+        self.ephemeral.insert(thread_id.to_owned());
+    }
+
+    /// Whether a thread was started as ephemeral by a client of this process.
+    pub fn is_ephemeral(&self, thread_id: &str) -> bool {
+        self.ephemeral.contains(thread_id)
+    }
+
+    /// The backend thread currently serving a client thread id: the cache, then the store,
+    /// else the id itself (a thread this proxy never mapped).
+    pub fn backend_of(&mut self, client: &str) -> String {
+        if let Some(backend) = self.to_backend.get(client) {
+            return backend.clone();
+        }
+        if let Some(store) = &self.store {
+            match store.load_document(NAMESPACE, client) {
+                Ok(Some(json)) => match serde_json::from_str::<Entry>(&json) {
+                    Ok(entry) => {
+                        self.to_backend
+                            .insert(client.to_owned(), entry.backend_thread_id.clone());
+                        self.to_client
+                            .insert(entry.backend_thread_id.clone(), client.to_owned());
+                        return entry.backend_thread_id;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%client, %error, "serve: unreadable thread-map entry; using the id as is");
+                    }
+                },
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%client, %error, "serve: thread-map lookup failed; using the id as is");
+                }
+            }
+        }
+        client.to_owned()
+    }
+
+    /// The client thread id of a backend thread (the id itself when unmapped).
+    pub fn client_of(&self, backend: &str) -> String {
+        self.to_client
+            .get(backend)
+            .cloned()
+            .unwrap_or_else(|| backend.to_owned())
+    }
+
+    /// Rewrites a message travelling in `direction`; `method` is the request's method for a
+    /// response (list results are shaped by it).
+    pub fn rewrite(&mut self, value: &mut Value, direction: Direction, method: Option<&str>) {
+        match direction {
+            Direction::ToClient => {
+                let map = &self.to_client;
+                rewrite(value, method, &|id| map.get(id).cloned());
+            }
+            Direction::ToBackend => {
+                // Resolve every client id the message names first (the store may know it).
+                let mut ids = Vec::new();
+                collect_ids(value, method, &mut ids);
+                let resolved: HashMap<String, String> = ids
+                    .into_iter()
+                    .map(|id| {
+                        let backend = self.backend_of(&id);
+                        (id, backend)
+                    })
+                    .collect();
+                rewrite(value, method, &|id| resolved.get(id).cloned());
+            }
+        }
+    }
+}
+
+/// Replaces thread ids in `value` with `map(id)` where it gives one. `method` names the request
+/// a result answers: `thread/list` results hold thread objects in `data`, `thread/loaded/list`
+/// results hold thread ids in `data`.
+pub fn rewrite(value: &mut Value, method: Option<&str>, map: &dyn Fn(&str) -> Option<String>) {
+    if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
+        match method {
+            Some("thread/list") => {
+                for thread in data.iter_mut() {
+                    rewrite_field(thread, "id", map);
+                }
+            }
+            Some("thread/loaded/list") => {
+                for id in data.iter_mut() {
+                    if let Some(new) = id.as_str().and_then(map) {
+                        *id = Value::String(new);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(value, map);
+}
+
+fn walk(value: &mut Value, map: &dyn Fn(&str) -> Option<String>) {
+    match value {
+        Value::Object(object) => {
+            for (key, child) in object.iter_mut() {
+                match key.as_str() {
+                    "threadId" | "parentThreadId" => {
+                        if let Some(new) = child.as_str().and_then(map) {
+                            *child = Value::String(new);
+                        }
+                    }
+                    "thread" => {
+                        rewrite_field(child, "id", map);
+                        walk(child, map);
+                    }
+                    _ => walk(child, map),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                walk(item, map);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn rewrite_field(object: &mut Value, field: &str, map: &dyn Fn(&str) -> Option<String>) {
+    if let Some(slot) = object.get_mut(field) {
+        if let Some(new) = slot.as_str().and_then(map) {
+            *slot = Value::String(new);
+        }
+    }
+}
+
+/// Every thread id `rewrite` would look at.
+fn collect_ids(value: &Value, method: Option<&str>, out: &mut Vec<String>) {
+    let mut probe = value.clone();
+    let seen = std::cell::RefCell::new(Vec::new());
+    rewrite(&mut probe, method, &|id| {
+        seen.borrow_mut().push(id.to_owned());
+        None
+    });
+    out.extend(seen.into_inner());
+}
+
+/// The thread id a message is about: `params.threadId`, else `params.thread.id`.
+pub fn thread_of(params: &Value) -> Option<&str> {
+    params
+        .get("threadId")
+        .and_then(Value::as_str)
+        .or_else(|| params.pointer("/thread/id").and_then(Value::as_str))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn rotated() -> ThreadMap {
+        let mut map = ThreadMap::new(None);
+        map.bind("client-1", "backend-2").unwrap();
+        map
+    }
+
+    /// Backend ids become client ids in notifications, thread objects and both list shapes;
+    /// unknown ids are left alone.
+    #[test]
+    fn rewrites_to_client() {
+        let mut map = rotated();
+        let mut note = json!({"threadId": "backend-2", "turn": {"id": "t", "items": [{"threadId": "backend-2"}]}});
+        map.rewrite(&mut note, Direction::ToClient, None);
+        assert_eq!(note["threadId"], "client-1");
+        assert_eq!(note["turn"]["items"][0]["threadId"], "client-1");
+        let mut started = json!({"thread": {"id": "backend-2", "path": "p"}, "model": "m"});
+        map.rewrite(&mut started, Direction::ToClient, Some("thread/start"));
+        assert_eq!(started["thread"]["id"], "client-1");
+        let mut list = json!({"data": [{"id": "backend-2"}, {"id": "other"}]});
+        map.rewrite(&mut list, Direction::ToClient, Some("thread/list"));
+        assert_eq!(list, json!({"data": [{"id": "client-1"}, {"id": "other"}]}));
+        let mut loaded = json!({"data": ["backend-2", "other"]});
+        map.rewrite(&mut loaded, Direction::ToClient, Some("thread/loaded/list"));
+        assert_eq!(loaded, json!({"data": ["client-1", "other"]}));
+    }
+
+    /// Client ids become backend ids in requests; `data` of other methods is untouched.
+    #[test]
+    fn rewrites_to_backend() {
+        let mut map = rotated();
+        let mut req =
+            json!({"threadId": "client-1", "input": [{"type": "text", "text": "client-1"}]});
+        map.rewrite(&mut req, Direction::ToBackend, Some("turn/start"));
+        assert_eq!(req["threadId"], "backend-2");
+        assert_eq!(req["input"][0]["text"], "client-1");
+        let mut other = json!({"data": ["client-1"]});
+        map.rewrite(&mut other, Direction::ToBackend, Some("fs/read"));
+        assert_eq!(other, json!({"data": ["client-1"]}));
+    }
+
+    /// The map survives a restart through the store; unknown ids map to themselves.
+    #[test]
+    fn persists_through_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store: Arc<dyn StateStore> = Arc::new(crate::store::SqliteStore::open(&path).unwrap());
+        ThreadMap::new(Some(store.clone())).bind("c", "b").unwrap();
+        let mut reopened = ThreadMap::new(Some(store));
+        assert_eq!(reopened.backend_of("c"), "b");
+        assert_eq!(reopened.client_of("b"), "c");
+        assert_eq!(reopened.backend_of("unknown"), "unknown");
+    }
+}

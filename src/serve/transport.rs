@@ -1,0 +1,263 @@
+//! The listeners: WebSocket (axum; `/readyz`, `/healthz` on the same port; optional bearer
+//! capability token checked on the upgrade), unix socket (newline-delimited, mode 0600) and
+//! stdio (one client). Each accepted connection becomes a client actor ([`client::run`]) plus
+//! a writer task draining its [`Outbound`] queue.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::serve::client::{self, Inbound};
+use crate::serve::framing::{read_bounded_line, Line};
+use crate::serve::listen::CapabilityToken;
+use crate::serve::router::{HubMsg, Outbound};
+
+/// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
+pub const CLOSE_TOO_BIG: u16 = 1009;
+
+/// What every listener shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub hub: mpsc::UnboundedSender<HubMsg>,
+    pub max_message_bytes: usize,
+    pub auth: Option<CapabilityToken>,
+    pub next_conn: Arc<AtomicU64>,
+}
+
+impl Shared {
+    fn conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// The axum app: health endpoints and the WebSocket endpoint at `/`.
+pub(crate) fn ws_router(shared: Shared) -> Router {
+    Router::new()
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(ws_upgrade))
+        .with_state(shared)
+}
+
+async fn ws_upgrade(
+    State(shared): State<Shared>,
+    headers: axum::http::HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Some(token) = &shared.auth {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok());
+        if !token.accepts(presented) {
+            tracing::warn!("serve: refused a WebSocket client without a valid token");
+            return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+        }
+    }
+    // tungstenite's own limit is a backstop; the exact limit is checked per message so an
+    // oversize one gets a clean close with 1009.
+    let backstop = shared.max_message_bytes.saturating_mul(2).max(64 * 1024);
+    upgrade
+        .max_message_size(backstop)
+        .max_frame_size(backstop)
+        .on_upgrade(move |socket| {
+            let conn = shared.conn_id();
+            let span = tracing::info_span!("client", conn, transport = "ws");
+            serve_ws(socket, conn, shared).instrument(span)
+        })
+}
+
+async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
+    let (mut sink, mut stream) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let (in_tx, in_rx) = mpsc::channel(64);
+    let actor = tokio::spawn(
+        client::run(
+            conn,
+            shared.max_message_bytes,
+            in_rx,
+            out_tx.clone(),
+            shared.hub.clone(),
+        )
+        .in_current_span(),
+    );
+    let writer = tokio::spawn(
+        async move {
+            while let Some(outbound) = out_rx.recv().await {
+                let sent = match outbound {
+                    Outbound::Message(message) => {
+                        sink.send(Message::Text(message.to_string())).await
+                    }
+                    Outbound::Close(code, reason) => {
+                        let frame = CloseFrame {
+                            code,
+                            reason: reason.into(),
+                        };
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                        break;
+                    }
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+        }
+        .in_current_span(),
+    );
+    let limit = shared.max_message_bytes;
+    while let Some(frame) = stream.next().await {
+        let text = match frame {
+            Ok(Message::Text(text)) => text,
+            Ok(Message::Binary(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(Message::Close(_)) => break,
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::info!(%error, "serve: WebSocket read failed");
+                let _ = out_tx.send(Outbound::Close(CLOSE_TOO_BIG, "message too big".into()));
+                break;
+            }
+        };
+        if text.len() > limit {
+            tracing::warn!(
+                len = text.len(),
+                limit,
+                "serve: closing a client that sent an oversize message"
+            );
+            let _ = out_tx.send(Outbound::Close(
+                CLOSE_TOO_BIG,
+                format!(
+                    "message of {} bytes exceeds the limit of {limit} bytes",
+                    text.len()
+                ),
+            ));
+            break;
+        }
+        if in_tx.send(Inbound::Text(text)).await.is_err() {
+            break;
+        }
+    }
+    drop(in_tx);
+    let _ = actor.await;
+    drop(out_tx);
+    let _ = writer.await;
+    tracing::info!("serve: WebSocket client gone");
+}
+
+/// Serves one newline-delimited connection (unix socket or stdio).
+pub(crate) async fn serve_lines<R, W>(reader: R, mut writer: W, conn: u64, shared: Shared)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let (in_tx, in_rx) = mpsc::channel(64);
+    let actor = tokio::spawn(
+        client::run(
+            conn,
+            shared.max_message_bytes,
+            in_rx,
+            out_tx.clone(),
+            shared.hub.clone(),
+        )
+        .in_current_span(),
+    );
+    let write_task = tokio::spawn(
+        async move {
+            while let Some(outbound) = out_rx.recv().await {
+                let Outbound::Message(message) = outbound else {
+                    break;
+                };
+                let mut line = message.to_string();
+                line.push('\n');
+                if writer.write_all(line.as_bytes()).await.is_err() || writer.flush().await.is_err()
+                {
+                    break;
+                }
+            }
+        }
+        .in_current_span(),
+    );
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut line = Vec::new();
+    loop {
+        let inbound =
+            match read_bounded_line(&mut reader, &mut line, shared.max_message_bytes).await {
+                Ok(Line::Complete) => Inbound::Text(String::from_utf8_lossy(&line).into_owned()),
+                Ok(Line::TooLong(len)) => Inbound::Oversize(len),
+                Ok(Line::Eof) => break,
+                Err(error) => {
+                    tracing::info!(%error, "serve: reading a client failed");
+                    break;
+                }
+            };
+        if in_tx.send(inbound).await.is_err() {
+            break;
+        }
+    }
+    drop(in_tx);
+    let _ = actor.await;
+    drop(out_tx);
+    let _ = write_task.await;
+    tracing::info!("serve: client gone");
+}
+
+/// Binds a unix socket at `path` with mode 0600 from the start: it is created inside a fresh
+/// private directory next to `path`, restricted, then renamed into place.
+pub(crate) fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path)?;
+        } else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+    }
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let private = tempfile::Builder::new()
+        .prefix(".ctxbridge-sock")
+        .tempdir_in(&parent)?;
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))?;
+    let staged = private.path().join("s");
+    let listener = tokio::net::UnixListener::bind(&staged)?;
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&staged, path)?;
+    Ok(listener)
+}
+
+/// Accepts unix-socket clients until `stop` fires.
+pub(crate) async fn accept_unix(
+    listener: tokio::net::UnixListener,
+    shared: Shared,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let conn = shared.conn_id();
+                    let (read, write) = stream.into_split();
+                    let span = tracing::info_span!("client", conn, transport = "unix");
+                    tokio::spawn(serve_lines(read, write, conn, shared.clone()).instrument(span));
+                }
+                Err(error) => tracing::warn!(%error, "serve: accepting a unix client failed"),
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}

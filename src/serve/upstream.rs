@@ -1,0 +1,403 @@
+//! The upstream: one `codex app-server` child shared by every client connection, spoken to in
+//! raw JSON-RPC (any method passes through, so no typed client sits in between).
+//!
+//! [`spawn`] starts the child as the Codex backend does (command, `-c` overrides, `CODEX_HOME`),
+//! performs ctxbridge's own `initialize`/`initialized` handshake and hands back a [`Live`]
+//! connection: a writer queue into the child's stdin and a receiver of [`UpstreamEvent`]s
+//! (every message from stdout, in order, then one `Closed` with the reason). The router owns
+//! the `Live` and matches ids; a dead child is replaced by the router on the next need.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use codex_app_server_client::AppServerConfig;
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::serve::framing::{read_bounded_line, Line};
+
+/// How many stderr lines are kept to explain a death.
+const STDERR_TAIL_LINES: usize = 10;
+/// How long a shutdown waits for the child to exit after its stdin closes.
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// After the process exits, how long its stdout may still drain before the death is reported.
+const EXIT_DRAIN: Duration = Duration::from_millis(200);
+/// The upstream id of ctxbridge's own `initialize`; relayed requests use ids from 1 up.
+const HANDSHAKE_ID: i64 = 0;
+
+/// Starting the upstream failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// The command is empty.
+    #[error("upstream codex app-server: the command is empty")]
+    NoCommand,
+    /// `CODEX_HOME` could not be created.
+    #[error("upstream codex app-server: creating CODEX_HOME {path}")]
+    CodexHome {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process could not be started.
+    #[error("upstream codex app-server `{program}`: spawn failed")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The handshake failed (error answer, death or timeout).
+    #[error("upstream codex app-server `{program}`: initialize failed: {reason}")]
+    Handshake { program: String, reason: String },
+}
+
+/// What the child's stdout produced.
+#[derive(Debug)]
+pub(crate) enum UpstreamEvent {
+    /// One JSON-RPC message.
+    Message(Map<String, Value>),
+    /// The connection is gone (stdout closed); the reason names the upstream.
+    Closed(String),
+}
+
+/// A running, initialized upstream child.
+pub(crate) struct Live {
+    /// The child's `initialize` result.
+    pub initialize_result: Value,
+    writer: mpsc::UnboundedSender<String>,
+    keeper: mpsc::UnboundedSender<Keep>,
+}
+
+/// Orders for the task that owns the child process.
+enum Keep {
+    Kill,
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl Live {
+    /// Queues one message for the child's stdin. A dead writer is reported by the `Closed`
+    /// event, so a failed send needs no handling here.
+    pub fn send(&self, message: &Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        if self.writer.send(line).is_err() {
+            tracing::debug!("serve: upstream writer already gone");
+        }
+    }
+
+    /// SIGKILLs the child (its `Closed` event follows).
+    pub fn kill(&self) {
+        let _ = self.keeper.send(Keep::Kill);
+    }
+
+    /// Closes stdin and waits for the child to exit (killed after a grace period).
+    pub async fn shutdown(self) {
+        let (tx, rx) = oneshot::channel();
+        drop(self.writer);
+        if self.keeper.send(Keep::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+/// How the router obtains an upstream connection: a `codex app-server` child
+/// ([`ChildConnector`]) in production; an in-memory peer in the router's tests; an already
+/// running app-server (`backend.url`) would be another implementation.
+#[async_trait::async_trait]
+pub(crate) trait Connector: Send + Sync {
+    /// A new, initialized connection; its events end with one `Closed`.
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError>;
+}
+
+/// Starts a `codex app-server` child per connection ([`spawn`]).
+pub(crate) struct ChildConnector(pub AppServerConfig);
+
+#[async_trait::async_trait]
+impl Connector for ChildConnector {
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+        spawn(&self.0, generation).await
+    }
+}
+
+/// An in-memory upstream for tests: what the router writes, and a way to answer it.
+#[cfg(test)]
+pub(crate) struct MemoryPeer {
+    pub written: mpsc::UnboundedReceiver<String>,
+    pub events: mpsc::UnboundedSender<UpstreamEvent>,
+}
+
+#[cfg(test)]
+impl Live {
+    /// A connection whose other end is a [`MemoryPeer`].
+    pub(crate) fn in_memory(
+        initialize_result: Value,
+    ) -> (Live, mpsc::UnboundedReceiver<UpstreamEvent>, MemoryPeer) {
+        let (writer, written) = mpsc::unbounded_channel();
+        let (keeper, _orders) = mpsc::unbounded_channel();
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let live = Live {
+            initialize_result,
+            writer,
+            keeper,
+        };
+        (live, events_rx, MemoryPeer { written, events })
+    }
+}
+
+/// Starts the child and performs the handshake. Returns the connection and its events.
+pub(crate) async fn spawn(
+    config: &AppServerConfig,
+    generation: u64,
+) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+    let program = config
+        .command
+        .first()
+        .cloned()
+        .ok_or(UpstreamError::NoCommand)?;
+    std::fs::create_dir_all(&config.codex_home).map_err(|source| UpstreamError::CodexHome {
+        path: config.codex_home.clone(),
+        source,
+    })?;
+    let mut command = tokio::process::Command::new(&program);
+    command
+        .args(config.args())
+        .env("CODEX_HOME", &config.codex_home)
+        .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(cwd) = &config.cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().map_err(|source| UpstreamError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    tracing::info!(%program, pid = ?child.id(), generation, "serve: started upstream codex app-server");
+    let handshake_error = |reason: &str| UpstreamError::Handshake {
+        program: program.clone(),
+        reason: reason.to_owned(),
+    };
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(handshake_error("child stdio is not piped"));
+    };
+    let tail: Tail = Arc::default();
+    let (event_tx, mut events) = mpsc::unbounded_channel();
+    let (writer, writer_rx) = mpsc::unbounded_channel();
+    let (keeper, keeper_rx) = mpsc::unbounded_channel();
+    let label = format!("upstream codex app-server `{program}`");
+    tokio::spawn(read_stdout(
+        stdout,
+        config.max_line_bytes,
+        event_tx.clone(),
+        tail.clone(),
+        label.clone(),
+    ));
+    tokio::spawn(write_stdin(stdin, writer_rx));
+    tokio::spawn(forward_stderr(stderr, tail.clone()));
+    tokio::spawn(keep_child(child, keeper_rx, event_tx, tail, label));
+    let live = Live {
+        initialize_result: Value::Null,
+        writer,
+        keeper,
+    };
+    live.send(&json!({
+        "id": HANDSHAKE_ID,
+        "method": "initialize",
+        "params": {
+            "clientInfo": {"name": "ctxbridge", "version": env!("CARGO_PKG_VERSION")},
+            "capabilities": {"experimentalApi": true},
+        },
+    }));
+    let answer = tokio::time::timeout(config.request_timeout, async {
+        while let Some(event) = events.recv().await {
+            match event {
+                UpstreamEvent::Message(message)
+                    if message.get("id").and_then(Value::as_i64) == Some(HANDSHAKE_ID)
+                        && message.get("method").is_none() =>
+                {
+                    return Ok(message);
+                }
+                UpstreamEvent::Message(message) => {
+                    tracing::debug!(
+                        ?message,
+                        "serve: upstream message before initialize; dropped"
+                    );
+                }
+                UpstreamEvent::Closed(reason) => return Err(reason),
+            }
+        }
+        Err("the connection closed".to_owned())
+    })
+    .await;
+    let message = match answer {
+        Ok(Ok(message)) => message,
+        Ok(Err(reason)) => {
+            live.kill();
+            return Err(handshake_error(&reason));
+        }
+        Err(_) => {
+            live.kill();
+            return Err(handshake_error("no answer in time"));
+        }
+    };
+    if let Some(error) = message.get("error") {
+        live.kill();
+        return Err(handshake_error(&error.to_string()));
+    }
+    let mut live = live;
+    live.initialize_result = message.get("result").cloned().unwrap_or(Value::Null);
+    live.send(&json!({"method": "initialized"}));
+    Ok((live, events))
+}
+
+/// Owns the process: kills it on order, reaps it, and reports its exit as the connection's
+/// end (a grandchild holding stdout open must not hide a death from the reader).
+async fn keep_child(
+    mut child: Child,
+    mut orders: mpsc::UnboundedReceiver<Keep>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    tail: Tail,
+    label: String,
+) {
+    let mut waiters = Vec::new();
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            order = orders.recv() => match order {
+                Some(Keep::Kill) | None => {
+                    if let Err(error) = child.start_kill() {
+                        tracing::debug!(%error, "serve: killing the upstream failed");
+                    }
+                }
+                Some(Keep::Shutdown(reply)) => {
+                    waiters.push(reply);
+                    match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+                        Ok(status) => break status,
+                        Err(_) => {
+                            tracing::warn!("serve: upstream did not exit after stdin closed; killing it");
+                            let _ = child.start_kill();
+                        }
+                    }
+                }
+            },
+        }
+    };
+    let reason = match status {
+        Ok(status) => {
+            tracing::info!(%status, "serve: upstream codex app-server exited");
+            format!("the process exited ({status})")
+        }
+        Err(error) => {
+            tracing::warn!(%error, "serve: waiting for the upstream failed");
+            format!("waiting for the process failed: {error}")
+        }
+    };
+    // Let stdout deliver what the process wrote before it died; the reader may report first.
+    tokio::time::sleep(EXIT_DRAIN).await;
+    let _ = events.send(UpstreamEvent::Closed(format!(
+        "{label}: {reason}{}",
+        tail_summary(&tail)
+    )));
+    for waiter in waiters {
+        let _ = waiter.send(());
+    }
+    // Late shutdown orders still get their answer.
+    while let Ok(order) = orders.try_recv() {
+        if let Keep::Shutdown(reply) = order {
+            let _ = reply.send(());
+        }
+    }
+}
+
+async fn read_stdout<R: AsyncRead + Unpin>(
+    stdout: R,
+    max_line_bytes: usize,
+    tx: mpsc::UnboundedSender<UpstreamEvent>,
+    tail: Tail,
+    label: String,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line = Vec::new();
+    let reason = loop {
+        match read_bounded_line(&mut reader, &mut line, max_line_bytes).await {
+            Ok(Line::Complete) => match serde_json::from_slice::<Value>(&line) {
+                Ok(Value::Object(message)) => {
+                    if tx.send(UpstreamEvent::Message(message)).is_err() {
+                        return;
+                    }
+                }
+                _ => tracing::warn!(
+                    preview = %String::from_utf8_lossy(&line[..line.len().min(200)]),
+                    "serve: skipped a non-object line from the upstream"
+                ),
+            },
+            Ok(Line::TooLong(len)) => {
+                tracing::warn!(
+                    len,
+                    max_line_bytes,
+                    "serve: skipped an over-long upstream line"
+                );
+            }
+            Ok(Line::Eof) => break "its output closed (the process died or exited)".to_owned(),
+            Err(error) => break format!("reading its output failed: {error}"),
+        }
+    };
+    // Give stderr a moment to deliver the last words of a dying process.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _ = tx.send(UpstreamEvent::Closed(format!(
+        "{label}: {reason}{}",
+        tail_summary(&tail)
+    )));
+}
+
+fn tail_summary(tail: &Tail) -> String {
+    let tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+    if tail.is_empty() {
+        String::new()
+    } else {
+        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+        format!("; last stderr: {}", lines.join(" | "))
+    }
+}
+
+async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>) {
+    while let Some(line) = rx.recv().await {
+        let written = match stdin.write_all(line.as_bytes()).await {
+            Ok(()) => stdin.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            // The reader reports the death; nothing more can be written.
+            tracing::debug!(%error, "serve: writing to the upstream failed");
+            return;
+        }
+    }
+}
+
+async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, tail: Tail) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(target: "ctxbridge::serve::upstream_stderr", "{line}");
+        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+}

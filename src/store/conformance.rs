@@ -1,0 +1,632 @@
+//! The shared state-store conformance suite (in the manner of object_store's `integration.rs`):
+//! every [`StateStore`] — SQLite in memory, SQLite on disk, PostgreSQL — runs these same checks
+//! from its own test file, so the guarantees the harness relies on are stated once.
+//!
+//! Each check takes a fresh, empty store (the multi-instance checks take several handles on one
+//! database) and panics with a message naming the store and what it did wrong.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Barrier};
+
+use crate::contract::AgentMessage;
+
+use super::{
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, TranscriptEntry,
+};
+
+/// One single-store check: panics when the store breaks the guarantee.
+pub type Check = fn(&dyn StateStore);
+
+/// Every single-store check, by name, for [`run_all`] and for test files that want one test
+/// per check.
+pub const CHECKS: &[(&str, Check)] = &[
+    ("binding_round_trip", binding_round_trip),
+    ("fenced_save_is_refused", fenced_save_is_refused),
+    (
+        "record_turn_is_atomic_and_fenced",
+        record_turn_is_atomic_and_fenced,
+    ),
+    (
+        "record_turn_queues_its_commit",
+        record_turn_queues_its_commit,
+    ),
+    ("transcript_appends_in_order", transcript_appends_in_order),
+    ("transcript_rewrite_is_atomic", transcript_rewrite_is_atomic),
+    ("outbox_queue", outbox_queue),
+    ("outbox_delivers_once", outbox_delivers_once),
+    ("quarantine_records", quarantine_records),
+    ("bootstrap_marks", bootstrap_marks),
+    ("lease_lifecycle", lease_lifecycle),
+    ("documents", documents),
+];
+
+/// Runs every single-store check, each on a fresh store from `fresh`.
+pub fn run_all(fresh: &dyn Fn() -> Arc<dyn StateStore>) {
+    for (name, check) in CHECKS {
+        let store = fresh();
+        tracing::debug!(check = name, store = %store.location(), "store conformance check");
+        check(&*store);
+    }
+}
+
+fn entry(id: &str, text: &str) -> TranscriptEntry {
+    TranscriptEntry {
+        entry_id: id.into(),
+        message: AgentMessage::user(text),
+    }
+}
+
+fn ids(store: &dyn StateStore, session: &str) -> Vec<String> {
+    store
+        .load_transcript(session)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.entry_id)
+        .collect()
+}
+
+fn acquire(store: &dyn StateStore, session: &str, holder: &str, now: u64, ttl: u64) -> Lease {
+    match store.try_acquire_lease(session, holder, now, ttl).unwrap() {
+        LeaseAttempt::Acquired(lease) => lease,
+        LeaseAttempt::Busy { holder: other, .. } => panic!(
+            "{}: lease on {session:?} for {holder:?} at {now} refused (held by {other:?})",
+            store.location()
+        ),
+    }
+}
+
+fn assert_stale(store: &dyn StateStore, result: Result<(), StoreError>, held: u64, current: u64) {
+    match result {
+        Err(StoreError::StaleGeneration {
+            held: h,
+            current: c,
+            ..
+        }) => {
+            assert_eq!(
+                (h, c),
+                (held, current),
+                "{}: stale generations",
+                store.location()
+            )
+        }
+        other => panic!(
+            "{}: a write with stale generation {held} (current {current}) gave {other:?}",
+            store.location()
+        ),
+    }
+}
+
+fn outbox_row(session: &str, key: &str) -> OutboxRow {
+    OutboxRow {
+        session_id: session.into(),
+        advancement_key: key.into(),
+        engine_id: "engine".into(),
+        params_json: format!("{{\"advancementKey\":\"{key}\"}}"),
+        attempts: 0,
+        last_error: None,
+    }
+}
+
+/// A binding is absent until saved, reads back with its JSON and generation, is overwritten by
+/// a later save and is gone after delete.
+pub fn binding_round_trip(store: &dyn StateStore) {
+    let at = store.location();
+    assert_eq!(store.load_binding("k").unwrap(), None, "{at}");
+    store.save_binding("k", "{\"thread\":\"t1\"}", 0).unwrap();
+    let loaded = store.load_binding("k").unwrap().expect("saved binding");
+    assert_eq!(loaded.binding_key, "k", "{at}");
+    assert_eq!(loaded.json, "{\"thread\":\"t1\"}", "{at}");
+    assert_eq!(loaded.generation, 0, "{at}");
+    store.save_binding("k", "{\"thread\":\"t2\"}", 3).unwrap();
+    let loaded = store.load_binding("k").unwrap().unwrap();
+    assert_eq!(
+        (loaded.json.as_str(), loaded.generation),
+        ("{\"thread\":\"t2\"}", 3),
+        "{at}"
+    );
+    assert_eq!(store.load_binding("other").unwrap(), None, "{at}");
+    store.delete_binding("k").unwrap();
+    assert_eq!(store.load_binding("k").unwrap(), None, "{at}");
+    store.delete_binding("k").unwrap();
+}
+
+/// A second holder is refused while the lease is live and gets it after expiry with a higher
+/// generation that fences the first holder's binding writes; the stale write changes nothing.
+pub fn fenced_save_is_refused(store: &dyn StateStore) {
+    let at = store.location();
+    let first = acquire(store, "k", "p1", 1_000, 500);
+    assert!(
+        matches!(
+            store.try_acquire_lease("k", "p2", 1_200, 500).unwrap(),
+            LeaseAttempt::Busy { .. }
+        ),
+        "{at}: live lease given away"
+    );
+    let second = acquire(store, "k", "p2", 1_600, 500);
+    assert!(second.generation > first.generation, "{at}");
+    store.save_binding("k", "{}", second.generation).unwrap();
+    let result = store.save_binding("k", "{\"stale\":1}", first.generation);
+    assert_stale(store, result, first.generation, second.generation);
+    let binding = store.load_binding("k").unwrap().unwrap();
+    assert_eq!(binding.json, "{}", "{at}: a fenced write landed");
+    assert_eq!(binding.generation, second.generation, "{at}");
+    store.release_lease(&second).unwrap();
+    acquire(store, "k", "p1", 1_700, 500);
+}
+
+/// A turn's transcript entries and binding are written together, or — for a holder whose lease
+/// generation is stale — not at all.
+pub fn record_turn_is_atomic_and_fenced(store: &dyn StateStore) {
+    let at = store.location();
+    let old = acquire(store, "k", "p1", 0, 10);
+    store
+        .record_turn(
+            "sess",
+            &[entry("a", "1"), entry("b", "2")],
+            "k",
+            "{\"t\":1}",
+            old.generation,
+        )
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["a", "b"], "{at}");
+    assert_eq!(
+        store.load_binding("k").unwrap().unwrap().json,
+        "{\"t\":1}",
+        "{at}"
+    );
+    let new = acquire(store, "k", "p2", 100, 10);
+    assert!(new.generation > old.generation, "{at}");
+    let result = store.record_turn("sess", &[entry("c", "3")], "k", "{\"t\":2}", old.generation);
+    assert_stale(store, result, old.generation, new.generation);
+    assert_eq!(
+        ids(store, "sess"),
+        ["a", "b"],
+        "{at}: no entry from a fenced holder"
+    );
+    assert_eq!(
+        store.load_binding("k").unwrap().unwrap().json,
+        "{\"t\":1}",
+        "{at}"
+    );
+    store
+        .record_turn("sess", &[entry("c", "3")], "k", "{\"t\":2}", new.generation)
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["a", "b", "c"], "{at}");
+    assert_eq!(
+        store.load_binding("k").unwrap().unwrap().json,
+        "{\"t\":2}",
+        "{at}"
+    );
+}
+
+/// A turn recorded with its durable commit queues the commit with the entries and binding; a
+/// fenced holder's turn queues nothing; recording a commit's advancement key again keeps one
+/// queued row.
+pub fn record_turn_queues_its_commit(store: &dyn StateStore) {
+    let at = store.location();
+    let old = acquire(store, "k", "p1", 0, 10);
+    store
+        .record_turn_with_commit(
+            "sess",
+            &[entry("u1", "1"), entry("a1", "2")],
+            "k",
+            "{\"t\":1}",
+            old.generation,
+            &outbox_row("sess", "turn-1"),
+        )
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["u1", "a1"], "{at}");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap(),
+        vec![outbox_row("sess", "turn-1")],
+        "{at}"
+    );
+    let new = acquire(store, "k", "p2", 100, 10);
+    let result = store.record_turn_with_commit(
+        "sess",
+        &[entry("u2", "late")],
+        "k",
+        "{\"t\":\"stale\"}",
+        old.generation,
+        &outbox_row("sess", "turn-stale"),
+    );
+    assert_stale(store, result, old.generation, new.generation);
+    assert_eq!(ids(store, "sess"), ["u1", "a1"], "{at}: fenced entries");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap(),
+        vec![outbox_row("sess", "turn-1")],
+        "{at}: a fenced holder queued a commit"
+    );
+    assert_eq!(
+        store.load_binding("k").unwrap().unwrap().json,
+        "{\"t\":1}",
+        "{at}"
+    );
+    store
+        .record_turn_with_commit(
+            "sess",
+            &[entry("u3", "3")],
+            "k",
+            "{\"t\":3}",
+            new.generation,
+            &outbox_row("sess", "turn-1"),
+        )
+        .unwrap();
+    assert_eq!(ids(store, "sess"), ["u1", "a1", "u3"], "{at}");
+    assert_eq!(
+        store.pending_outbox("sess").unwrap().len(),
+        1,
+        "{at}: duplicate advancement key"
+    );
+}
+
+/// Transcript entries come back in append order with their messages, across appends; sessions
+/// are separate.
+pub fn transcript_appends_in_order(store: &dyn StateStore) {
+    let at = store.location();
+    store
+        .append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+        .unwrap();
+    store.append_transcript("s", &[]).unwrap();
+    store
+        .append_transcript(
+            "s",
+            &[TranscriptEntry {
+                entry_id: "c".into(),
+                message: AgentMessage::assistant("three"),
+            }],
+        )
+        .unwrap();
+    store
+        .append_transcript("t", &[entry("x", "other")])
+        .unwrap();
+    let loaded = store.load_transcript("s").unwrap();
+    assert_eq!(
+        loaded,
+        vec![
+            entry("a", "1"),
+            entry("b", "2"),
+            TranscriptEntry {
+                entry_id: "c".into(),
+                message: AgentMessage::assistant("three"),
+            },
+        ],
+        "{at}"
+    );
+    assert_eq!(ids(store, "t"), ["x"], "{at}");
+    assert!(store.load_transcript("none").unwrap().is_empty(), "{at}");
+}
+
+/// A rewrite naming one unknown entry changes nothing (all or none) and names the entry; a
+/// valid rewrite replaces the message in place.
+pub fn transcript_rewrite_is_atomic(store: &dyn StateStore) {
+    let at = store.location();
+    store
+        .append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+        .unwrap();
+    let err = store
+        .replace_transcript_entries("s", &[entry("a", "changed"), entry("zzz", "x")])
+        .unwrap_err();
+    assert!(err.to_string().contains("zzz"), "{at}: {err}");
+    let t = store.load_transcript("s").unwrap();
+    assert_eq!(t[0].message.plain_text(), "1", "{at}: partial rewrite");
+    store
+        .replace_transcript_entries("s", &[entry("b", "two")])
+        .unwrap();
+    let t = store.load_transcript("s").unwrap();
+    assert_eq!(
+        t.iter().map(|e| e.entry_id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"],
+        "{at}: order kept"
+    );
+    assert_eq!(t[1].message.plain_text(), "two", "{at}");
+}
+
+/// Outbox rows stay queued until completed, in enqueue order, per session; a duplicate enqueue
+/// keeps one row; failures count attempts and keep the last error.
+pub fn outbox_queue(store: &dyn StateStore) {
+    let at = store.location();
+    let row = outbox_row("s", "t1");
+    store.enqueue_outbox(&row).unwrap();
+    store.enqueue_outbox(&row).unwrap();
+    store.enqueue_outbox(&outbox_row("other", "t9")).unwrap();
+    store.enqueue_outbox(&outbox_row("s", "t0")).unwrap();
+    store.fail_outbox("s", "t1", "boom").unwrap();
+    store.fail_outbox("s", "t1", "bang").unwrap();
+    let rows = store.pending_outbox("s").unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| r.advancement_key.as_str())
+            .collect::<Vec<_>>(),
+        ["t1", "t0"],
+        "{at}: enqueue order"
+    );
+    assert_eq!(rows[0].attempts, 2, "{at}");
+    assert_eq!(rows[0].last_error.as_deref(), Some("bang"), "{at}");
+    assert_eq!(rows[0].params_json, row.params_json, "{at}");
+    assert_eq!(rows[0].engine_id, "engine", "{at}");
+    assert_eq!(rows[1], outbox_row("s", "t0"), "{at}");
+    store.complete_outbox("s", "t1").unwrap();
+    assert_eq!(
+        store.pending_outbox("s").unwrap(),
+        vec![outbox_row("s", "t0")],
+        "{at}"
+    );
+    assert_eq!(store.pending_outbox("other").unwrap().len(), 1, "{at}");
+}
+
+/// A committed turn is delivered once: after completion it is never pending again, even when
+/// the same advancement key is enqueued again or completed twice.
+pub fn outbox_delivers_once(store: &dyn StateStore) {
+    let at = store.location();
+    store.enqueue_outbox(&outbox_row("s", "turn-1")).unwrap();
+    store.enqueue_outbox(&outbox_row("s", "turn-2")).unwrap();
+    let mut delivered = Vec::new();
+    for _ in 0..3 {
+        for row in store.pending_outbox("s").unwrap() {
+            delivered.push(row.advancement_key.clone());
+            store
+                .complete_outbox(&row.session_id, &row.advancement_key)
+                .unwrap();
+        }
+    }
+    assert_eq!(delivered, ["turn-1", "turn-2"], "{at}");
+    store.complete_outbox("s", "turn-1").unwrap();
+    assert!(store.pending_outbox("s").unwrap().is_empty(), "{at}");
+}
+
+/// Quarantine records are upserted per engine, listed by engine id, and cleared one by one.
+pub fn quarantine_records(store: &dyn StateStore) {
+    let at = store.location();
+    assert!(store.quarantines().unwrap().is_empty(), "{at}");
+    let record = |engine: &str, reason: &str, at_ms: u64| QuarantineRecord {
+        engine_id: engine.into(),
+        operation: "assemble".into(),
+        reason: reason.into(),
+        at_ms,
+    };
+    store
+        .record_quarantine(&record("zeta", "crashed", 5))
+        .unwrap();
+    store
+        .record_quarantine(&record("alpha", "timeout", 7))
+        .unwrap();
+    store
+        .record_quarantine(&record("zeta", "crashed again", 1_700_000_000_000))
+        .unwrap();
+    assert_eq!(
+        store.quarantines().unwrap(),
+        vec![
+            record("alpha", "timeout", 7),
+            record("zeta", "crashed again", 1_700_000_000_000)
+        ],
+        "{at}"
+    );
+    store.clear_quarantine("alpha").unwrap();
+    store.clear_quarantine("never-quarantined").unwrap();
+    assert_eq!(
+        store.quarantines().unwrap(),
+        vec![record("zeta", "crashed again", 1_700_000_000_000)],
+        "{at}"
+    );
+}
+
+/// A bootstrap mark is new once per (session, engine) and then reads as set.
+pub fn bootstrap_marks(store: &dyn StateStore) {
+    let at = store.location();
+    assert!(!store.is_bootstrapped("s", "e").unwrap(), "{at}");
+    assert!(
+        store.mark_bootstrapped("s", "e").unwrap(),
+        "{at}: first mark"
+    );
+    assert!(
+        !store.mark_bootstrapped("s", "e").unwrap(),
+        "{at}: repeat mark"
+    );
+    assert!(store.is_bootstrapped("s", "e").unwrap(), "{at}");
+    assert!(!store.is_bootstrapped("s", "other").unwrap(), "{at}");
+    assert!(!store.is_bootstrapped("other", "e").unwrap(), "{at}");
+    assert!(store.mark_bootstrapped("other", "e").unwrap(), "{at}");
+}
+
+/// Leases: the first acquisition has generation 1; the holder renews with the next generation;
+/// another holder is busy (told who holds it and until when) up to the expiry instant and takes
+/// over at it; a stale release changes nothing; a current release frees the lease at once.
+pub fn lease_lifecycle(store: &dyn StateStore) {
+    let at = store.location();
+    let first = acquire(store, "s", "a", 1_000, 100);
+    assert_eq!(first.generation, 1, "{at}");
+    assert_eq!(first.expires_at_ms, 1_100, "{at}");
+    assert_eq!((first.session.as_str(), first.holder.as_str()), ("s", "a"));
+    let renewed = acquire(store, "s", "a", 1_050, 100);
+    assert_eq!(renewed.generation, 2, "{at}: renewal bumps the generation");
+    assert_eq!(
+        store.try_acquire_lease("s", "b", 1_149, 100).unwrap(),
+        LeaseAttempt::Busy {
+            holder: "a".into(),
+            expires_at_ms: 1_150
+        },
+        "{at}"
+    );
+    acquire(store, "other", "b", 1_149, 100);
+    let taken = acquire(store, "s", "b", 1_150, 100);
+    assert_eq!(taken.generation, 3, "{at}: takeover bumps the generation");
+    store.release_lease(&renewed).unwrap();
+    assert!(
+        matches!(
+            store.try_acquire_lease("s", "a", 1_160, 100).unwrap(),
+            LeaseAttempt::Busy { ref holder, .. } if holder == "b"
+        ),
+        "{at}: a stale release freed the lease"
+    );
+    store.release_lease(&taken).unwrap();
+    let again = acquire(store, "s", "a", 1_160, 100);
+    assert_eq!(
+        again.generation, 4,
+        "{at}: release keeps the generation counting"
+    );
+}
+
+/// Documents round-trip per (namespace, key) and are overwritten by a later save.
+pub fn documents(store: &dyn StateStore) {
+    let at = store.location();
+    assert_eq!(store.load_document("ns", "k").unwrap(), None, "{at}");
+    store.save_document("ns", "k", "{\"v\":1}").unwrap();
+    store.save_document("other", "k", "{\"v\":2}").unwrap();
+    assert_eq!(
+        store.load_document("ns", "k").unwrap().as_deref(),
+        Some("{\"v\":1}"),
+        "{at}"
+    );
+    store.save_document("ns", "k", "{\"v\":3}").unwrap();
+    assert_eq!(
+        store.load_document("ns", "k").unwrap().as_deref(),
+        Some("{\"v\":3}"),
+        "{at}"
+    );
+    assert_eq!(
+        store.load_document("other", "k").unwrap().as_deref(),
+        Some("{\"v\":2}"),
+        "{at}"
+    );
+    assert_eq!(store.load_document("ns", "missing").unwrap(), None, "{at}");
+}
+
+/// Two instances on one database: a lease held by A blocks B; after expiry B takes over with a
+/// higher generation; A's late turn and binding writes are refused and change nothing; each
+/// instance sees the other's writes; an outbox row completed by one instance is never delivered
+/// by the other.
+pub fn two_instances(a: &dyn StateStore, b: &dyn StateStore) {
+    let at = a.location();
+    let held = acquire(a, "sess", "instance-a", 10_000, 1_000);
+    a.record_turn(
+        "sess",
+        &[entry("u1", "hi"), entry("a1", "hello")],
+        "sess",
+        "{\"thread\":\"t1\"}",
+        held.generation,
+    )
+    .unwrap();
+    a.enqueue_outbox(&outbox_row("sess", "turn-1")).unwrap();
+    assert!(a.mark_bootstrapped("sess", "engine").unwrap(), "{at}");
+    assert!(
+        matches!(
+            b.try_acquire_lease("sess", "instance-b", 10_500, 1_000).unwrap(),
+            LeaseAttempt::Busy { ref holder, expires_at_ms: 11_000 } if holder == "instance-a"
+        ),
+        "{at}: B got a lease A holds"
+    );
+
+    // A delivers its committed turn; B must not see it again.
+    for row in a.pending_outbox("sess").unwrap() {
+        a.complete_outbox(&row.session_id, &row.advancement_key)
+            .unwrap();
+    }
+    assert!(b.pending_outbox("sess").unwrap().is_empty(), "{at}");
+    assert!(!b.mark_bootstrapped("sess", "engine").unwrap(), "{at}");
+
+    // A stalls past its expiry; B takes over and writes.
+    let taken = acquire(b, "sess", "instance-b", 11_000, 1_000);
+    assert!(taken.generation > held.generation, "{at}");
+    assert_eq!(ids(b, "sess"), ["u1", "a1"], "{at}: B sees A's turn");
+    b.record_turn(
+        "sess",
+        &[entry("u2", "again")],
+        "sess",
+        "{\"thread\":\"t2\"}",
+        taken.generation,
+    )
+    .unwrap();
+    b.enqueue_outbox(&outbox_row("sess", "turn-2")).unwrap();
+
+    // A wakes up and tries to finish its stale turn.
+    let result = a.record_turn(
+        "sess",
+        &[entry("u-late", "late")],
+        "sess",
+        "{\"thread\":\"stale\"}",
+        held.generation,
+    );
+    assert_stale(a, result, held.generation, taken.generation);
+    let result = a.save_binding("sess", "{\"thread\":\"stale\"}", held.generation);
+    assert_stale(a, result, held.generation, taken.generation);
+    assert_eq!(ids(a, "sess"), ["u1", "a1", "u2"], "{at}");
+    assert_eq!(
+        a.load_binding("sess").unwrap().unwrap().json,
+        "{\"thread\":\"t2\"}",
+        "{at}"
+    );
+    a.release_lease(&held).unwrap();
+    assert!(
+        matches!(
+            a.try_acquire_lease("sess", "instance-a", 11_500, 1_000)
+                .unwrap(),
+            LeaseAttempt::Busy { .. }
+        ),
+        "{at}: A's stale release freed B's lease"
+    );
+
+    // B delivers its turn; afterwards neither instance has anything pending.
+    let pending: Vec<_> = a
+        .pending_outbox("sess")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.advancement_key)
+        .collect();
+    assert_eq!(pending, ["turn-2"], "{at}");
+    b.complete_outbox("sess", "turn-2").unwrap();
+    assert!(a.pending_outbox("sess").unwrap().is_empty(), "{at}");
+    assert!(b.pending_outbox("sess").unwrap().is_empty(), "{at}");
+}
+
+/// Many holders race for one expired lease at the same instant, through the given store
+/// handles (threads share them round-robin): exactly one wins, and its generation is one above
+/// the previous holder's.
+pub fn lease_race(stores: &[Arc<dyn StateStore>], racers: usize) {
+    let at = stores[0].location();
+    let old = acquire(&*stores[0], "race", "previous", 0, 10);
+    let barrier = Barrier::new(racers);
+    let outcomes: Vec<LeaseAttempt> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..racers)
+            .map(|i| {
+                let store = stores[i % stores.len()].clone();
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    store
+                        .try_acquire_lease("race", &format!("racer-{i}"), 100, 1_000)
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let winners: Vec<&Lease> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            LeaseAttempt::Acquired(lease) => Some(lease),
+            LeaseAttempt::Busy { .. } => None,
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "{at}: winners {winners:?}");
+    assert_eq!(winners[0].generation, old.generation + 1, "{at}");
+    for outcome in &outcomes {
+        if let LeaseAttempt::Busy { holder, .. } = outcome {
+            assert_eq!(holder, &winners[0].holder, "{at}: busy names the winner");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SqliteStore;
+
+    /// The in-memory SQLite store passes every single-store check (the integration tests run
+    /// the suite on every store; this keeps `--lib` runs covering it too).
+    #[test]
+    fn sqlite_memory_passes() {
+        run_all(&|| Arc::new(SqliteStore::in_memory().unwrap()) as Arc<dyn StateStore>);
+    }
+}

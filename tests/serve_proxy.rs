@@ -1,0 +1,685 @@
+//! `ctxbridge serve` as a Codex app-server proxy (SPEC §16): WebSocket and unix clients in
+//! front of the real `codex app-server`, run offline against the mock model server. Tests that
+//! need Codex skip loudly when it is not installed; transport-level tests run without it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
+use ctxbridge::serve::{self, CapabilityToken, ListenAddr, ServeHandle, ServeOptions};
+use ctxbridge::store::{SqliteStore, StateStore};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A generous bound so a broken proxy fails the test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Env {
+    handle: ServeHandle,
+    mock: Option<MockModelServer>,
+    store: Arc<SqliteStore>,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn url(&self) -> String {
+        format!("ws://{}", self.handle.local_addr.unwrap())
+    }
+    fn pid_file(&self) -> PathBuf {
+        self.dir.path().join("upstream.pid")
+    }
+}
+
+/// The upstream command: a shell that records its pid, then becomes `codex app-server`.
+fn upstream(binary: &Path, dir: &Path, base_url: &str) -> AppServerConfig {
+    let script = format!(
+        "echo $$ > '{}'; exec '{}' app-server \"$@\"",
+        dir.join("upstream.pid").display(),
+        binary.display()
+    );
+    AppServerConfig::new(dir.join("codex-home"))
+        .with_command(["sh".to_owned(), "-c".to_owned(), script, "sh".to_owned()])
+        .with_overrides(offline_overrides(base_url))
+        .with_cwd(dir)
+}
+
+/// Serve on an ephemeral loopback port in front of the real Codex (None: Codex missing).
+async fn with_codex(tweak: impl FnOnce(&mut ServeOptions)) -> Option<Env> {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_proxy: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return None;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap());
+    let mut options = ServeOptions::new(
+        ListenAddr::parse("ws://127.0.0.1:0").unwrap(),
+        upstream(&binary, dir.path(), &mock.base_url()),
+    );
+    options.store = Some(store.clone() as Arc<dyn StateStore>);
+    tweak(&mut options);
+    let handle = serve::start(options).await.unwrap();
+    Some(Env {
+        handle,
+        mock: Some(mock),
+        store,
+        dir,
+    })
+}
+
+/// Serve with an upstream that is never started (transport-level behaviour only).
+async fn without_codex(tweak: impl FnOnce(&mut ServeOptions)) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("state.db")).unwrap());
+    let mut options = ServeOptions::new(
+        ListenAddr::parse("ws://127.0.0.1:0").unwrap(),
+        AppServerConfig::new(dir.path().join("codex-home")).with_command(["false"]),
+    );
+    tweak(&mut options);
+    let handle = serve::start(options).await.unwrap();
+    Env {
+        handle,
+        mock: None,
+        store,
+        dir,
+    }
+}
+
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A test WebSocket client that keeps notifications it skipped while waiting for a response.
+struct Client {
+    ws: WsStream,
+    seen: Vec<Value>,
+}
+
+impl Client {
+    async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        Client {
+            ws,
+            seen: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, message: Value) {
+        self.ws
+            .send(Message::Text(message.to_string()))
+            .await
+            .unwrap();
+    }
+
+    async fn next(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, self.ws.next())
+                .await
+                .expect("no message in time")
+                .expect("connection closed")
+                .unwrap();
+            if let Message::Text(text) = frame {
+                return serde_json::from_str(&text).unwrap();
+            }
+        }
+    }
+
+    /// Sends a request and returns its response, keeping everything else in `seen`.
+    async fn call(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(json!({"id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let message = self.next().await;
+            if message.get("id") == Some(&id) && message.get("method").is_none() {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+
+    async fn initialize(&mut self, id: Value) -> Value {
+        let response = self
+            .call(id, "initialize", json!({"clientInfo": {"name": "test", "version": "1"}, "capabilities": {"experimentalApi": true}}))
+            .await;
+        self.send(json!({"method": "initialized"})).await;
+        response
+    }
+
+    /// Waits for a notification with `method` (looking at kept ones first).
+    async fn until(&mut self, method: &str) -> Value {
+        if let Some(i) = self.seen.iter().position(|m| m["method"] == method) {
+            return self.seen.remove(i);
+        }
+        loop {
+            let message = self.next().await;
+            if message["method"] == method {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+}
+
+async fn start_thread(client: &mut Client, id: Value, ephemeral: bool) -> String {
+    let response = client
+        .call(
+            id,
+            "thread/start",
+            json!({"baseInstructions": "You are a test model.", "ephemeral": ephemeral}),
+        )
+        .await;
+    response["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{response}"))
+        .to_owned()
+}
+
+/// A client's `initialize` is answered from the upstream's with ctxbridge added to
+/// `userAgent`; requests before it get Codex's "Not initialized"; a second one is refused.
+#[tokio::test]
+async fn initialize_handshake() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    let early = c.call(json!(7), "thread/list", json!({})).await;
+    assert_eq!(early["error"]["message"], "Not initialized");
+    let init = c.initialize(json!(1)).await;
+    let agent = init["result"]["userAgent"].as_str().unwrap();
+    assert!(agent.contains("ctxbridge/"), "{agent}");
+    assert!(init["result"]["codexHome"].is_string(), "{init}");
+    let again = c.initialize(json!(2)).await;
+    assert_eq!(again["error"]["message"], "Already initialized");
+    env.handle.shutdown().await;
+}
+
+/// Two clients use the same ids at once (one numbers, one strings); each gets its own
+/// answers; a turn streams its notifications with the client's thread id; a second client
+/// that resumes the thread gets the thread's notifications too; and when it disconnects
+/// mid-turn the first client's turn completes undisturbed.
+#[tokio::test]
+async fn two_clients_share_a_thread() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let mut a = Client::connect(&env.url()).await;
+    let mut b = Client::connect(&env.url()).await;
+    a.initialize(json!("init")).await;
+    b.initialize(json!(1)).await;
+    // The same id from both clients at once.
+    a.send(json!({"id": "x-1", "method": "thread/start", "params": {"baseInstructions": "You are a test model."}})).await;
+    b.send(json!({"id": 1, "method": "thread/start", "params": {"baseInstructions": "You are a test model."}})).await;
+    let mut answer_a = None;
+    while answer_a.is_none() {
+        let m = a.next().await;
+        if m.get("method").is_none() {
+            answer_a = Some(m);
+        } else {
+            a.seen.push(m);
+        }
+    }
+    let answer_a = answer_a.unwrap();
+    assert_eq!(answer_a["id"], "x-1");
+    let b_start = loop {
+        let m = b.next().await;
+        if m.get("method").is_none() {
+            break m;
+        }
+    };
+    assert_eq!(b_start["id"], 1);
+    let thread = answer_a["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(
+        Some(thread.as_str()),
+        b_start["result"]["thread"]["id"].as_str()
+    );
+
+    let first = a
+        .call(
+            json!("t1"),
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "hello"}]}),
+        )
+        .await;
+    assert_eq!(first["result"]["turn"]["status"], "inProgress", "{first}");
+    let delta = a.until("item/agentMessage/delta").await;
+    assert_eq!(delta["params"]["threadId"], thread);
+    let done = a.until("turn/completed").await;
+    assert_eq!(done["params"]["threadId"], thread);
+    assert_eq!(done["params"]["turn"]["status"], "completed");
+
+    // b subscribes by resuming; both see the next turn.
+    let resumed = b
+        .call(json!(2), "thread/resume", json!({"threadId": thread}))
+        .await;
+    assert_eq!(resumed["result"]["thread"]["id"], thread, "{resumed}");
+    env.mock
+        .as_ref()
+        .unwrap()
+        .push_reply(ScriptedReply::text("slow reply").with_delay(Duration::from_millis(1500)));
+    a.call(
+        json!("t2"),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "again"}]}),
+    )
+    .await;
+    let started_b = b.until("turn/started").await;
+    assert_eq!(started_b["params"]["threadId"], thread);
+    // b leaves mid-turn.
+    drop(b);
+    let done = a.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    let item = a
+        .seen
+        .iter()
+        .any(|m| m["method"] == "item/completed" && m["params"]["item"]["text"] == "slow reply");
+    assert!(item, "a got the reply's item: {:?}", a.seen);
+    env.handle.shutdown().await;
+}
+
+/// An unknown method passes through and the upstream's error comes back under the client's
+/// id.
+#[tokio::test]
+async fn unknown_method_passes_through() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let answer = c.call(json!("u"), "no/such/method", json!({})).await;
+    assert!(answer["error"]["message"].is_string(), "{answer}");
+    assert!(answer.get("result").is_none());
+    let ok = c.call(json!(3), "thread/list", json!({})).await;
+    assert!(ok["result"]["data"].is_array(), "{ok}");
+    env.handle.shutdown().await;
+}
+
+/// An ephemeral thread is pure pass-through: it works, and nothing of it enters the thread
+/// map; a normal thread is recorded there.
+#[tokio::test]
+async fn ephemeral_thread_is_not_recorded() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let eph = start_thread(&mut c, json!(2), true).await;
+    let turn = c
+        .call(
+            json!(3),
+            "turn/start",
+            json!({"threadId": eph, "input": [{"type": "text", "text": "title please"}]}),
+        )
+        .await;
+    assert!(turn["result"]["turn"]["id"].is_string(), "{turn}");
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["threadId"], eph);
+    let normal = start_thread(&mut c, json!(4), false).await;
+    assert_eq!(
+        env.store
+            .load_document(serve::thread_map::NAMESPACE, &eph)
+            .unwrap(),
+        None
+    );
+    let entry = env
+        .store
+        .load_document(serve::thread_map::NAMESPACE, &normal)
+        .unwrap()
+        .unwrap();
+    assert!(entry.contains(&normal), "{entry}");
+    env.handle.shutdown().await;
+}
+
+/// The upstream child dies mid-turn: the turn fails with an error naming the upstream; the
+/// next request starts a new child and `thread/resume` + a turn work on it; after another
+/// death a bare `turn/start` resumes the thread by itself.
+#[tokio::test]
+async fn upstream_death_fails_the_turn_and_restarts() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let thread = start_thread(&mut c, json!(2), false).await;
+    env.mock
+        .as_ref()
+        .unwrap()
+        .push_reply(ScriptedReply::text("never").with_delay(Duration::from_secs(120)));
+    c.call(
+        json!(3),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "hang"}]}),
+    )
+    .await;
+    c.until("turn/started").await;
+    // Kill only once the model holds the hanging request, so the scripted delay is used up.
+    while env.mock.as_ref().unwrap().pending_replies() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["threadId"], thread);
+    assert_eq!(done["params"]["turn"]["status"], "failed");
+    let message = done["params"]["turn"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("upstream codex app-server"), "{message}");
+
+    let resumed = c
+        .call(json!(4), "thread/resume", json!({"threadId": thread}))
+        .await;
+    assert_eq!(resumed["result"]["thread"]["id"], thread, "{resumed}");
+    let new_pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    assert_ne!(pid, new_pid, "a new child runs");
+    c.call(
+        json!(5),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "after"}]}),
+    )
+    .await;
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+
+    // Killed again between turns: the next turn alone restarts the child and resumes the
+    // thread on it.
+    let pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    let third = json!({"threadId": thread, "input": [{"type": "text", "text": "third"}]});
+    let mut answer = c.call(json!(6), "turn/start", third.clone()).await;
+    if answer["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("upstream codex app-server"))
+    {
+        // The request raced the death: it failed naming the upstream; the next one restarts.
+        answer = c.call(json!(7), "turn/start", third).await;
+    }
+    assert!(answer["result"]["turn"]["id"].is_string(), "{answer}");
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    assert_ne!(pid, std::fs::read_to_string(env.pid_file()).unwrap());
+    env.handle.shutdown().await;
+}
+
+/// A unix socket listener is created with mode 0600 and speaks newline-delimited JSON-RPC.
+#[tokio::test]
+async fn unix_socket_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    let path = env.dir.path().join("serve.sock");
+    let binary = locate_codex_binary().unwrap();
+    let mut options = ServeOptions::new(
+        ListenAddr::Unix(path.clone()),
+        upstream(
+            &binary,
+            env.dir.path(),
+            &env.mock.as_ref().unwrap().base_url(),
+        ),
+    );
+    options.store = None;
+    let handle = serve::start(options).await.unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write
+        .write_all(b"{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n")
+        .await
+        .unwrap();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let init: Value = serde_json::from_str(&line).unwrap();
+    assert!(
+        init["result"]["userAgent"]
+            .as_str()
+            .unwrap()
+            .contains("ctxbridge/"),
+        "{init}"
+    );
+    drop(write);
+    handle.shutdown().await;
+    env.handle.shutdown().await;
+}
+
+/// Without the token, or with a wrong one, the WebSocket upgrade is refused with 401; the
+/// right bearer token is accepted.
+#[tokio::test]
+async fn capability_token_auth() {
+    let env = without_codex(|o| o.auth = Some(CapabilityToken::new("right-token"))).await;
+    let url = env.url();
+    for header in [None, Some("Bearer wrong-token")] {
+        let mut request = url.as_str().into_client_request().unwrap();
+        if let Some(value) = header {
+            request
+                .headers_mut()
+                .insert("Authorization", value.parse().unwrap());
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 401)
+            }
+            other => panic!("expected 401, got {:?}", other.map(|_| ())),
+        }
+    }
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Authorization", "Bearer right-token".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    ws.send(Message::Text(
+        "{\"id\":1,\"method\":\"thread/list\"}".into(),
+    ))
+    .await
+    .unwrap();
+    let reply = ws.next().await.unwrap().unwrap();
+    assert!(reply.to_text().unwrap().contains("Not initialized"));
+    env.handle.shutdown().await;
+}
+
+/// A garbage frame gets a JSON-RPC parse error and the connection keeps working; a frame
+/// over the limit closes the connection with 1009.
+#[tokio::test]
+async fn garbage_and_oversize_frames() {
+    let env = without_codex(|o| o.max_message_bytes = 1024).await;
+    let mut c = Client::connect(&env.url()).await;
+    c.ws.send(Message::Text("this is not json".into()))
+        .await
+        .unwrap();
+    let error = c.next().await;
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+    let still = c.call(json!(1), "thread/list", json!({})).await;
+    assert_eq!(still["error"]["message"], "Not initialized");
+    let big = format!(
+        "{{\"id\":2,\"method\":\"x\",\"params\":\"{}\"}}",
+        "a".repeat(1500)
+    );
+    c.ws.send(Message::Text(big)).await.unwrap();
+    let close = loop {
+        match tokio::time::timeout(PATIENCE, c.ws.next()).await.unwrap() {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(u16::from(close.unwrap().code), 1009);
+    env.handle.shutdown().await;
+}
+
+/// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
+#[tokio::test]
+async fn health_endpoints() {
+    let env = without_codex(|_| {}).await;
+    for path in ["/readyz", "/healthz"] {
+        let mut tcp = tokio::net::TcpStream::connect(env.handle.local_addr.unwrap())
+            .await
+            .unwrap();
+        tcp.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut text = String::new();
+        tcp.read_to_string(&mut text).await.unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "{path}: {text}");
+    }
+    env.handle.shutdown().await;
+}
+
+/// A non-loopback WebSocket address without auth is refused before anything listens.
+#[tokio::test]
+async fn non_loopback_without_auth_is_refused() {
+    let options = ServeOptions::new(
+        ListenAddr::parse("ws://0.0.0.0:0").unwrap(),
+        AppServerConfig::new("/nonexistent").with_command(["false"]),
+    );
+    let error = serve::start(options).await.unwrap_err().to_string();
+    assert!(error.contains("non-loopback"), "{error}");
+}
+
+fn pid_alive(pid: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Shutdown with a turn still running: after the grace period the turn is interrupted (its
+/// client sees `turn/completed` with `interrupted`) and the upstream child is stopped.
+#[tokio::test]
+async fn shutdown_interrupts_running_turns_and_stops_the_child() {
+    let Some(env) = with_codex(|o| o.shutdown_grace = Duration::from_millis(300)).await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let thread = start_thread(&mut c, json!(2), false).await;
+    env.mock
+        .as_ref()
+        .unwrap()
+        .push_reply(ScriptedReply::text("never").with_delay(Duration::from_secs(120)));
+    c.call(
+        json!(3),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "hang"}]}),
+    )
+    .await;
+    c.until("turn/started").await;
+    let pid = std::fs::read_to_string(env.pid_file()).unwrap();
+    let shutdown = tokio::spawn(env.handle.shutdown());
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "interrupted", "{done}");
+    tokio::time::timeout(PATIENCE, shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!pid_alive(&pid), "the upstream child is gone");
+}
+
+/// The `serve` command: a non-loopback address without auth is a usage error (exit 2); on a
+/// loopback port it serves clients, and SIGTERM stops it cleanly (exit 0) with the upstream
+/// child reaped.
+#[tokio::test]
+async fn serve_command_runs_and_stops_on_sigterm() {
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args(["serve", "--listen", "ws://0.0.0.0:4599"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("non-loopback"));
+
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_command: no codex binary !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream(&binary, dir.path(), &mock.base_url());
+    let mut overrides = serde_json::Map::new();
+    for (key, value) in &up.config_overrides {
+        let value = match value {
+            codex_app_server_client::ConfigValue::String(s) => json!(s),
+            codex_app_server_client::ConfigValue::Bool(b) => json!(b),
+            codex_app_server_client::ConfigValue::Integer(i) => json!(i),
+            codex_app_server_client::ConfigValue::Float(f) => json!(f),
+            other => panic!("unexpected override {other:?}"),
+        };
+        overrides.insert(key.clone(), value);
+    }
+    let config = json!({
+        "backend": {"kind": "codex", "command": up.command, "codexHome": up.codex_home, "config": overrides},
+        "store": {"path": dir.path().join("state.db")},
+    });
+    let config_path = dir.path().join("ctxbridge.json5");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .arg("--config")
+        .arg(&config_path)
+        .args(["serve", "--listen", &format!("ws://127.0.0.1:{port}")])
+        .current_dir(dir.path())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("ws://127.0.0.1:{port}");
+    let mut c = loop {
+        match tokio_tungstenite::connect_async(url.as_str()).await {
+            Ok((ws, _)) => {
+                break Client {
+                    ws,
+                    seen: Vec::new(),
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let init = c.initialize(json!(1)).await;
+    assert!(
+        init["result"]["userAgent"]
+            .as_str()
+            .unwrap()
+            .contains("ctxbridge/"),
+        "{init}"
+    );
+    let pid = std::fs::read_to_string(dir.path().join("upstream.pid")).unwrap();
+    assert!(pid_alive(&pid));
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!pid_alive(&pid), "the upstream child was reaped");
+}

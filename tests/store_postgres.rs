@@ -1,0 +1,469 @@
+//! The PostgreSQL state store against a real server: the shared store conformance suite, the
+//! multi-instance guarantees (two stores on one schema), migrations, time bounds, and two
+//! harnesses sharing one database.
+//!
+//! The server comes from `CTXBRIDGE_TEST_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). Each test works in its own schema, dropped at
+//! the end, so tests run in parallel. Without a server the tests print a loud SKIPPED line and
+//! pass, unless `CTXBRIDGE_TEST_PG_REQUIRED=1` (CI) makes a missing server a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxbridge::backend::MockBackend;
+use ctxbridge::harness::{Harness, HarnessConfig, TurnSpec};
+use ctxbridge::quarantine::{QuarantineBook, QuarantineEngine};
+use ctxbridge::store::{conformance, PostgresOptions, PostgresStore, StateStore, StoreError};
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn url() -> String {
+    std::env::var("CTXBRIDGE_TEST_PG_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+/// Runs `sql` on a fresh connection to `url`, on a thread of its own (callable from sync tests
+/// and from inside a runtime alike).
+fn admin(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
+    let (url, sql) = (url.to_string(), sql.to_string());
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let mut config: tokio_postgres::Config = url.parse()?;
+                config.connect_timeout(Duration::from_secs(3));
+                let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                let driver = tokio::spawn(connection);
+                let result = client.batch_execute(&sql).await;
+                drop(client);
+                let _ = driver.await;
+                result
+            })
+    })
+    .join()
+    .unwrap()
+}
+
+/// One test's schema on the test server; dropped (with everything in it) when this goes away.
+struct TestDb {
+    url: String,
+    schema: String,
+}
+
+impl TestDb {
+    /// A fresh schema, or `None` (after a loud SKIPPED line) when no server answers.
+    fn new(test: &str) -> Option<TestDb> {
+        let url = url();
+        if let Err(e) = admin(&url, "SELECT 1") {
+            let mut reason = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                reason = format!("{reason}: {c}");
+                cause = c.source();
+            }
+            let shown = ctxbridge::store::redact_url(&url);
+            if std::env::var("CTXBRIDGE_TEST_PG_REQUIRED").as_deref() == Ok("1") {
+                panic!("{test}: PostgreSQL is required but {shown} does not answer: {reason}");
+            }
+            eprintln!(
+                "\n*** SKIPPED {test}: no PostgreSQL answers at {shown} ({reason}).\n\
+                 *** Start a server (e.g. `pg_ctlcluster <version> main start`) with a database \
+                 the URL can reach, or point CTXBRIDGE_TEST_PG_URL at one.\n"
+            );
+            return None;
+        }
+        let schema = format!("ctxb_test_{}", uuid::Uuid::new_v4().simple());
+        Some(TestDb { url, schema })
+    }
+
+    fn options(&self) -> PostgresOptions {
+        PostgresOptions::default()
+            .with_schema(self.schema.clone())
+            .with_pool_size(4)
+    }
+
+    /// A store instance on this schema (each call is another instance).
+    fn store(&self) -> Arc<PostgresStore> {
+        Arc::new(PostgresStore::connect(&self.url, self.options()).unwrap())
+    }
+
+    fn dyn_store(&self) -> Arc<dyn StateStore> {
+        self.store()
+    }
+
+    fn sql(&self, sql: &str) {
+        admin(
+            &self.url,
+            &format!("SET search_path = {}; {sql}", self.schema),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Err(e) = admin(
+            &self.url,
+            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema),
+        ) {
+            eprintln!("could not drop test schema {}: {e}", self.schema);
+        }
+    }
+}
+
+macro_rules! conformance_tests {
+    ($($check:ident),* $(,)?) => {
+        /// The names this file runs, to compare with the suite's list.
+        const RUN_HERE: &[&str] = &[$(stringify!($check)),*];
+
+        mod suite {
+            $(
+                /// The PostgreSQL store passes the conformance check of this name.
+                #[test]
+                fn $check() {
+                    let Some(db) = super::TestDb::new(stringify!($check)) else { return };
+                    ctxbridge::store::conformance::$check(&*db.store());
+                }
+            )*
+        }
+    };
+}
+
+conformance_tests!(
+    binding_round_trip,
+    fenced_save_is_refused,
+    record_turn_is_atomic_and_fenced,
+    record_turn_queues_its_commit,
+    transcript_appends_in_order,
+    transcript_rewrite_is_atomic,
+    outbox_queue,
+    outbox_delivers_once,
+    quarantine_records,
+    bootstrap_marks,
+    lease_lifecycle,
+    documents,
+);
+
+/// This file runs every single-store check of the suite.
+#[test]
+fn every_check_runs() {
+    let suite: Vec<&str> = conformance::CHECKS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(RUN_HERE, suite.as_slice());
+}
+
+/// Two PostgreSQL store instances on one schema: a lease held by one blocks the other; after
+/// expiry the other takes over with a higher generation; the stale instance's late turn and
+/// binding are refused with `StaleGeneration`; outbox rows completed by one instance are not
+/// delivered again by the other.
+#[test]
+fn two_instances_share_leases_fencing_and_outbox() {
+    let Some(db) = TestDb::new("two_instances_share_leases_fencing_and_outbox") else {
+        return;
+    };
+    conformance::two_instances(&*db.store(), &*db.store());
+}
+
+/// Twenty holders race for one expired lease through three store instances: exactly one wins.
+#[test]
+fn lease_race_across_instances() {
+    let Some(db) = TestDb::new("lease_race_across_instances") else {
+        return;
+    };
+    conformance::lease_race(&[db.dyn_store(), db.dyn_store(), db.dyn_store()], 20);
+}
+
+/// Concurrent appends to one session's transcript from several instances lose nothing and
+/// keep each append's entries together.
+#[test]
+fn concurrent_appends_across_instances() {
+    let Some(db) = TestDb::new("concurrent_appends_across_instances") else {
+        return;
+    };
+    let stores = [db.dyn_store(), db.dyn_store()];
+    std::thread::scope(|scope| {
+        for (i, store) in stores.iter().cycle().take(8).enumerate() {
+            scope.spawn(move || {
+                let entry = |n: usize| ctxbridge::store::TranscriptEntry {
+                    entry_id: format!("w{i}-{n}"),
+                    message: ctxbridge::contract::AgentMessage::user(format!("{i}/{n}")),
+                };
+                store.append_transcript("s", &[entry(0), entry(1)]).unwrap();
+            });
+        }
+    });
+    let ids: Vec<String> = stores[0]
+        .load_transcript("s")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.entry_id)
+        .collect();
+    assert_eq!(ids.len(), 16);
+    for pair in ids.chunks(2) {
+        let writer = pair[0].trim_end_matches("-0");
+        assert_eq!(pair[1], format!("{writer}-1"), "{ids:?}");
+    }
+}
+
+/// Migrations are recorded once per version, a second start applies nothing, and starters
+/// racing on a fresh schema all succeed.
+#[test]
+fn migrations_are_versioned_and_race_free() {
+    let Some(db) = TestDb::new("migrations_are_versioned_and_race_free") else {
+        return;
+    };
+    let stores: Vec<Arc<PostgresStore>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4).map(|_| scope.spawn(|| db.store())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    stores[0].save_document("ns", "k", "{}").unwrap();
+    let again = db.store();
+    assert_eq!(
+        again.load_document("ns", "k").unwrap().as_deref(),
+        Some("{}")
+    );
+    // Exactly one row per known version: a duplicate would make this insert-select differ.
+    db.sql(&format!(
+        "DO $$ BEGIN
+           IF (SELECT count(*) FROM ctxbridge_schema_migrations) <> {v}
+              OR (SELECT max(version) FROM ctxbridge_schema_migrations) <> {v} THEN
+             RAISE EXCEPTION 'unexpected migration rows';
+           END IF;
+         END $$;",
+        v = PostgresStore::schema_version()
+    ));
+}
+
+/// A schema migrated by a newer build is refused with `SchemaTooNew`, naming the URL.
+#[test]
+fn newer_schema_is_refused() {
+    let Some(db) = TestDb::new("newer_schema_is_refused") else {
+        return;
+    };
+    drop(db.store());
+    db.sql("INSERT INTO ctxbridge_schema_migrations (version) VALUES (999)");
+    let err = PostgresStore::connect(&db.url, db.options()).unwrap_err();
+    match &err {
+        StoreError::SchemaTooNew {
+            found, supported, ..
+        } => {
+            assert_eq!(*found, 999);
+            assert_eq!(*supported, PostgresStore::schema_version());
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    assert!(err.to_string().contains(&db.schema), "{err}");
+}
+
+/// A statement blocked by another transaction's lock fails within the statement timeout with
+/// an error naming the operation, instead of hanging the caller.
+#[test]
+fn blocked_statement_times_out_with_a_clear_error() {
+    let Some(db) = TestDb::new("blocked_statement_times_out_with_a_clear_error") else {
+        return;
+    };
+    let store = PostgresStore::connect(
+        &db.url,
+        db.options()
+            .with_statement_timeout(Duration::from_millis(300)),
+    )
+    .unwrap();
+    let lease = match store.try_acquire_lease("k", "a", 0, 1_000).unwrap() {
+        ctxbridge::store::LeaseAttempt::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    // Another session holds the lease row for update (a takeover in progress) meanwhile.
+    let url = db.url.clone();
+    let schema = db.schema.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let locker = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
+                let tx = client.transaction().await.unwrap();
+                tx.batch_execute(&format!(
+                    "SET LOCAL search_path = {schema};
+                     SELECT * FROM ctxbridge_leases WHERE session = 'k' FOR UPDATE"
+                ))
+                .await
+                .unwrap();
+                locked_tx.send(()).unwrap();
+                let _ = done_rx.await;
+                tx.rollback().await.unwrap();
+            })
+    });
+    locked_rx.recv().unwrap();
+    let err = store.save_binding("k", "{}", lease.generation).unwrap_err();
+    done_tx.send(()).unwrap();
+    locker.join().unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
+    assert!(text.contains("save binding"), "{text}");
+    assert!(text.contains("statement timeout"), "{text}");
+    // Once the lock is gone the same write goes through.
+    store.save_binding("k", "{}", lease.generation).unwrap();
+}
+
+/// The store is usable from inside a current-thread tokio runtime (the harness's setting) and
+/// can be dropped there.
+#[tokio::test(flavor = "current_thread")]
+async fn usable_inside_a_current_thread_runtime() {
+    let Some(db) = TestDb::new("usable_inside_a_current_thread_runtime") else {
+        return;
+    };
+    let store = db.store();
+    store.save_document("ns", "k", "{\"ok\":true}").unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!(
+        store.load_document("ns", "k").unwrap().as_deref(),
+        Some("{\"ok\":true}")
+    );
+    drop(store);
+}
+
+/// An unreachable server gives a connect error naming the operation and the URL, with the
+/// password redacted (this test needs no server: nothing listens on port 1).
+#[test]
+fn unreachable_server_is_a_clear_error() {
+    let err = PostgresStore::connect(
+        "postgres://ctxbridge:hunter2@127.0.0.1:1/state",
+        PostgresOptions::default().with_connect_timeout(Duration::from_secs(2)),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            StoreError::PostgresConnect { .. } | StoreError::PostgresTimeout { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("postgres://ctxbridge:***@127.0.0.1:1/state"),
+        "{text}"
+    );
+    assert!(text.contains("apply schema migrations"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+/// Two harnesses, each with its own PostgreSQL store instance on one schema and sharing one
+/// backend, run concurrent first turns of one session: exactly one backend thread is created
+/// and every turn lands in the transcript once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_harnesses_single_flight_thread_creation() {
+    let Some(db) = TestDb::new("two_harnesses_single_flight_thread_creation") else {
+        return;
+    };
+    let store_a = db.dyn_store();
+    let store_b = db.dyn_store();
+    let backend = MockBackend::with_store(store_a.clone());
+    let harness = |store: Arc<dyn StateStore>| {
+        Arc::new(Harness::new(
+            HarnessConfig {
+                developer_instructions: Some("Base.".into()),
+                lease_wait: Duration::from_secs(60),
+                ..HarnessConfig::default()
+            },
+            Arc::new(QuarantineEngine::legacy(Arc::new(QuarantineBook::new()))),
+            Arc::new(backend.clone()),
+            store,
+        ))
+    };
+    let (a, b) = (harness(store_a), harness(store_b));
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let h = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move { h.turn(TurnSpec::new("s", format!("prompt {i}"))).await })
+        })
+        .collect();
+    let mut threads = std::collections::BTreeSet::new();
+    for task in tasks {
+        threads.insert(task.await.unwrap().unwrap().thread_id);
+    }
+    assert_eq!(backend.threads_started(), 1);
+    assert_eq!(threads.len(), 1);
+    let transcript = b.transcript("s").unwrap();
+    assert_eq!(transcript.len(), 20);
+    let prompts: std::collections::BTreeSet<String> = transcript
+        .iter()
+        .map(|m| m.plain_text())
+        .filter(|t| t.starts_with("prompt "))
+        .collect();
+    assert_eq!(prompts.len(), 10);
+}
+
+/// Runs `ctxbridge turn --json` in `dir` and returns its JSON object.
+fn cli_turn(dir: &std::path::Path, session: &str, prompt: &str) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir)
+        .args(["turn", "--session", session, "--json", prompt])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "turn failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `store: {kind: "postgres", url, schema}` in the config file: separate `ctxbridge turn`
+/// processes share the session through PostgreSQL — the second continues the first one's
+/// thread with the bare prompt (binding and mock threads live in the database), and no SQLite
+/// state file is created.
+#[test]
+fn cli_turns_share_state_through_postgres() {
+    let Some(db) = TestDb::new("cli_turns_share_state_through_postgres") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "plugins": {
+            "slots": {"contextEngine": "sample-summary"},
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}}
+        },
+        "backend": {"kind": "mock"},
+        "store": {"kind": "postgres", "url": db.url, "schema": db.schema},
+    });
+    std::fs::write(
+        dir.path().join("ctxbridge.json5"),
+        serde_json::to_string_pretty(&config).unwrap(),
+    )
+    .unwrap();
+    let first = cli_turn(dir.path(), "pg", "first over postgres");
+    let second = cli_turn(dir.path(), "pg", "second over postgres");
+    assert_eq!(first["threadAction"], "started");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(first["threadId"], second["threadId"]);
+    assert_eq!(second["reason"], "matching-thread-bootstrap-binding");
+    assert!(!dir.path().join(".ctxbridge").join("state.db").exists());
+}
+
+/// `store.kind: "postgres"` without `store.url` is refused with a message naming the key.
+#[test]
+fn postgres_store_without_url_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ctxbridge.json5"),
+        r#"{ store: { kind: "postgres" } }"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir.path())
+        .args(["turn", "--session", "s", "hello"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("store.url is required"), "{stderr}");
+}
