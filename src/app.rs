@@ -410,6 +410,46 @@ pub async fn open_with_backend(
     }
 }
 
+/// The Responses backend's settings from the config file's `backend` section: the thread kind,
+/// and the stream limits where the file sets them (the backend's defaults otherwise).
+fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
+    let mut out = ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone());
+    out.api_key_env = r.api_key_env.clone();
+    out.threads = match r.threads {
+        ResponsesThreadKind::Conversation => ResponsesThreads::Conversation,
+        ResponsesThreadKind::Chain => ResponsesThreads::Chain,
+    };
+    if let Some(ms) = r.idle_timeout_ms {
+        out.idle_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = r.turn_timeout_ms {
+        out.turn_timeout = Duration::from_millis(ms);
+    }
+    if let Some(bytes) = r.max_reply_bytes {
+        out.max_reply_bytes = bytes;
+    }
+    if let Some(bytes) = r.max_event_bytes {
+        out.max_event_bytes = bytes;
+    }
+    out
+}
+
+/// Where the configured state lives: the SQLite file at `store.path`, or the PostgreSQL
+/// database at `store.url` (in `store.schema` when set).
+pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
+    match config.store.kind {
+        StoreKind::Sqlite => Ok(StoreTarget::Sqlite(config.store.path.clone())),
+        StoreKind::Postgres => {
+            let url = config.store.url.clone().ok_or(AppError::MissingStoreUrl)?;
+            let mut options = PostgresOptions::default();
+            if let Some(schema) = &config.store.schema {
+                options = options.with_schema(schema.clone());
+            }
+            Ok(StoreTarget::Postgres { url, options })
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -482,45 +522,5 @@ mod tests {
         assert_eq!(mock.label, "the mock backend");
         config.backend = BackendConfig::Codex(crate::config::CodexBackendConfig::default());
         assert_eq!(host_identity(&config).id, "ctxbridge-codex");
-    }
-}
-
-/// The Responses backend's settings from the config file's `backend` section: the thread kind,
-/// and the stream limits where the file sets them (the backend's defaults otherwise).
-fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
-    let mut out = ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone());
-    out.api_key_env = r.api_key_env.clone();
-    out.threads = match r.threads {
-        ResponsesThreadKind::Conversation => ResponsesThreads::Conversation,
-        ResponsesThreadKind::Chain => ResponsesThreads::Chain,
-    };
-    if let Some(ms) = r.idle_timeout_ms {
-        out.idle_timeout = Duration::from_millis(ms);
-    }
-    if let Some(ms) = r.turn_timeout_ms {
-        out.turn_timeout = Duration::from_millis(ms);
-    }
-    if let Some(bytes) = r.max_reply_bytes {
-        out.max_reply_bytes = bytes;
-    }
-    if let Some(bytes) = r.max_event_bytes {
-        out.max_event_bytes = bytes;
-    }
-    out
-}
-
-/// Where the configured state lives: the SQLite file at `store.path`, or the PostgreSQL
-/// database at `store.url` (in `store.schema` when set).
-pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
-    match config.store.kind {
-        StoreKind::Sqlite => Ok(StoreTarget::Sqlite(config.store.path.clone())),
-        StoreKind::Postgres => {
-            let url = config.store.url.clone().ok_or(AppError::MissingStoreUrl)?;
-            let mut options = PostgresOptions::default();
-            if let Some(schema) = &config.store.schema {
-                options = options.with_schema(schema.clone());
-            }
-            Ok(StoreTarget::Postgres { url, options })
-        }
     }
 }
