@@ -153,23 +153,38 @@ pub struct NodeCheck {
     pub note: Option<String>,
 }
 
+/// A Node-hosted engine command: its interpreter and the plugin argument (the one after the
+/// host script), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCommand {
+    /// `command[0]` when it is `node`/`nodejs`; `node` when `command[0]` is itself a
+    /// `.mjs`/`.cjs`/`.js` script (run through its shebang).
+    pub interpreter: String,
+    pub plugin: Option<String>,
+}
+
 /// Whether an engine command runs Node: `command[0]`'s file name is `node` (or `nodejs`), or
-/// an argument is a `.mjs`/`.cjs` script (a Node host). Returns the plugin argument (the one
-/// after the script), if any.
-pub fn node_hosted(command: &[String]) -> Option<Option<String>> {
+/// `command[0]` is a `.mjs`/`.cjs`/`.js` host script. A command that merely passes a script to
+/// another program (a wrapper) is not judged.
+pub fn node_hosted(command: &[String]) -> Option<NodeCommand> {
     let program = command.first()?;
     let name = Path::new(program)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let script = command
-        .iter()
-        .skip(1)
-        .position(|a| a.ends_with(".mjs") || a.ends_with(".cjs") || a.ends_with(".js"));
-    if name != "node" && name != "nodejs" && script.is_none() {
+    let is_script = |a: &String| a.ends_with(".mjs") || a.ends_with(".cjs") || a.ends_with(".js");
+    let interpreter = if name == "node" || name == "nodejs" {
+        program.clone()
+    } else if is_script(program) {
+        "node".to_string()
+    } else {
         return None;
-    }
-    Some(script.and_then(|i| command.get(i + 2).cloned()))
+    };
+    let script = command.iter().position(is_script);
+    Some(NodeCommand {
+        interpreter,
+        plugin: script.and_then(|i| command.get(i + 1).cloned()),
+    })
 }
 
 /// `"22.5.1"` / `"v22.5"` → `(22, 5, 1)`.
@@ -273,10 +288,11 @@ pub async fn node_checks(config: &Config) -> Vec<NodeCheck> {
         let Some(command) = &entry.command else {
             continue;
         };
-        let Some(plugin) = node_hosted(command) else {
-            continue;
-        };
-        let Some(interpreter) = command.first().cloned() else {
+        let Some(NodeCommand {
+            interpreter,
+            plugin,
+        }) = node_hosted(command)
+        else {
             continue;
         };
         let base = entry
@@ -890,24 +906,38 @@ mod tests {
         assert!(text.ends_with("status: the state store cannot be used; fix it or move it away before running turns\n"), "{text}");
     }
 
-    /// Node-hosted commands are recognised by the interpreter or a `.mjs` host script, and
-    /// the argument after the script is the plugin.
+    /// Node-hosted commands are recognised by the interpreter (`node`) or a host script run
+    /// directly; the argument after the script is the plugin; a wrapper is not judged.
     #[test]
     fn node_hosted_commands() {
         let cmd = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let node = |interpreter: &str, plugin: Option<&str>| {
+            Some(NodeCommand {
+                interpreter: interpreter.into(),
+                plugin: plugin.map(str::to_string),
+            })
+        };
         assert_eq!(
             node_hosted(&cmd(&["node", "host.mjs", "plugin"])),
-            Some(Some("plugin".to_string()))
+            node("node", Some("plugin"))
         );
         assert_eq!(
             node_hosted(&cmd(&["/opt/bin/node", "host.mjs"])),
-            Some(None)
+            node("/opt/bin/node", None)
         );
         assert_eq!(
             node_hosted(&cmd(&["x/node_modules/.bin/node", "h.mjs", "p"])),
-            Some(Some("p".to_string()))
+            node("x/node_modules/.bin/node", Some("p"))
+        );
+        assert_eq!(
+            node_hosted(&cmd(&["./host.mjs", "p"])),
+            node("node", Some("p"))
         );
         assert_eq!(node_hosted(&cmd(&["python3", "engine.py"])), None);
+        assert_eq!(
+            node_hosted(&cmd(&["python3", "wrap.py", "node", "host.mjs"])),
+            None
+        );
     }
 
     /// Versions and `engines.node` ranges parse; an interpreter older than the plugin's
