@@ -146,6 +146,8 @@ fn matching_binding(policy: &str, tools: &str) -> ThreadBinding {
         engine: first.engine_binding("lossless", policy),
         tools_fingerprint: tools.into(),
         developer_instructions_sha256: sha256_hex("base"),
+        developer_instructions: None,
+        context_refresh: false,
         generation: 1,
         updated_at: 0,
     }

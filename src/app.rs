@@ -11,15 +11,17 @@ use serde_json::{json, Map, Value};
 use codex_app_server_client::locate_codex_binary;
 
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::codex_config::codex_overrides;
+use crate::backend::codex_config::{codex_overrides, turn_limits};
 use crate::backend::responses::{
     ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError, ResponsesThreads,
 };
-use crate::backend::{MockBackend, ThreadedBackend};
+use crate::backend::{ContextDelivery, MockBackend, ThreadedBackend};
 use crate::config::{
-    self, BackendConfig, Config, DeveloperInstructionDrift, ResponsesThreadKind, StoreKind,
+    self, BackendConfig, CodexContextDelivery, Config, DeveloperInstructionDrift,
+    ResponsesThreadKind, StoreKind,
 };
 use crate::contract::{ConfigIssue, ContextEngine, EngineError, RuntimeCallbacks};
+use crate::engines::process::protocol::error_code;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use crate::harness::{Harness, HarnessConfig, HostLlmCallbacks};
@@ -253,7 +255,7 @@ pub fn registry_with(
                                 issues: issues.clone(),
                             });
                         }
-                        Err(error.to_string())
+                        Err(load_failure(error))
                     }
                 }
             }
@@ -263,6 +265,23 @@ pub fn registry_with(
         }
     }
     registry
+}
+
+/// The quarantine reason of an engine process that did not come up: an `initialize` the
+/// process answered with an error (a configuration error included, which is also reported as
+/// such) means its plugin failed to load or register (the host reports why); anything else is
+/// the process itself.
+fn load_failure(error: EngineError) -> String {
+    match error {
+        EngineError::Failed { message, .. } => format!(
+            "the engine process could not load or register the plugin (initialize failed): {message}"
+        ),
+        EngineError::InvalidConfig { message, .. } => format!(
+            "the engine process could not load or register the plugin (initialize failed): {message} (JSON-RPC error {})",
+            error_code::CONFIG_ERROR
+        ),
+        other => format!("the engine process did not start: {other}"),
+    }
 }
 
 /// The directory of the state store (engines get `<dir>/agents/<agentId>` as agent directory).
@@ -291,6 +310,43 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// How to run the configured Codex app-server: the command (`codex` found in `node_modules`
+/// when not on `PATH`), `CODEX_HOME` (default: beside the state store), the `-c` overrides and
+/// the turn limits.
+pub fn codex_backend_config(
+    config: &Config,
+    codex: &crate::config::CodexBackendConfig,
+) -> Result<CodexBackendConfig, AppError> {
+    let mut command = codex.command.clone();
+    // `codex` installed by `npm ci` lives in node_modules, not on PATH.
+    if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
+        if let Some(binary) = locate_codex_binary() {
+            command[0] = binary.display().to_string();
+        }
+    }
+    if command.is_empty() {
+        return Err(AppError::EmptyCodexCommand);
+    }
+    let codex_home = codex
+        .codex_home
+        .clone()
+        .unwrap_or_else(|| state_dir(config).join("codex-home"));
+    Ok(CodexBackendConfig {
+        command,
+        codex_home,
+        overrides: codex_overrides(codex),
+        cwd: std::env::current_dir().ok(),
+        env: Vec::new(),
+        turn_limits: turn_limits(codex),
+    })
+}
+
+/// Whether the Codex program of `backend.command` can be started: an existing path, a name on
+/// `PATH`, or `codex` installed from npm.
+pub fn codex_program_found(program: &str) -> bool {
+    on_path(program) || (program == "codex" && locate_codex_binary().is_some())
+}
+
 /// Builds the configured backend. The mock keeps its threads in `store`.
 pub fn backend(
     config: &Config,
@@ -298,29 +354,9 @@ pub fn backend(
 ) -> Result<Arc<dyn ThreadedBackend>, AppError> {
     match &config.backend {
         BackendConfig::Mock => Ok(Arc::new(MockBackend::with_store(store))),
-        BackendConfig::Codex(codex) => {
-            let mut command = codex.command.clone();
-            // `codex` installed by `npm ci` lives in node_modules, not on PATH.
-            if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
-                if let Some(binary) = locate_codex_binary() {
-                    command[0] = binary.display().to_string();
-                }
-            }
-            if command.is_empty() {
-                return Err(AppError::EmptyCodexCommand);
-            }
-            let codex_home = codex
-                .codex_home
-                .clone()
-                .unwrap_or_else(|| state_dir(config).join("codex-home"));
-            Ok(Arc::new(CodexBackend::new(CodexBackendConfig {
-                command,
-                codex_home,
-                overrides: codex_overrides(codex),
-                cwd: std::env::current_dir().ok(),
-                env: Vec::new(),
-            })))
-        }
+        BackendConfig::Codex(codex) => Ok(Arc::new(CodexBackend::new(codex_backend_config(
+            config, codex,
+        )?))),
         BackendConfig::Responses(r) => ResponsesBackend::new(responses_backend_config(r))
             .map(|b| Arc::new(b) as Arc<dyn ThreadedBackend>)
             .map_err(|source| AppError::Responses { source }),
@@ -336,11 +372,23 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         developer_instructions: config.agent.developer_instructions.clone(),
         model: config.agent.model.clone(),
         drift_policy: drift_policy(config.projection.developer_instruction_drift),
+        context_delivery: config
+            .projection
+            .codex_context_delivery
+            .map(context_delivery),
         selection_source: resolved.source(),
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
         session_dir: Some(absolute(state_dir(config).join("sessions"))),
+        lease_ttl: config
+            .store
+            .lease_ttl_ms
+            .map_or(crate::harness::DEFAULT_LEASE_TTL, Duration::from_millis),
+        lease_wait: config
+            .store
+            .lease_wait_ms
+            .map_or(crate::harness::DEFAULT_LEASE_WAIT, Duration::from_millis),
         ..HarnessConfig::default()
     }
 }
@@ -350,6 +398,14 @@ pub fn drift_policy(drift: DeveloperInstructionDrift) -> DriftPolicy {
     match drift {
         DeveloperInstructionDrift::Inject => DriftPolicy::Inject,
         DeveloperInstructionDrift::Rotate => DriftPolicy::Rotate,
+    }
+}
+
+/// The delivery the configured `projection.codexContextDelivery` names.
+pub fn context_delivery(delivery: CodexContextDelivery) -> ContextDelivery {
+    match delivery {
+        CodexContextDelivery::TurnInput => ContextDelivery::TurnInput,
+        CodexContextDelivery::AdditionalContext => ContextDelivery::AdditionalContext,
     }
 }
 
@@ -511,6 +567,34 @@ mod tests {
             error.to_string(),
             "invalid configuration of context engine \"s\" (plugins.entries.s.config): plugins.entries.s.config.keepRecent: must be >= 1"
         );
+    }
+
+    /// Each configured `codexContextDelivery` maps to the delivery of the same name, and an
+    /// unset one leaves the choice to the connected backend.
+    #[test]
+    fn context_delivery_setting_maps_to_the_delivery_of_the_same_name() {
+        for delivery in [
+            CodexContextDelivery::TurnInput,
+            CodexContextDelivery::AdditionalContext,
+        ] {
+            assert_eq!(
+                serde_json::to_value(delivery).unwrap(),
+                serde_json::to_value(context_delivery(delivery)).unwrap()
+            );
+        }
+        let config = Config::parse(
+            "{projection: {codexContextDelivery: 'additional-context'}}",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(
+            config
+                .projection
+                .codex_context_delivery
+                .map(context_delivery),
+            Some(ContextDelivery::AdditionalContext)
+        );
+        assert_eq!(Config::default().projection.codex_context_delivery, None);
     }
 
     /// The host identity engines see is named after the configured backend's host kind.

@@ -13,7 +13,11 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::config::Config;
+use codex_app_server_client::{is_below_tested, CodexVersion, NEWEST_TESTED, OLDEST_TESTED};
+
+use crate::backend::codex::CodexBackend;
+use crate::backend::ThreadedBackend;
+use crate::config::{BackendConfig, Config};
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
 use crate::host::capabilities::Capability;
 use crate::host::requirements::{
@@ -58,6 +62,57 @@ pub struct DoctorReport {
     pub config_errors: Vec<String>,
     /// The Node version check of each Node-hosted engine.
     pub node_checks: Vec<NodeCheck>,
+    /// Problems of the configured backend that would fail every turn (see
+    /// [`backend_problems`]).
+    pub backend_problems: Vec<String>,
+    /// The Codex app-server's version check (Codex backend only).
+    pub codex: Option<CodexCheck>,
+}
+
+/// What doctor learned from the Codex app-server's `initialize`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodexCheck {
+    /// The version Codex reported.
+    Version(CodexVersion),
+    /// Codex answered, with a user agent that names no version.
+    Unknown,
+    /// The app-server did not start or did not answer `initialize`.
+    Unreachable { error: String },
+}
+
+/// Spawns the app-server once, reads the version from `initialize`, and shuts it down.
+pub async fn check_codex(backend: &CodexBackend) -> CodexCheck {
+    let check = match backend.codex_version().await {
+        Ok(Some(version)) => CodexCheck::Version(version),
+        Ok(None) => CodexCheck::Unknown,
+        Err(error) => CodexCheck::Unreachable {
+            error: error.to_string(),
+        },
+    };
+    backend.shutdown().await;
+    check
+}
+
+/// The selected engine's quarantine that makes legacy serve instead of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degradation {
+    /// What the engine was doing (`factory`, `resolve`, or a lifecycle method).
+    pub operation: String,
+    /// The error.
+    pub reason: String,
+    /// When an earlier run recorded it; `None` for a quarantine of this run.
+    pub recorded_at_ms: Option<u64>,
+}
+
+/// How doctor labels a quarantine: a failure to load (the factory, e.g. an engine process
+/// whose plugin did not load or register) is named as such; any other names the step or
+/// lifecycle method (`resolve` covers an engine that is not registered or breaks the
+/// contract).
+pub fn describe_failure(operation: &str, reason: &str) -> String {
+    match operation {
+        "factory" => format!("failed to load (factory): {reason}"),
+        method => format!("failed during {method}: {reason}"),
+    }
 }
 
 /// What doctor found in the state store that earlier runs wrote.
@@ -77,12 +132,17 @@ pub enum PersistedState {
     },
     /// The store exists but cannot be used; the message names the file.
     Unusable { error: String },
+    /// Another process holds the store's lock (the store itself may be fine).
+    Locked { error: String },
 }
 
 impl PersistedState {
     /// False when the store exists and cannot be used.
     pub fn is_usable(&self) -> bool {
-        !matches!(self, PersistedState::Unusable { .. })
+        !matches!(
+            self,
+            PersistedState::Unusable { .. } | PersistedState::Locked { .. }
+        )
     }
 }
 
@@ -128,8 +188,13 @@ pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
         },
         Ok(true) => SqliteStore::open(path)
             .and_then(|store| read_persisted_state(&store, engine_ids))
-            .unwrap_or_else(|error| PersistedState::Unusable {
-                error: error.to_string(),
+            .unwrap_or_else(|error| match error {
+                StoreError::Locked { .. } => PersistedState::Locked {
+                    error: error.to_string(),
+                },
+                _ => PersistedState::Unusable {
+                    error: error.to_string(),
+                },
             }),
     }
 }
@@ -382,6 +447,25 @@ impl DoctorReport {
         self.warn(no_op_compact_warning(engine_id));
     }
 
+    /// Attaches the Codex version check; a version below the oldest tested one, an unknown
+    /// version or an app-server that did not start is also a warning.
+    pub fn with_codex_check(mut self, check: CodexCheck) -> Self {
+        match &check {
+            CodexCheck::Version(v) if is_below_tested(v) => self.warn(format!(
+                "Codex {v} is older than {OLDEST_TESTED}, the oldest version ctxbridge is tested with; upgrade @openai/codex"
+            )),
+            CodexCheck::Version(_) => {}
+            CodexCheck::Unknown => self.warn(format!(
+                "the Codex app-server reported no version; ctxbridge is tested with {OLDEST_TESTED} to {NEWEST_TESTED}"
+            )),
+            CodexCheck::Unreachable { error } => {
+                self.warn(format!("the Codex app-server did not start: {error}"))
+            }
+        }
+        self.codex = Some(check);
+        self
+    }
+
     /// Attaches what earlier runs left in the store; its notes become warnings.
     pub fn with_persisted_state(mut self, persisted: PersistedState) -> Self {
         if let PersistedState::Read { notes, .. } = &persisted {
@@ -391,13 +475,53 @@ impl DoctorReport {
         self
     }
 
-    /// True when nothing keeps turns from running: the active engine can run on the backend
-    /// and the state store (if there is one) is usable. `ctxbridge doctor` exits 1 otherwise.
+    /// Attaches the backend's problems (see [`backend_problems`]).
+    pub fn with_backend_problems(mut self, problems: Vec<String>) -> Self {
+        self.backend_problems = problems;
+        self
+    }
+
+    /// True when nothing keeps turns from running as configured: the active engine can run on
+    /// the backend, the state store (if there is one) is usable, and the selected engine is not
+    /// degraded to legacy by a quarantine. `ctxbridge doctor` exits 1 otherwise.
     pub fn passes(&self) -> bool {
         self.can_run
             && self.persisted.is_usable()
             && self.config_errors.is_empty()
             && self.node_checks.iter().all(|c| c.problem.is_none())
+            && self.backend_problems.is_empty()
+            && self.degradation().is_none()
+    }
+
+    /// Why the selected engine is degraded to legacy, if it is: its quarantine in this run,
+    /// else one recorded by an earlier run (not cleared). `None` for legacy or a disabled
+    /// engine (legacy is then what the configuration asks for).
+    pub fn degradation(&self) -> Option<Degradation> {
+        if self.disabled || self.selected_id == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        if let Some(q) = self
+            .quarantines
+            .iter()
+            .find(|q| q.engine_id == self.selected_id)
+        {
+            return Some(Degradation {
+                operation: q.operation.as_str().to_string(),
+                reason: q.reason.clone(),
+                recorded_at_ms: None,
+            });
+        }
+        match &self.persisted {
+            PersistedState::Read { quarantines, .. } => quarantines
+                .iter()
+                .find(|q| q.engine_id == self.selected_id)
+                .map(|q| Degradation {
+                    operation: q.operation.clone(),
+                    reason: q.reason.clone(),
+                    recorded_at_ms: Some(q.at_ms),
+                }),
+            _ => None,
+        }
     }
 
     /// The `agent-run` check, if the engine declares one.
@@ -459,7 +583,35 @@ pub async fn report(
         persisted: PersistedState::NotInspected,
         config_errors: Vec::new(),
         node_checks: Vec::new(),
+        codex: None,
+        backend_problems: Vec::new(),
     }
+}
+
+/// What in the configured backend would fail every turn: a Codex program that cannot be
+/// found, or a Responses `apiKeyEnv` variable that is unset or empty.
+pub fn backend_problems(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    match &config.backend {
+        BackendConfig::Mock => {}
+        BackendConfig::Codex(codex) => match codex.command.first() {
+            None => problems.push("backend.command is empty".to_string()),
+            Some(program) if !crate::app::codex_program_found(program) => problems.push(format!(
+                "the Codex program {program:?} (backend.command) was not found: it is not on PATH, not an existing file, and no installed @openai/codex was found"
+            )),
+            Some(_) => {}
+        },
+        BackendConfig::Responses(responses) => {
+            if let Some(var) = &responses.api_key_env {
+                if std::env::var_os(var).map_or(true, |v| v.is_empty()) {
+                    problems.push(format!(
+                        "the API key variable {var} (backend.apiKeyEnv) is not set: every request would be refused"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// The engine ids whose doctor notes are worth looking up: every registered engine, the
@@ -506,6 +658,14 @@ impl fmt::Display for DoctorReport {
                 capabilities.join(", ")
             }
         )?;
+        match &self.codex {
+            None => {}
+            Some(CodexCheck::Version(v)) => {
+                writeln!(f, "codex: {v} (tested: {OLDEST_TESTED} to {NEWEST_TESTED})")?
+            }
+            Some(CodexCheck::Unknown) => writeln!(f, "codex: version unknown")?,
+            Some(CodexCheck::Unreachable { .. }) => writeln!(f, "codex: not reachable")?,
+        }
         if self.quarantines.is_empty() {
             writeln!(f, "quarantined engines: none")?;
         } else {
@@ -513,8 +673,9 @@ impl fmt::Display for DoctorReport {
             for q in &self.quarantines {
                 writeln!(
                     f,
-                    "  {}: failed during {}: {}",
-                    q.engine_id, q.operation, q.reason
+                    "  {}: {}",
+                    q.engine_id,
+                    describe_failure(q.operation.as_str(), &q.reason)
                 )?;
             }
         }
@@ -536,14 +697,20 @@ impl fmt::Display for DoctorReport {
                     for q in quarantines {
                         writeln!(
                             f,
-                            "  {}: failed during {}: {} (recorded {})",
+                            "  {}: {} (recorded {})",
                             q.engine_id,
-                            q.operation,
-                            q.reason,
+                            describe_failure(&q.operation, &q.reason),
                             format_utc_ms(q.at_ms)
                         )?;
                     }
                 }
+            }
+            PersistedState::Locked { error } => {
+                writeln!(f, "busy state store: {error}")?;
+                writeln!(
+                    f,
+                    "quarantines seen in earlier runs: unknown (the state store is locked)"
+                )?;
             }
             PersistedState::Unusable { error } => {
                 writeln!(f, "unusable state store: {error}")?;
@@ -593,6 +760,9 @@ impl fmt::Display for DoctorReport {
                 writeln!(f, "  {error}")?;
             }
         }
+        for problem in &self.backend_problems {
+            writeln!(f, "backend problem: {problem}")?;
+        }
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
@@ -606,10 +776,34 @@ impl fmt::Display for DoctorReport {
                 self.active_engine_id, self.host_label
             )?;
         }
-        if !self.persisted.is_usable() {
+        if !self.backend_problems.is_empty() {
             writeln!(
                 f,
+                "status: the backend cannot run turns; fix the problem above"
+            )?;
+        }
+        match &self.persisted {
+            PersistedState::Locked { .. } => writeln!(
+                f,
+                "status: the state store is locked by another process; it is not damaged — keep it, and retry once that process has finished (or stop it if it hangs)"
+            )?,
+            PersistedState::Unusable { .. } => writeln!(
+                f,
                 "status: the state store cannot be used; fix it or move it away before running turns"
+            )?,
+            _ => {}
+        }
+        if let Some(d) = self.degradation() {
+            let when = match d.recorded_at_ms {
+                None => "in this run".to_string(),
+                Some(ms) => format!("recorded by an earlier run at {}", format_utc_ms(ms)),
+            };
+            writeln!(
+                f,
+                "status: degraded: context engine \"{}\" is quarantined ({when}): {}; \"{}\" serves instead",
+                self.selected_id,
+                describe_failure(&d.operation, &d.reason),
+                crate::engines::LEGACY_ENGINE_ID
             )?;
         }
         if !self.config_errors.is_empty() {

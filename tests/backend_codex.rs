@@ -26,6 +26,7 @@ async fn setup(test: &str) -> Option<(CodexBackend, MockModelServer, tempfile::T
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     });
     Some((backend, mock, dir))
 }
@@ -58,6 +59,8 @@ async fn codex_backend_restarts_and_resumes() {
         input: input.into(),
         developer_instructions: None,
         base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
     };
     backend
         .run_turn(req("remember the word pelican"), tx.clone())
@@ -83,6 +86,164 @@ async fn codex_backend_restarts_and_resumes() {
     assert!(
         last.body_contains("remember the word pelican"),
         "the resumed thread must carry the old history"
+    );
+    backend.shutdown().await;
+}
+
+/// Records every tool call and answers with a fixed text.
+struct RecordingTools {
+    calls: std::sync::Mutex<Vec<ctxbridge::backend::ToolInvocation>>,
+}
+
+#[async_trait::async_trait]
+impl ctxbridge::backend::ToolExecutor for RecordingTools {
+    async fn call(
+        &self,
+        invocation: ctxbridge::backend::ToolInvocation,
+    ) -> ctxbridge::backend::ToolOutput {
+        self.calls.lock().unwrap().push(invocation);
+        ctxbridge::backend::ToolOutput::text("the otter count is 42")
+    }
+}
+
+/// Tools offered at thread start reach the model as function tools (`dynamicTools`); when the
+/// model calls one, Codex asks ctxbridge (`item/tool/call`), the turn's executor runs it with
+/// the model's arguments, and the next model request carries the tool's output.
+#[tokio::test]
+async fn codex_backend_runs_dynamic_tools_for_the_model() {
+    use ctxbridge::backend::{ToolSpec, TurnTools};
+    use ctxbridge_mock_model::ScriptedReply;
+    use std::sync::Arc;
+    let Some((backend, mock, _dir)) = setup("codex_backend_runs_dynamic_tools_for_the_model").await
+    else {
+        return;
+    };
+    let spec = ToolSpec {
+        name: "count_otters".into(),
+        description: "Counts the otters in a river.".into(),
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {"river": {"type": "string"}},
+            "required": ["river"],
+            "additionalProperties": false
+        }),
+    };
+    let thread = backend
+        .start_thread(StartThread {
+            tools: vec![spec.clone()],
+            ..StartThread::default()
+        })
+        .await
+        .unwrap();
+    mock.push_reply(ScriptedReply::tool_call(
+        "count_otters",
+        r#"{"river":"Thames"}"#,
+    ));
+    let executor = Arc::new(RecordingTools {
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let (tx, _rx) = mpsc::channel(256);
+    let outcome = backend
+        .run_turn(
+            TurnRequest {
+                thread_id: thread.clone(),
+                input: "how many otters are in the Thames?".into(),
+                developer_instructions: None,
+                base_instructions: None,
+                tools: TurnTools::new(vec![spec], executor.clone()),
+                additional_context: None,
+            },
+            tx,
+        )
+        .await
+        .unwrap();
+    let calls = executor.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "the tool ran once: {calls:?}");
+    assert_eq!(calls[0].name, "count_otters");
+    assert_eq!(calls[0].arguments, serde_json::json!({"river": "Thames"}));
+    let requests = mock.response_requests();
+    assert!(
+        requests[0].body_contains("count_otters") && requests[0].body_contains("Counts the otters"),
+        "the first model request offers the tool"
+    );
+    let follow_up = requests.last().unwrap();
+    assert!(
+        follow_up.body_contains("function_call_output")
+            && follow_up.body_contains("the otter count is 42"),
+        "the model received the tool output: {}",
+        follow_up.body
+    );
+    assert!(
+        outcome.reply.contains("the otter count is 42"),
+        "reply: {}",
+        outcome.reply
+    );
+    backend.shutdown().await;
+}
+
+/// A thread's dynamic tools survive an app-server restart: after the child died and the thread
+/// was resumed by a new one (`thread/resume` has no `dynamicTools`), the model can still call
+/// the tool and the turn's executor runs it.
+#[tokio::test]
+async fn codex_backend_keeps_dynamic_tools_across_a_restart() {
+    use ctxbridge::backend::{ToolSpec, TurnTools};
+    use ctxbridge_mock_model::ScriptedReply;
+    use std::sync::Arc;
+    let Some((backend, mock, _dir)) =
+        setup("codex_backend_keeps_dynamic_tools_across_a_restart").await
+    else {
+        return;
+    };
+    let spec = ToolSpec {
+        name: "count_otters".into(),
+        description: "Counts the otters in a river.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"river": {"type": "string"}}}),
+    };
+    let thread = backend
+        .start_thread(StartThread {
+            tools: vec![spec.clone()],
+            ..StartThread::default()
+        })
+        .await
+        .unwrap();
+    let executor = Arc::new(RecordingTools {
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let request = |input: &str| TurnRequest {
+        thread_id: thread.clone(),
+        input: input.into(),
+        developer_instructions: None,
+        base_instructions: None,
+        tools: TurnTools::new(vec![spec.clone()], executor.clone()),
+        additional_context: None,
+    };
+    let (tx, _rx) = mpsc::channel(256);
+    backend
+        .run_turn(request("hello"), tx.clone())
+        .await
+        .unwrap();
+    let first_pid = backend.child_pid().await;
+    backend.kill_child().await;
+    mock.push_reply(ScriptedReply::tool_call(
+        "count_otters",
+        r#"{"river":"Severn"}"#,
+    ));
+    let outcome = backend
+        .run_turn(request("how many otters in the Severn?"), tx)
+        .await
+        .unwrap();
+    assert_ne!(
+        backend.child_pid().await,
+        first_pid,
+        "a new child serves the thread"
+    );
+    let calls = executor.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].arguments, serde_json::json!({"river": "Severn"}));
+    assert!(
+        outcome.reply.contains("the otter count is 42"),
+        "{}",
+        outcome.reply
     );
     backend.shutdown().await;
 }

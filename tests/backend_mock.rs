@@ -7,8 +7,8 @@ use std::sync::Arc;
 use ctxbridge::backend::conformance;
 use ctxbridge::backend::mock::{MockCall, MockFault};
 use ctxbridge::backend::{
-    BackendError, BackendProfile, MockBackend, StartThread, ThreadId, ThreadedBackend, TurnEvent,
-    TurnRequest, CODEX_TURN_INPUT_LIMIT_CHARS,
+    BackendError, BackendProfile, MockBackend, ResumeThread, StartThread, ThreadId,
+    ThreadedBackend, TurnEvent, TurnRequest, CODEX_TURN_INPUT_LIMIT_CHARS,
 };
 use ctxbridge::host::capabilities::Capability;
 use ctxbridge::store::SqliteStore;
@@ -41,6 +41,8 @@ fn req(thread: &ThreadId, input: &str) -> TurnRequest {
         input: input.into(),
         developer_instructions: None,
         base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
     }
 }
 
@@ -64,7 +66,10 @@ async fn persisted_threads_survive_restart() {
         .await
         .unwrap_err();
     assert!(matches!(err, BackendError::ThreadNotFound { .. }));
-    second.resume_thread(&thread).await.unwrap();
+    second
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap();
     second.run_turn(req(&thread, "two"), tx).await.unwrap();
     let t = second.thread(thread.as_str()).unwrap();
     assert_eq!(t.turns, 2);

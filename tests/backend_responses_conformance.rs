@@ -7,7 +7,7 @@
 
 use ctxbridge::backend::responses::{ResponsesBackend, ResponsesBackendConfig, ResponsesThreads};
 use ctxbridge::backend::{
-    conformance, BackendError, StartThread, ThreadId, ThreadedBackend, TurnRequest,
+    conformance, BackendError, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnRequest,
 };
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use tokio::sync::mpsc;
@@ -60,6 +60,8 @@ async fn conversation_requests_and_deletion() {
         input: input.into(),
         developer_instructions: Some("dev instructions".into()),
         base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())
@@ -89,10 +91,16 @@ async fn conversation_requests_and_deletion() {
         vec!["one".to_string(), "two".to_string()],
         "the server holds the history"
     );
-    backend.resume_thread(&thread).await.unwrap();
+    backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap();
 
     assert!(mock.delete_conversation(thread.as_str()));
-    let err = backend.resume_thread(&thread).await.unwrap_err();
+    let err = backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, BackendError::ThreadNotFound { .. }),
         "{err:?}"
@@ -126,6 +134,8 @@ async fn chain_requests_and_expiry() {
         input: input.into(),
         developer_instructions: Some("dev instructions".into()),
         base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())

@@ -17,8 +17,8 @@ use ctxbridge::backend::responses::{
     ResponsesBackendConfigError, ResponsesThreads, COMPACTED_CHAIN_PREFIX,
 };
 use ctxbridge::backend::{
-    BackendError, CompletionRequest, ResponsesBackend, ResponsesBackendConfig, StartThread,
-    ThreadId, ThreadedBackend, TurnEvent, TurnRequest, Usage,
+    BackendError, CompletionRequest, ResponsesBackend, ResponsesBackendConfig, ResumeThread,
+    StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnRequest, Usage,
 };
 use responses_client::ResponsesConfig;
 use serde_json::{json, Value};
@@ -171,6 +171,8 @@ fn turn_request(thread: &ThreadId, input: &str) -> TurnRequest {
         input: input.into(),
         developer_instructions: Some("engine context rules".into()),
         base_instructions: Some("You are helpful.".into()),
+        tools: Default::default(),
+        additional_context: None,
     }
 }
 
@@ -180,6 +182,7 @@ async fn start(backend: &ResponsesBackend) -> ThreadId {
             base_instructions: Some("You are helpful.".into()),
             developer_instructions: Some("engine context rules".into()),
             model: None,
+            tools: Vec::new(),
         })
         .await
         .unwrap()
@@ -300,7 +303,10 @@ async fn lost_chain_is_thread_not_found() {
         let harness = Harness::start(Arc::new(move |_, _, _| reply.clone())).await;
         let backend = harness.backend();
         let thread = ThreadId("resp_old".into());
-        backend.resume_thread(&thread).await.unwrap();
+        backend
+            .resume_thread(&thread, &ResumeThread::default())
+            .await
+            .unwrap();
         let (tx, _rx) = mpsc::channel(64);
         let error = backend
             .run_turn(turn_request(&thread, "hello?"), tx)
@@ -557,7 +563,10 @@ async fn compaction_continues_from_the_window() {
         harness.bodies("/responses/compact"),
         vec![json!({"model": "test-model", "previous_response_id": "resp_5"})]
     );
-    backend.resume_thread(&thread).await.unwrap();
+    backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap();
     let (tx, _rx) = mpsc::channel(64);
     let outcome = backend
         .run_turn(turn_request(&thread, "after"), tx)
@@ -585,7 +594,10 @@ async fn unknown_compacted_thread_is_not_found() {
     let harness = Harness::start(echo_script()).await;
     let backend = harness.backend();
     let thread = ThreadId(format!("{COMPACTED_CHAIN_PREFIX}lost"));
-    let error = backend.resume_thread(&thread).await.unwrap_err();
+    let error = backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap_err();
     assert!(matches!(error, BackendError::ThreadNotFound { .. }));
     let (tx, _rx) = mpsc::channel(64);
     let error = backend
@@ -624,6 +636,7 @@ async fn model_override_follows_the_chain() {
     let thread = backend
         .start_thread(StartThread {
             model: Some("override-model".into()),
+            tools: Vec::new(),
             ..StartThread::default()
         })
         .await

@@ -11,7 +11,7 @@ use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValu
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use serde_json::{json, Value};
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "sessionKey",
     "engineId",
     "mode",
@@ -24,6 +24,7 @@ const KEYS: [&str; 13] = [
     "promptChars",
     "developerInstructionsChars",
     "developerInstructionsDelivery",
+    "contextDelivery",
     "reply",
 ];
 
@@ -51,6 +52,40 @@ fn turn(dir: &Path, session: &str, prompt: &str) -> Value {
         "the --json object has exactly the SPEC §14 keys"
     );
     v
+}
+
+/// Runs `ctxbridge` with `args` in `dir`; the output, whatever the exit status.
+fn ctxbridge(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `backend` for the real Codex app-server in `dir`, offline against `mock`, plus `extra` keys.
+fn codex_backend(binary: &Path, dir: &Path, mock: &MockModelServer, extra: Value) -> Value {
+    let mut overrides = serde_json::Map::new();
+    for (k, v) in offline_overrides(&mock.base_url()) {
+        let value = match v {
+            ConfigValue::String(s) => json!(s),
+            ConfigValue::Bool(b) => json!(b),
+            ConfigValue::Integer(i) => json!(i),
+            ConfigValue::Float(f) => json!(f),
+            other => panic!("unexpected override value {other:?}"),
+        };
+        overrides.insert(k, value);
+    }
+    let mut backend = json!({
+        "kind": "codex",
+        "command": [binary.display().to_string(), "app-server"],
+        "codexHome": dir.join("codex-home"),
+        "config": overrides,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        backend[k] = v.clone();
+    }
+    backend
 }
 
 fn write_config(dir: &Path, config: &Value) {
@@ -244,4 +279,112 @@ async fn turn_json_on_responses() {
             .unwrap_or("")
             .contains("Be brief."));
     }
+}
+
+const KEEPER: &str = "Answer in the voice of a lighthouse keeper.";
+
+/// Issue 13.1 on the real Codex, as a user meets it: two `ctxbridge turn` invocations on one
+/// session (the second a cold `thread/resume` in a new app-server process), `ctxbridge compact`
+/// (legacy engine: Codex's native compaction, again after a cold resume), then a third turn:
+/// its model request still carries the configured developer instructions, because every
+/// resume re-sends the thread's bound instructions.
+#[tokio::test(flavor = "multi_thread")]
+async fn developer_instructions_survive_cold_resume_and_compaction_on_codex() {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED: no codex binary (run `npm ci`) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({
+            "agent": {"developerInstructions": KEEPER},
+            "backend": codex_backend(&binary, dir.path(), &mock, json!({})),
+            "store": {"path": "state/state.db"}
+        }),
+    );
+    let path = dir.path().to_path_buf();
+    let (first, second, compact, third) = tokio::task::spawn_blocking(move || {
+        let first = turn(&path, "keeper", "first question");
+        let second = turn(&path, "keeper", "second question");
+        let compact = ctxbridge(&path, &["compact", "--session", "keeper", "--json"]);
+        let third = turn(&path, "keeper", "third question");
+        (first, second, compact, third)
+    })
+    .await
+    .unwrap();
+    assert!(
+        compact.status.success(),
+        "compact failed: {}\n{}",
+        String::from_utf8_lossy(&compact.stdout),
+        String::from_utf8_lossy(&compact.stderr)
+    );
+    let report: Value = serde_json::from_slice(&compact.stdout).unwrap();
+    assert_eq!(report["nativeCompaction"], true, "{report}");
+    assert_eq!(second["threadAction"], "resumed");
+    assert_eq!(third["threadAction"], "resumed");
+    assert_eq!(third["threadId"], first["threadId"]);
+    let requests = mock.response_requests();
+    let last = requests.last().unwrap();
+    assert_eq!(last.last_user_text().as_deref(), Some("third question"));
+    let developer = last.input_texts("developer").join("\n---\n");
+    assert!(
+        developer.contains(KEEPER),
+        "the third turn's model request lost the developer instructions: {developer}"
+    );
+    // Two turns, the compaction's own model request, the third turn.
+    assert_eq!(requests.len(), 4, "turn, turn, compaction, turn");
+}
+
+/// A stalled model on the real Codex: with `backend.idleTimeoutMs` set, `ctxbridge turn`
+/// fails (exit 1) with a message naming the idle timeout and its setting, and nothing of the
+/// turn is recorded: the session's transcript is as it was before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_codex_turn_fails_clearly_and_records_nothing() {
+    use ctxbridge::store::{SqliteStore, StateStore};
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED: no codex binary (run `npm ci`) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({
+            "backend": codex_backend(&binary, dir.path(), &mock, json!({"idleTimeoutMs": 1500})),
+            "store": {"path": "state/state.db"}
+        }),
+    );
+    let path = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || turn(&path, "stall", "a quick one"))
+        .await
+        .unwrap();
+    // The next model request hangs far longer than the idle timeout.
+    mock.push_reply(
+        ctxbridge_mock_model::ScriptedReply::text("too late")
+            .with_delay(std::time::Duration::from_secs(600)),
+    );
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        ctxbridge(
+            &path,
+            &["turn", "--session", "stall", "--json", "this one stalls"],
+        )
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("idle timeout"), "{stderr}");
+    assert!(stderr.contains("backend.idleTimeoutMs"), "{stderr}");
+    let store = SqliteStore::open(dir.path().join("state/state.db")).unwrap();
+    let transcript = store.load_transcript("stall").unwrap();
+    let texts: Vec<String> = transcript.iter().map(|e| e.message.plain_text()).collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[0], "a quick one");
 }

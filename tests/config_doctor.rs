@@ -65,7 +65,7 @@ fn doctor_on_empty_config_reports_legacy_default() {
 }
 
 /// An unknown engine id is quarantined during resolve ("not registered"), logged once at error
-/// level, and legacy runs (exit 0).
+/// level, and legacy runs: doctor reports the selected engine degraded (exit 1).
 #[test]
 fn unknown_engine_is_shown_quarantined() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,7 +75,12 @@ fn unknown_engine_is_shown_quarantined() {
         "{ plugins: { slots: { contextEngine: 'my-engine' } } }",
     );
     let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with("status: degraded: context engine \"my-engine\" is quarantined (in this run): failed during resolve: not registered; \"legacy\" serves instead\n"),
+        "{}",
+        stdout(&out)
+    );
     let text = stdout(&out);
     assert!(
         text.contains("context engine: my-engine (configured)"),
@@ -266,4 +271,143 @@ fn engine_config_error_exits_2_and_doctor_names_the_key() {
             "{text}"
         );
     }
+}
+
+/// Issue 13.6: a quarantine of the selected engine recorded by an earlier run (and not
+/// cleared) makes doctor report `status: degraded` with the quarantine's operation and error
+/// and what serves instead, and exit 1 — although the engine itself loads fine now.
+#[test]
+fn an_earlier_runs_quarantine_degrades_the_selected_engine() {
+    use ctxbridge::store::{QuarantineRecord, SqliteStore, StateStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "c.json5",
+        "{ plugins: { slots: { contextEngine: 'sample-summary' } }, store: { path: 'state.db' } }",
+    );
+    let store = SqliteStore::open(dir.path().join("state.db")).unwrap();
+    store
+        .record_quarantine(&QuarantineRecord {
+            engine_id: "sample-summary".into(),
+            operation: "assemble".into(),
+            reason: "assemble failed: out of cheese".into(),
+            at_ms: 1_700_000_000_000,
+        })
+        .unwrap();
+    drop(store);
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(!text.contains("status: ok"), "{text}");
+    assert!(text.contains("\nquarantined engines: none\n"), "{text}");
+    assert!(
+        text.ends_with("status: degraded: context engine \"sample-summary\" is quarantined (recorded by an earlier run at 2023-11-14T22:13:20Z): failed during assemble: assemble failed: out of cheese; \"legacy\" serves instead\n"),
+        "{text}"
+    );
+    // Once cleared, the engine is healthy again.
+    SqliteStore::open(dir.path().join("state.db"))
+        .unwrap()
+        .clear_quarantine("sample-summary")
+        .unwrap();
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).ends_with("status: ok\n"), "{}", stdout(&out));
+}
+
+/// Issue 13.6: an engine process whose plugin fails to load (its `initialize` answers an
+/// error) is labelled a load failure with the host's reason, not "failed during factory: info
+/// failed"; the selected engine is degraded (exit 1).
+#[test]
+fn a_plugin_that_fails_to_load_is_labelled_as_such() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("\n!!!!!!!! SKIPPED: no python3 !!!!!!!!\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"import sys, json
+request = json.loads(sys.stdin.readline())
+print(json.dumps({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32010, "message": "invalid config for plugin \"p\": depth: must be a number"}}), flush=True)
+sys.stdin.read()
+"#;
+    std::fs::write(dir.path().join("host.py"), script).unwrap();
+    let path = write(
+        dir.path(),
+        "c.json5",
+        "{ plugins: { slots: { contextEngine: 'p' }, entries: { p: { command: ['python3', 'host.py'] } } } }",
+    );
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("  p: failed to load (factory): the engine process could not load or register the plugin (initialize failed): invalid config for plugin \"p\": depth: must be a number (JSON-RPC error -32010)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("info failed"), "{text}");
+    assert!(text.contains("status: degraded: context engine \"p\" is quarantined (in this run): failed to load (factory): "), "{text}");
+}
+
+/// Issue 13.2: on the Codex backend doctor spawns the app-server once and reports the version
+/// `initialize` gave (the pinned 0.171.0), with the tested range, and no warning about it.
+#[test]
+fn doctor_reports_the_codex_version() {
+    let Some(binary) = codex_app_server_client::locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED: no codex binary (run `npm ci`) !!!!!!!!\n");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({
+        "backend": {"kind": "codex", "command": [binary.display().to_string(), "app-server"]}
+    });
+    let path = write(dir.path(), "c.json5", &config.to_string());
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("\ncodex: 0.171.0 (tested: 0.169.0 to 0.171.0)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("warning: "), "{text}");
+    assert!(text.ends_with("status: ok\n"), "{text}");
+}
+
+/// Issue 13.2: a Codex older than the oldest tested version is reported with a warning naming
+/// both versions (a stand-in app-server answers `initialize` with an old user agent).
+#[test]
+fn doctor_warns_about_a_codex_older_than_tested() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("\n!!!!!!!! SKIPPED: no python3 !!!!!!!!\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"import sys, json
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        print(json.dumps({"id": message["id"], "result": {"userAgent": "codex_cli_rs/0.160.0 (Linux; x86_64)", "codexHome": "/tmp", "platformFamily": "unix", "platformOs": "linux"}}), flush=True)
+"#;
+    std::fs::write(dir.path().join("old_codex.py"), script).unwrap();
+    let path = write(
+        dir.path(),
+        "c.json5",
+        "{ backend: { kind: 'codex', command: ['python3', 'old_codex.py'] } }",
+    );
+    let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("\ncodex: 0.160.0 (tested: 0.169.0 to 0.171.0)\n"),
+        "{text}{}",
+        stderr(&out)
+    );
+    assert!(
+        text.contains("\nwarning: Codex 0.160.0 is older than 0.169.0, the oldest version ctxbridge is tested with; upgrade @openai/codex\n"),
+        "{text}"
+    );
 }

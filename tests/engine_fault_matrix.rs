@@ -247,17 +247,17 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .await,
         ),
         EngineMethod::Dispose => json(engine.dispose().await),
-        EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
         EngineMethod::CallTool => json(
             engine
                 .call_tool(ToolCallParams {
                     session_id,
                     session_key,
-                    name: "probe".into(),
+                    name: "lookup".into(),
                     ..Default::default()
                 })
                 .await,
         ),
+        EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
         EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
     }
 }

@@ -404,18 +404,34 @@ fn assert_fault_falls_back(
         "reason {reason:?} lacks {reason_part:?}"
     );
 
+    // Doctor tells the truth about the degraded engine: exit 1, the quarantine, and legacy
+    // serving instead; a failure to start or load is labelled as a load failure.
     let (code, text) = ws.doctor();
-    assert_eq!(code, 0, "{text}");
+    assert_eq!(code, 1, "{text}");
     assert!(
         text.starts_with(&format!("context engine: {id} (configured)\n")),
         "{text}"
     );
+    let label = if operation == "factory" {
+        "failed to load (factory)".to_string()
+    } else {
+        format!("failed during {operation}")
+    };
     assert!(
         text.contains(&format!(
-            "quarantines seen in earlier runs (.ctxbridge/state.db):\n  {id}: failed during {operation}: {reason} (recorded "
+            "quarantines seen in earlier runs (.ctxbridge/state.db):\n  {id}: {label}: {reason} (recorded "
         )),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "status: degraded: context engine \"{id}\" is quarantined ("
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{label}: ")), "{text}");
+    assert!(text.ends_with("; \"legacy\" serves instead\n"), "{text}");
+    assert!(!text.contains("status: ok"), "{text}");
 }
 
 /// An engine that exits before answering `initialize` is quarantined during `factory`.

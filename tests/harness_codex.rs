@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides};
 use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
+use ctxbridge::backend::ContextDelivery;
 use ctxbridge::contract::ProjectionMode;
 use ctxbridge::engines::sample::{SampleEngineConfig, SampleSummaryEngine, SAMPLE_ENGINE_ID};
 use ctxbridge::harness::{Harness, HarnessConfig, TurnReport, TurnSpec};
@@ -49,6 +50,13 @@ async fn run_session(mode: ProjectionMode) -> Option<Run> {
         ctxbridge::projection::DriftPolicy::Inject,
     )
     .await?;
+    let reports = run_prompts(&harness).await;
+    harness.shutdown().await;
+    let requests = mock.response_requests();
+    Some(Run { reports, requests })
+}
+
+async fn run_prompts(harness: &Harness) -> Vec<TurnReport> {
     let mut reports = Vec::new();
     for prompt in PROMPTS {
         reports.push(
@@ -58,9 +66,7 @@ async fn run_session(mode: ProjectionMode) -> Option<Run> {
                 .unwrap(),
         );
     }
-    harness.shutdown().await;
-    let requests = mock.response_requests();
-    Some(Run { reports, requests })
+    reports
 }
 
 fn prompt_cache_key(r: &RecordedRequest) -> String {
@@ -238,10 +244,21 @@ impl ctxbridge::contract::ContextEngine for AdditionEngine {
     }
 }
 
+/// A harness on the real Codex that delivers context in the turn input (what these tests
+/// assert on); [`codex_harness_with`] chooses.
 async fn codex_harness(
     engine: Arc<dyn ctxbridge::contract::ContextEngine>,
     engine_id: &str,
     drift: ctxbridge::projection::DriftPolicy,
+) -> Option<(Harness, MockModelServer, tempfile::TempDir)> {
+    codex_harness_with(engine, engine_id, drift, Some(ContextDelivery::TurnInput)).await
+}
+
+async fn codex_harness_with(
+    engine: Arc<dyn ctxbridge::contract::ContextEngine>,
+    engine_id: &str,
+    drift: ctxbridge::projection::DriftPolicy,
+    context_delivery: Option<ContextDelivery>,
 ) -> Option<(Harness, MockModelServer, tempfile::TempDir)> {
     let Some(binary) = locate_codex_binary() else {
         eprintln!("\n!!!!!!!! SKIPPED harness_codex: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
@@ -257,12 +274,14 @@ async fn codex_harness(
         overrides: offline_overrides(&mock.base_url()),
         cwd: Some(dir.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: Default::default(),
     }));
     let harness = Harness::new(
         HarnessConfig {
             base_instructions: Some("You are a test model.".into()),
             developer_instructions: Some("Base developer instructions.".into()),
             drift_policy: drift,
+            context_delivery,
             ..HarnessConfig::default()
         },
         Arc::new(QuarantineEngine::new(
@@ -361,4 +380,297 @@ async fn overflow_on_codex_retries_on_a_fresh_thread() {
     assert!(input.contains("remember the pelican") && input.contains("and the heron"));
     assert!(input.ends_with("what birds?"));
     h.shutdown().await;
+}
+
+/// Every `text` of every `userMessage` item in a `thread/read` result (wherever it nests).
+fn user_message_texts(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("type").and_then(|t| t.as_str()) == Some("userMessage") {
+                let mut texts = Vec::new();
+                collect_texts(
+                    map.get("content").unwrap_or(&serde_json::Value::Null),
+                    &mut texts,
+                );
+                out.push(texts.join(""));
+                return;
+            }
+            map.values().for_each(|v| user_message_texts(v, out));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| user_message_texts(v, out)),
+        _ => {}
+    }
+}
+
+fn collect_texts(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(t) = map.get("text").and_then(|t| t.as_str()) {
+                out.push(t.to_string());
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_texts(v, out)),
+        _ => {}
+    }
+}
+
+/// Issue 13.3 on the real Codex (0.171.0, where the default delivery is additional context):
+/// the projecting turn sends its rendered context once as `additionalContext`, which reaches
+/// the model as one developer item (`<ctxbridge>…</ctxbridge>`) and stays in the thread for the
+/// epoch; every turn input is the bare prompt, so the thread's user messages (`thread/read`)
+/// hold only the user's words.
+#[tokio::test]
+async fn additional_context_delivers_the_projection_once_per_epoch_on_codex() {
+    use codex_app_server_client::{AppServerClient, AppServerConfig};
+    let engine = Arc::new(SampleSummaryEngine::new(
+        SampleEngineConfig {
+            window_messages: 4,
+            chunk_messages: 4,
+            projection: ProjectionMode::ThreadBootstrap,
+        },
+        None,
+    ));
+    let Some((harness, mock, dir)) = codex_harness_with(
+        engine,
+        SAMPLE_ENGINE_ID,
+        ctxbridge::projection::DriftPolicy::Inject,
+        None,
+    )
+    .await
+    else {
+        return;
+    };
+    let reports = run_prompts(&harness).await;
+    harness.shutdown().await;
+    let deliveries: Vec<&str> = reports
+        .iter()
+        .map(|r| r.context_delivery.as_str())
+        .collect();
+    assert_eq!(
+        deliveries,
+        ["none", "none", "none", "none", "additional-context", "none"],
+        "the connected Codex keeps the fragment across compaction: the default delivery"
+    );
+    assert!(reports[4].projected);
+    assert_eq!(reports[4].thread_action.as_str(), "rotated");
+    assert_eq!(reports[4].thread_id, reports[5].thread_id);
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 6, "one model request per turn");
+    for (i, r) in requests.iter().enumerate() {
+        assert_eq!(
+            r.last_user_text().as_deref(),
+            Some(PROMPTS[i]),
+            "turn {} sends the bare prompt",
+            i + 1
+        );
+        let fragments: Vec<String> = r
+            .input_texts("developer")
+            .into_iter()
+            .filter(|t| t.contains(FRAME))
+            .collect();
+        let expected = usize::from(i >= 4);
+        assert_eq!(fragments.len(), expected, "turn {}: {fragments:?}", i + 1);
+        for fragment in &fragments {
+            assert!(
+                fragment.starts_with("<ctxbridge>") && fragment.ends_with("</ctxbridge>"),
+                "{fragment}"
+            );
+            assert!(fragment.contains("</conversation_context>"), "{fragment}");
+            assert!(!fragment.contains("Current user request"), "{fragment}");
+            assert!(
+                fragment.contains(PROMPTS[0].split(':').next().unwrap()),
+                "the projection summarises the first turns: {fragment}"
+            );
+        }
+        assert!(
+            !r.input_texts("user").iter().any(|t| t.contains(FRAME)),
+            "turn {}: no context in user messages",
+            i + 1
+        );
+    }
+    // The fragment of turn 5 is the one turn 6 still carries (persisted, not re-sent).
+    assert_eq!(
+        requests[4]
+            .input_texts("developer")
+            .into_iter()
+            .filter(|t| t.contains(FRAME))
+            .collect::<Vec<_>>(),
+        requests[5]
+            .input_texts("developer")
+            .into_iter()
+            .filter(|t| t.contains(FRAME))
+            .collect::<Vec<_>>()
+    );
+
+    // What a client sees: the thread's user messages are the prompts alone.
+    let binary = locate_codex_binary().unwrap();
+    let client = AppServerClient::spawn(
+        AppServerConfig::new(dir.path().join("codex-home"))
+            .with_binary(&binary)
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .with_cwd(dir.path()),
+    )
+    .await
+    .unwrap();
+    let thread = reports[5].thread_id.clone();
+    client.thread_resume(&thread).await.unwrap();
+    let read = client
+        .request(
+            "thread/read",
+            serde_json::json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await
+        .unwrap();
+    let mut users = Vec::new();
+    user_message_texts(&read, &mut users);
+    assert_eq!(
+        users,
+        vec![PROMPTS[4].to_string(), PROMPTS[5].to_string()],
+        "{read}"
+    );
+
+    client.shutdown().await;
+}
+
+/// A thread_bootstrap engine with one fixed epoch and fixed context (`filler` extra exchanges
+/// of ~2 KB each), that leaves compaction to the backend (its `compact` is a no-op, it does not
+/// own compaction).
+struct FixedContextEngine {
+    filler: usize,
+}
+
+const BICYCLE: &str = "the blue bicycle is in the shed";
+
+#[async_trait::async_trait]
+impl ctxbridge::contract::ContextEngine for FixedContextEngine {
+    fn info(&self) -> ctxbridge::contract::EngineInfo {
+        ctxbridge::contract::EngineInfo::new("fixed-context", "Fixed Context")
+    }
+    async fn ingest(
+        &self,
+        _: ctxbridge::contract::IngestParams,
+    ) -> Result<ctxbridge::contract::IngestResult, ctxbridge::contract::EngineError> {
+        Ok(ctxbridge::contract::IngestResult { ingested: false })
+    }
+    async fn assemble(
+        &self,
+        _: ctxbridge::contract::AssembleParams,
+    ) -> Result<ctxbridge::contract::AssembleResult, ctxbridge::contract::EngineError> {
+        let mut messages = Vec::new();
+        for i in 0..self.filler {
+            messages.push(ctxbridge::contract::AgentMessage::user(format!(
+                "filler {i}: {}",
+                "lorem ipsum dolor sit amet ".repeat(70)
+            )));
+            messages.push(ctxbridge::contract::AgentMessage::assistant("noted"));
+        }
+        messages.push(ctxbridge::contract::AgentMessage::user(BICYCLE));
+        messages.push(ctxbridge::contract::AgentMessage::assistant("noted"));
+        Ok(ctxbridge::contract::AssembleResult {
+            messages,
+            estimated_tokens: 0.0,
+            system_prompt_addition: None,
+            prompt_authority: None,
+            context_projection: Some(ctxbridge::contract::ContextProjection::thread_bootstrap(
+                "fixed-epoch",
+            )),
+        })
+    }
+    async fn compact(
+        &self,
+        _: ctxbridge::contract::CompactParams,
+    ) -> Result<ctxbridge::contract::CompactResult, ctxbridge::contract::EngineError> {
+        Ok(ctxbridge::contract::CompactResult {
+            ok: true,
+            compacted: false,
+            reason: None,
+            result: None,
+        })
+    }
+}
+
+fn fragments(r: &RecordedRequest) -> Vec<String> {
+    r.input_texts("developer")
+        .into_iter()
+        .filter(|t| t.contains(FRAME))
+        .collect()
+}
+
+/// Issue 13.3: the additional context survives a manual compaction on the real Codex 0.171.0.
+/// Codex's compaction drops the developer item unless the next turn sends it again, so
+/// ctxbridge records the compaction in the binding and the next turn re-sends the rendered
+/// context (and only that turn): every request after the compaction holds it exactly once,
+/// and the turn inputs stay the bare prompts.
+#[tokio::test]
+async fn additional_context_survives_manual_compaction_on_codex() {
+    let Some((h, mock, _dir)) = codex_harness_with(
+        Arc::new(FixedContextEngine { filler: 0 }),
+        "fixed-context",
+        ctxbridge::projection::DriftPolicy::Inject,
+        Some(ContextDelivery::AdditionalContext),
+    )
+    .await
+    else {
+        return;
+    };
+    let t1 = h.turn(TurnSpec::new("c", "one")).await.unwrap();
+    let t2 = h.turn(TurnSpec::new("c", "two")).await.unwrap();
+    let compacted = h.compact("c").await.unwrap();
+    assert!(compacted.native_compaction, "{compacted:?}");
+    let t3 = h.turn(TurnSpec::new("c", "three")).await.unwrap();
+    let t4 = h.turn(TurnSpec::new("c", "four")).await.unwrap();
+    h.shutdown().await;
+    let deliveries: Vec<&str> = [&t1, &t2, &t3, &t4]
+        .iter()
+        .map(|r| r.context_delivery.as_str())
+        .collect();
+    assert_eq!(
+        deliveries,
+        ["additional-context", "none", "additional-context", "none"]
+    );
+    assert!([&t2, &t3, &t4].iter().all(|t| t.thread_id == t1.thread_id));
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 5, "four turns and the compaction");
+    let turns = [&requests[0], &requests[1], &requests[3], &requests[4]];
+    for (r, prompt) in turns.iter().zip(["one", "two", "three", "four"]) {
+        assert_eq!(r.last_user_text().as_deref(), Some(prompt));
+        let found = fragments(r);
+        assert_eq!(found.len(), 1, "{prompt}: {:?}", r.input_texts("developer"));
+        assert!(found[0].contains(BICYCLE), "{}", found[0]);
+    }
+}
+
+/// Codex 0.171.0 cuts an `additionalContext` value to about 1000 tokens; a rendered context
+/// larger than ctxbridge's limit for the channel goes in the turn input instead, whole, even
+/// with additional-context delivery configured (and `contextDelivery` says `turn-input`).
+#[tokio::test]
+async fn an_oversized_context_goes_in_the_turn_input_on_codex() {
+    let Some((h, mock, _dir)) = codex_harness_with(
+        Arc::new(FixedContextEngine { filler: 8 }),
+        "fixed-context",
+        ctxbridge::projection::DriftPolicy::Inject,
+        Some(ContextDelivery::AdditionalContext),
+    )
+    .await
+    else {
+        return;
+    };
+    let t1 = h
+        .turn(TurnSpec::new("big", "what is in the shed?"))
+        .await
+        .unwrap();
+    h.shutdown().await;
+    assert_eq!(t1.context_delivery, "turn-input");
+    assert!(t1.metrics.rendered_context_chars > ctxbridge::backend::CODEX_ADDITIONAL_CONTEXT_BYTES);
+    let requests = mock.response_requests();
+    let input = requests[0].last_user_text().unwrap();
+    assert!(input.contains(FRAME), "{input}");
+    assert!(
+        input.contains("filler 0: ") && input.contains("filler 7: "),
+        "{input}"
+    );
+    assert!(input.contains(BICYCLE), "{input}");
+    assert!(!input.contains("tokens truncated"), "{input}");
+    assert!(input.ends_with("what is in the shed?"));
+    assert!(fragments(&requests[0]).is_empty());
 }

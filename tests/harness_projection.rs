@@ -507,7 +507,8 @@ async fn assemble_failure_mid_session_falls_back_to_legacy_on_a_new_thread() {
 }
 
 /// A restart of the whole harness (new store connection, new backend instance keeping its
-/// threads in the store, new engine instance) reuses the thread without re-projecting.
+/// threads in the store, new engine instance) reuses the thread without re-projecting, and
+/// the resume re-sends the thread's developer instructions.
 #[tokio::test]
 async fn restart_reuses_the_thread_without_reprojecting() {
     let rig = Rig::new();
@@ -533,7 +534,8 @@ async fn restart_reuses_the_thread_without_reprojecting() {
     assert_eq!(
         calls[0],
         MockCall::Resume {
-            thread_id: first_thread.clone()
+            thread_id: first_thread.clone(),
+            developer_instructions: Some("Base.".into()),
         }
     );
     assert!(

@@ -359,6 +359,8 @@ fn decision_case() -> impl Strategy<Value = DecisionCase> {
                         },
                         tools_fingerprint: tools.into(),
                         developer_instructions_sha256: String::new(),
+                        developer_instructions: None,
+                        context_refresh: false,
                         generation: 0,
                         updated_at: 0,
                     }

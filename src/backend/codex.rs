@@ -4,22 +4,41 @@
 //! error; the next call spawns a new child, and a thread not yet attached to the current child
 //! is resumed (`thread/resume`) before its turn, as Codex requires after a restart.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 use codex_app_server_client::{
-    AppServerClient, AppServerConfig, AppServerError, ConfigValue, ItemKind, ThreadStartParams,
-    TurnEvent as CodexEvent, TurnStatus,
+    AdditionalContext, AppServerClient, AppServerConfig, AppServerError, CodexVersion, ConfigValue,
+    DynamicToolCallResponse, DynamicToolSpec, ItemKind, ThreadResumeParams, ThreadStartParams,
+    TurnEvent as CodexEvent, TurnLimitKind, TurnLimits, TurnStartParams, TurnStatus,
 };
 use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
 
 use super::{
     is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile, Completion,
-    CompletionRequest, NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent,
-    TurnOutcome, TurnRequest, Usage,
+    CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend,
+    ToolInvocation, ToolSpec, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
+
+/// The `additionalContext` key under which a turn's rendered context goes (Codex wraps the
+/// value in `<ctxbridge>…</ctxbridge>`).
+pub const ADDITIONAL_CONTEXT_KEY: &str = "ctxbridge";
+
+/// `thread/start.dynamicTools` for the thread's tools (`None` when there are none, so a thread
+/// without tools starts exactly as before).
+fn dynamic_tools(tools: &[ToolSpec]) -> Option<Vec<DynamicToolSpec>> {
+    if tools.is_empty() {
+        return None;
+    }
+    Some(
+        tools
+            .iter()
+            .map(|t| DynamicToolSpec::function(&t.name, &t.description, t.parameters.clone()))
+            .collect(),
+    )
+}
 
 /// How to run the app-server.
 #[derive(Debug, Clone)]
@@ -34,13 +53,16 @@ pub struct CodexBackendConfig {
     pub cwd: Option<PathBuf>,
     /// Extra environment for the child.
     pub env: Vec<(String, String)>,
+    /// When a turn is cut off (idle, deadline, reply size).
+    pub turn_limits: TurnLimits,
 }
 
 impl CodexBackendConfig {
     fn app_server_config(&self) -> AppServerConfig {
         let mut c = AppServerConfig::new(self.codex_home.clone())
             .with_command(self.command.clone())
-            .with_overrides(self.overrides.clone());
+            .with_overrides(self.overrides.clone())
+            .with_turn_limits(self.turn_limits);
         if let Some(cwd) = &self.cwd {
             c = c.with_cwd(cwd.clone());
         }
@@ -61,6 +83,9 @@ struct Live {
 pub struct CodexBackend {
     config: CodexBackendConfig,
     live: Mutex<Option<Live>>,
+    /// What each known thread's resume re-sends: set by `start_thread`, `resume_thread` and
+    /// `inject_developer_message`, used by every (re-)attach, also after a child died.
+    resume: Mutex<HashMap<String, ResumeThread>>,
 }
 
 impl std::fmt::Debug for CodexBackend {
@@ -73,6 +98,19 @@ impl std::fmt::Debug for CodexBackend {
 }
 
 fn map_error(operation: &'static str, thread_id: &str, e: AppServerError) -> BackendError {
+    if let Some(limit) = e.turn_limit() {
+        let limit = match limit {
+            TurnLimitKind::Idle { .. } => "idle timeout (backend.idleTimeoutMs)",
+            TurnLimitKind::Deadline { .. } => "turn timeout (backend.turnTimeoutMs)",
+            TurnLimitKind::ReplyTooLarge { .. } => "reply size limit (backend.maxReplyBytes)",
+            _ => "turn limit",
+        };
+        return BackendError::TurnLimit {
+            operation,
+            limit,
+            message: e.to_string(),
+        };
+    }
     if e.is_thread_not_found() || e.is_no_rollout_found() {
         return BackendError::ThreadNotFound {
             operation,
@@ -101,12 +139,20 @@ impl CodexBackend {
         CodexBackend {
             config,
             live: Mutex::new(None),
+            resume: Mutex::new(HashMap::new()),
         }
     }
 
     /// Spawns the child now (to fail early on a bad command).
     pub async fn connect(&self) -> Result<(), BackendError> {
         self.client("initialize").await.map(|_| ())
+    }
+
+    /// The Codex version the app-server reported on `initialize` (spawning it if needed);
+    /// `None` when its user agent has no parsable version.
+    pub async fn codex_version(&self) -> Result<Option<CodexVersion>, BackendError> {
+        let client = self.client("initialize").await?;
+        Ok(client.codex_version().cloned())
     }
 
     /// The pid of the current child, if one runs.
@@ -167,8 +213,19 @@ impl CodexBackend {
     ) -> Result<AppServerClient, BackendError> {
         let client = self.client(operation).await?;
         if !self.is_attached(&client, thread_id.as_str()).await {
+            let resume = self
+                .resume
+                .lock()
+                .await
+                .get(thread_id.as_str())
+                .cloned()
+                .unwrap_or_default();
             client
-                .thread_resume(thread_id.as_str())
+                .thread_resume_with(ThreadResumeParams {
+                    base_instructions: resume.base_instructions,
+                    developer_instructions: resume.developer_instructions,
+                    ..ThreadResumeParams::new(thread_id.as_str())
+                })
                 .await
                 .map_err(|e| map_error(operation, thread_id.as_str(), e))?;
             self.mark_attached(&client, thread_id.as_str()).await;
@@ -191,24 +248,50 @@ impl ThreadedBackend for CodexBackend {
         BackendProfile::CODEX
     }
 
+    /// Spawns the app-server if needed and asks the connected Codex version.
+    async fn keeps_additional_context(&self) -> bool {
+        match self.client("initialize").await {
+            Ok(client) => client.keeps_additional_context_across_compaction(),
+            Err(_) => false,
+        }
+    }
+
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
         let client = self.client("thread/start").await?;
+        let resume = ResumeThread {
+            base_instructions: request.base_instructions.clone(),
+            developer_instructions: request.developer_instructions.clone(),
+        };
         let started = client
             .thread_start(ThreadStartParams {
                 cwd: self.config.cwd.clone(),
                 model: request.model,
                 base_instructions: request.base_instructions,
                 developer_instructions: request.developer_instructions,
+                dynamic_tools: dynamic_tools(&request.tools),
                 ..ThreadStartParams::default()
             })
             .await
             .map_err(|e| map_error("thread/start", "", e))?;
+        self.resume
+            .lock()
+            .await
+            .insert(started.thread_id.clone(), resume);
         self.mark_attached(&client, &started.thread_id).await;
         Ok(ThreadId(started.thread_id))
     }
 
-    /// Resumes the thread on the current child unless that child already has it attached.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    /// Resumes the thread on the current child unless that child already has it attached,
+    /// re-sending `resume`'s instructions (remembered for later re-attaches).
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
+        self.resume
+            .lock()
+            .await
+            .insert(thread_id.0.clone(), resume.clone());
         self.attached_client("thread/resume", thread_id)
             .await
             .map(|_| ())
@@ -225,7 +308,15 @@ impl ThreadedBackend for CodexBackend {
         client
             .inject_developer_message(thread_id.as_str(), text)
             .await
-            .map_err(|e| map_error("thread/inject_items", thread_id.as_str(), e))
+            .map_err(|e| map_error("thread/inject_items", thread_id.as_str(), e))?;
+        // The injected text is the thread's instructions from now on: re-sent on resume.
+        self.resume
+            .lock()
+            .await
+            .entry(thread_id.0.clone())
+            .or_default()
+            .developer_instructions = Some(text.to_string());
+        Ok(())
     }
 
     async fn run_turn(
@@ -236,8 +327,15 @@ impl ThreadedBackend for CodexBackend {
         const OP: &str = "turn/start";
         let thread = request.thread_id.clone();
         let client = self.attached_client(OP, &thread).await?;
+        let mut params = TurnStartParams::text(request.input.as_str());
+        if let Some(context) = request.additional_context {
+            params = params.with_context(
+                ADDITIONAL_CONTEXT_KEY,
+                AdditionalContext::application(context),
+            );
+        }
         let mut handle = client
-            .turn_start(thread.as_str(), &request.input)
+            .turn_start_with(thread.as_str(), params)
             .await
             .map_err(|e| map_error(OP, thread.as_str(), e))?;
         let mut reply = String::new();
@@ -302,6 +400,24 @@ impl ThreadedBackend for CodexBackend {
                             }
                         }
                     };
+                }
+                CodexEvent::ToolCall(call) => {
+                    tracing::info!(thread = %thread, tool = %call.tool, call_id = %call.call_id, "the model called a tool");
+                    let output = request
+                        .tools
+                        .call(ToolInvocation {
+                            call_id: call.call_id.clone(),
+                            name: call.tool.clone(),
+                            arguments: call.arguments.clone(),
+                        })
+                        .await;
+                    handle.respond_tool_call(
+                        &call,
+                        &DynamicToolCallResponse {
+                            text: output.text,
+                            success: !output.is_error,
+                        },
+                    );
                 }
                 CodexEvent::Started { .. }
                 | CodexEvent::ItemStarted { .. }

@@ -2,7 +2,9 @@
 //! `-c key=<TOML value>` override of the Codex app-server. The configuration owns the values; the
 //! conversion to the Codex client's [`ConfigValue`] lives here, with the backend.
 
-use codex_app_server_client::ConfigValue;
+use std::time::Duration;
+
+use codex_app_server_client::{ConfigValue, TurnLimits};
 
 use crate::config::{CodexBackendConfig, CodexConfigValue};
 
@@ -23,6 +25,26 @@ pub fn codex_overrides(config: &CodexBackendConfig) -> Vec<(String, ConfigValue)
         .iter()
         .map(|(key, value)| (key.clone(), codex_value(value)))
         .collect()
+}
+
+/// The turn limits `backend.idleTimeoutMs`, `backend.turnTimeoutMs` and
+/// `backend.maxReplyBytes` set; each unset one keeps the client's default (300 s idle, 30 min
+/// per turn, 16 MiB of reply).
+pub fn turn_limits(config: &CodexBackendConfig) -> TurnLimits {
+    let defaults = TurnLimits::default();
+    TurnLimits {
+        idle_timeout: config
+            .idle_timeout_ms
+            .map_or(defaults.idle_timeout, Duration::from_millis),
+        turn_deadline: config
+            .turn_timeout_ms
+            .map_or(defaults.turn_deadline, Duration::from_millis),
+        max_reply_bytes: config
+            .max_reply_bytes
+            .map_or(defaults.max_reply_bytes, |b| {
+                usize::try_from(b).unwrap_or(usize::MAX)
+            }),
+    }
 }
 
 /// The `-c key=value` arguments for the configured overrides, in key order.
@@ -70,6 +92,33 @@ mod tests {
             ]
         );
         assert_eq!(codex_overrides(codex).len(), 4);
+    }
+
+    /// The configured turn limits reach the client's TurnLimits; unset ones keep its
+    /// defaults.
+    #[test]
+    fn turn_limits_come_from_the_configuration() {
+        let c = Config::parse(
+            r#"{backend: {kind: "codex", idleTimeoutMs: 1500, maxReplyBytes: 4096}}"#,
+            "c.json5",
+        )
+        .unwrap();
+        let BackendConfig::Codex(codex) = &c.backend else {
+            panic!("not codex: {:?}", c.backend)
+        };
+        let limits = turn_limits(codex);
+        assert_eq!(limits.idle_timeout, Duration::from_millis(1500));
+        assert_eq!(limits.max_reply_bytes, 4096);
+        assert_eq!(limits.turn_deadline, TurnLimits::DEFAULT_TURN_DEADLINE);
+        let c = Config::parse(r#"{backend: {kind: "codex", turnTimeoutMs: 60000}}"#, "c").unwrap();
+        let BackendConfig::Codex(codex) = &c.backend else {
+            panic!("not codex")
+        };
+        assert_eq!(turn_limits(codex).turn_deadline, Duration::from_secs(60));
+        assert_eq!(
+            turn_limits(&CodexBackendConfig::default()),
+            TurnLimits::default()
+        );
     }
 
     /// TOML rendering escapes quotes, backslashes and control characters.

@@ -10,7 +10,8 @@
 use tokio::sync::mpsc;
 
 use super::{
-    BackendError, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    BackendError, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
+    TurnRequest,
 };
 use crate::host::capabilities::Capability;
 
@@ -28,6 +29,8 @@ async fn turn(
                 input: input.to_string(),
                 developer_instructions: developer_instructions.map(str::to_string),
                 base_instructions: None,
+                tools: Default::default(),
+                additional_context: None,
             },
             tx,
         )
@@ -47,6 +50,7 @@ pub async fn start_and_turn(backend: &dyn ThreadedBackend) -> ThreadId {
             base_instructions: Some("You are a test assistant.".into()),
             developer_instructions: Some("conformance developer instructions".into()),
             model: None,
+            tools: Vec::new(),
         })
         .await
         .unwrap_or_else(|e| panic!("{label}: start_thread failed: {e}"));
@@ -102,7 +106,10 @@ pub async fn continue_thread(backend: &dyn ThreadedBackend) {
 /// A thread the backend never had fails as `ThreadNotFound`, at resume or at the turn.
 pub async fn unknown_thread_is_not_found(backend: &dyn ThreadedBackend, unknown: ThreadId) {
     let label = backend.label().to_string();
-    let err = match backend.resume_thread(&unknown).await {
+    let err = match backend
+        .resume_thread(&unknown, &ResumeThread::default())
+        .await
+    {
         Err(e) => e,
         Ok(()) => match turn(backend, &unknown, "anyone there?", None).await.0 {
             Err(e) => e,
@@ -120,7 +127,7 @@ pub async fn resume_existing(backend: &dyn ThreadedBackend) {
     let label = backend.label().to_string();
     let thread = start_and_turn(backend).await;
     backend
-        .resume_thread(&thread)
+        .resume_thread(&thread, &ResumeThread::default())
         .await
         .unwrap_or_else(|e| panic!("{label}: resume of a live thread failed: {e}"));
     let (outcome, _) = turn(backend, &thread, "after resume", None).await;

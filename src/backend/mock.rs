@@ -13,11 +13,13 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
     AutoCompaction, BackendError, BackendKind, BackendProfile, Completion, CompletionRequest,
-    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, ToolInvocation,
+    ToolOutput, TurnEvent, TurnOutcome, TurnRequest,
 };
 use crate::store::StateStore;
 
@@ -32,6 +34,19 @@ pub enum MockItem {
     Assistant(String),
     /// A native compaction replaced everything before it with this summary.
     Compaction(String),
+    /// The model called a tool.
+    #[serde(rename_all = "camelCase")]
+    ToolCall {
+        name: String,
+        arguments: Value,
+    },
+    /// A tool's output, as the model received it.
+    #[serde(rename_all = "camelCase")]
+    ToolOutput {
+        name: String,
+        text: String,
+        is_error: bool,
+    },
 }
 
 impl MockItem {
@@ -41,6 +56,10 @@ impl MockItem {
             | MockItem::User(t)
             | MockItem::Assistant(t)
             | MockItem::Compaction(t) => t.chars().count(),
+            MockItem::ToolCall { name, arguments } => {
+                name.chars().count() + arguments.to_string().chars().count()
+            }
+            MockItem::ToolOutput { text, .. } => text.chars().count(),
         }
     }
 }
@@ -54,6 +73,9 @@ pub struct MockThread {
     pub developer_instructions: Option<String>,
     pub items: Vec<MockItem>,
     pub turns: u64,
+    /// Names of the tools offered at thread start.
+    #[serde(default)]
+    pub tools: Vec<String>,
 }
 
 impl MockThread {
@@ -91,6 +113,8 @@ pub enum MockCall {
     },
     Resume {
         thread_id: String,
+        /// The developer instructions the resume re-sent.
+        developer_instructions: Option<String>,
     },
     Inject {
         thread_id: String,
@@ -99,6 +123,8 @@ pub enum MockCall {
     Turn {
         thread_id: String,
         input: String,
+        /// The context delivered apart from the input, if any.
+        additional_context: Option<String>,
         /// Characters of the model request this turn caused.
         model_request_chars: usize,
     },
@@ -111,6 +137,13 @@ pub enum MockCall {
         model: Option<String>,
         max_tokens: Option<u64>,
     },
+    /// A scripted tool call was executed during a turn.
+    ToolCall {
+        thread_id: String,
+        name: String,
+        arguments: Value,
+        output: ToolOutput,
+    },
 }
 
 /// A scripted behaviour for the next turn.
@@ -122,6 +155,9 @@ pub enum MockFault {
     Overflow,
     /// The backend compacts the thread natively during the turn, reporting this summary.
     AutoCompact(String),
+    /// The model calls this tool with these arguments; the turn executes it through the turn's
+    /// tools and replies with text that includes the tool's output.
+    CallTool { name: String, arguments: Value },
 }
 
 #[derive(Default)]
@@ -279,6 +315,43 @@ impl MockBackend {
             })
     }
 
+    /// When the next scripted behaviour is a tool call and the turn's thread is usable, takes
+    /// it and executes the call through the turn's tools (outside the state lock: the executor
+    /// may take its time). Returns the call and its output.
+    async fn run_scripted_tool_call(
+        &self,
+        request: &TurnRequest,
+    ) -> Option<(String, Value, ToolOutput)> {
+        let (name, arguments) = {
+            let mut st = self.lock();
+            let id = &request.thread_id.0;
+            let usable =
+                (st.attached.contains(id) || !self.require_resume) && st.threads.contains_key(id);
+            if !usable || !matches!(st.faults.front(), Some(MockFault::CallTool { .. })) {
+                return None;
+            }
+            match st.faults.pop_front() {
+                Some(MockFault::CallTool { name, arguments }) => (name, arguments),
+                _ => return None,
+            }
+        };
+        let output = request
+            .tools
+            .call(ToolInvocation {
+                call_id: format!("mock-call-{}", uuid::Uuid::new_v4().simple()),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            })
+            .await;
+        self.lock().calls.push(MockCall::ToolCall {
+            thread_id: request.thread_id.0.clone(),
+            name: name.clone(),
+            arguments: arguments.clone(),
+            output: output.clone(),
+        });
+        Some((name, arguments, output))
+    }
+
     fn reply_for(input: &str, turn: u64) -> String {
         let last = input
             .lines()
@@ -314,6 +387,7 @@ impl ThreadedBackend for MockBackend {
                 developer_instructions: request.developer_instructions.clone(),
                 items: Vec::new(),
                 turns: 0,
+                tools: request.tools.iter().map(|t| t.name.clone()).collect(),
             };
             st.threads.insert(id.clone(), thread.clone());
             st.attached.insert(id.clone());
@@ -329,13 +403,18 @@ impl ThreadedBackend for MockBackend {
     }
 
     /// A thread this instance already has attached is left as it is (no call is recorded).
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         let mut st = self.lock();
         if st.attached.contains(&thread_id.0) && st.threads.contains_key(&thread_id.0) {
             return Ok(());
         }
         st.calls.push(MockCall::Resume {
             thread_id: thread_id.0.clone(),
+            developer_instructions: resume.developer_instructions.clone(),
         });
         self.load_into(&mut st, &thread_id.0);
         if !st.threads.contains_key(&thread_id.0) {
@@ -383,12 +462,21 @@ impl ThreadedBackend for MockBackend {
         request: TurnRequest,
         events: mpsc::Sender<TurnEvent>,
     ) -> Result<TurnOutcome, BackendError> {
+        let tool_call = self.run_scripted_tool_call(&request).await;
         let (thread, reply, compaction) = {
             let mut st = self.lock();
-            let fault = st.faults.pop_front();
+            let fault = if tool_call.is_some() {
+                None
+            } else {
+                st.faults.pop_front()
+            };
             let attached = st.attached.contains(&request.thread_id.0) || !self.require_resume;
             let window = self.context_window_chars;
-            let input_chars = request.input.chars().count();
+            let input_chars = request.input.chars().count()
+                + request
+                    .additional_context
+                    .as_deref()
+                    .map_or(0, |c| c.chars().count());
             let Some(thread) = st
                 .threads
                 .get_mut(&request.thread_id.0)
@@ -397,6 +485,7 @@ impl ThreadedBackend for MockBackend {
                 st.calls.push(MockCall::Turn {
                     thread_id: request.thread_id.0.clone(),
                     input: request.input,
+                    additional_context: request.additional_context,
                     model_request_chars: 0,
                 });
                 return Err(BackendError::ThreadNotFound {
@@ -427,8 +516,24 @@ impl ThreadedBackend for MockBackend {
                     compaction = Some(summary.clone());
                 }
                 thread.turns += 1;
-                let reply = Self::reply_for(&request.input, thread.turns);
+                let mut reply = Self::reply_for(&request.input, thread.turns);
+                // As Codex does with `additionalContext`: a developer item before the user's.
+                if let Some(context) = &request.additional_context {
+                    thread.items.push(MockItem::Developer(context.clone()));
+                }
                 thread.items.push(MockItem::User(request.input.clone()));
+                if let Some((name, arguments, output)) = &tool_call {
+                    thread.items.push(MockItem::ToolCall {
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                    });
+                    thread.items.push(MockItem::ToolOutput {
+                        name: name.clone(),
+                        text: output.text.clone(),
+                        is_error: output.is_error,
+                    });
+                    reply.push_str(&format!(" (tool {name} said: {})", output.text));
+                }
                 thread.items.push(MockItem::Assistant(reply.clone()));
                 Ok(reply)
             };
@@ -437,6 +542,7 @@ impl ThreadedBackend for MockBackend {
             st.calls.push(MockCall::Turn {
                 thread_id: request.thread_id.0.clone(),
                 input: request.input,
+                additional_context: request.additional_context,
                 model_request_chars,
             });
             (snapshot, outcome?, compaction)

@@ -7,9 +7,11 @@ pub mod responses;
 pub use responses::{ResponsesBackend, ResponsesBackendConfig};
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::host::capabilities::Capability;
@@ -62,6 +64,130 @@ impl BackendKind {
     }
 }
 
+/// A tool offered to the model: a function the model may call, executed by ctxbridge through a
+/// [`ToolExecutor`] (backends know nothing of where the tool comes from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolSpec {
+    /// The function name the model calls.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The JSON Schema of the tool's arguments.
+    pub parameters: Value,
+}
+
+/// One call of a tool by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInvocation {
+    /// The backend's id of the call (Codex `callId`, Responses `call_id`).
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, parsed (the model's text when it is not JSON).
+    pub arguments: Value,
+}
+
+/// What a tool call gave back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text the model receives.
+    pub text: String,
+    /// The call failed (the text explains why).
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful output.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed call, explained to the model.
+    pub fn error(message: impl Into<String>) -> Self {
+        ToolOutput {
+            text: message.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Executes the tools the model calls during a turn. A failure is an output with
+/// `is_error: true` (the model sees it); it never fails the turn.
+#[async_trait]
+pub trait ToolExecutor: Send + Sync {
+    /// Runs one call.
+    async fn call(&self, invocation: ToolInvocation) -> ToolOutput;
+}
+
+/// The tools of one turn: what is offered, and who executes the calls.
+#[derive(Clone, Default)]
+pub struct TurnTools {
+    /// The tools offered to the model (per-request backends send them with every request;
+    /// thread backends offered them at [`StartThread::tools`]).
+    pub specs: Vec<ToolSpec>,
+    /// Executes the calls; `None` answers every call with an error output.
+    pub executor: Option<Arc<dyn ToolExecutor>>,
+}
+
+impl TurnTools {
+    /// The given tools, executed by `executor`.
+    pub fn new(specs: Vec<ToolSpec>, executor: Arc<dyn ToolExecutor>) -> Self {
+        TurnTools {
+            specs,
+            executor: Some(executor),
+        }
+    }
+
+    /// Runs one call through the executor (an error output when there is none, or when the
+    /// tool was not offered this turn).
+    pub async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
+        let offered = self.specs.is_empty() || self.specs.iter().any(|s| s.name == invocation.name);
+        match &self.executor {
+            Some(executor) if offered => executor.call(invocation).await,
+            Some(_) => ToolOutput::error(format!("unknown tool {:?}", invocation.name)),
+            None => ToolOutput::error(format!(
+                "tool {:?} cannot be executed: no tools are available in this turn",
+                invocation.name
+            )),
+        }
+    }
+}
+
+impl fmt::Debug for TurnTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnTools")
+            .field("specs", &self.specs)
+            .field("executor", &self.executor.is_some())
+            .finish()
+    }
+}
+
+/// Equal when the same tools are offered and the same executor (by identity) runs them.
+impl PartialEq for TurnTools {
+    fn eq(&self, other: &Self) -> bool {
+        self.specs == other.specs
+            && match (&self.executor, &other.executor) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+impl Eq for TurnTools {}
+
+/// Parses a model's tool-call arguments text: JSON when it is, else the text as a string (an
+/// empty text is an empty object).
+pub fn parse_tool_arguments(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(serde_json::Map::new());
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
 /// What a thread starts with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StartThread {
@@ -71,6 +197,41 @@ pub struct StartThread {
     pub developer_instructions: Option<String>,
     /// Model override, if any.
     pub model: Option<String>,
+    /// The tools offered to the model for the thread's life (Codex `dynamicTools`); their
+    /// catalogue is part of the binding, so a changed list starts a new thread.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// What a resume of a stored thread re-sends (a Codex thread resumed in a new app-server
+/// process without its developer instructions loses them at its next compaction).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResumeThread {
+    /// Base instructions (the system prompt of the backend), if configured.
+    pub base_instructions: Option<String>,
+    /// The developer instructions the thread has received, as its binding records them.
+    pub developer_instructions: Option<String>,
+}
+
+/// How a projecting turn delivers its rendered context (`projection.codexContextDelivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextDelivery {
+    /// The framed context goes before the prompt in the turn input (SPEC §9.2).
+    TurnInput,
+    /// The framed context goes as one additional-context fragment of the turn (Codex
+    /// `turn/start.additionalContext`, a developer item before the user message); the turn
+    /// input is the bare prompt.
+    AdditionalContext,
+}
+
+impl ContextDelivery {
+    /// The name used in configuration and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContextDelivery::TurnInput => "turn-input",
+            ContextDelivery::AdditionalContext => "additional-context",
+        }
+    }
 }
 
 /// One turn's request.
@@ -85,6 +246,13 @@ pub struct TurnRequest {
     pub developer_instructions: Option<String>,
     /// Base instructions (re-sent by backends that need them per request).
     pub base_instructions: Option<String>,
+    /// The tools of this turn and their executor (Codex offered the specs at thread start and
+    /// only executes here; Responses sends the specs with every request).
+    pub tools: TurnTools,
+    /// The rendered context, delivered apart from the input
+    /// ([`ContextDelivery::AdditionalContext`]); `None` on turns that project nothing or
+    /// project into the input.
+    pub additional_context: Option<String>,
 }
 
 /// Streamed while a turn runs.
@@ -185,6 +353,15 @@ pub enum BackendError {
         operation: &'static str,
         message: String,
     },
+    /// The turn was stopped by one of its configured limits (a stalled model, a turn running
+    /// too long, a runaway reply) and interrupted; nothing of it counts.
+    #[error("{operation}: turn stopped by the {limit}: {message}")]
+    TurnLimit {
+        operation: &'static str,
+        /// Which limit, with the configuration key that sets it.
+        limit: &'static str,
+        message: String,
+    },
     /// Transport or process trouble (dead child, connection refused, protocol violation).
     #[error("{operation}: backend unavailable: {message}")]
     Unavailable {
@@ -233,7 +410,17 @@ pub struct BackendProfile {
     /// Whether developer instructions go with every request (Responses) rather than being
     /// fixed at thread start (Codex, mock); then instruction drift needs no delivery.
     pub instructions_per_request: bool,
+    /// The largest context (UTF-8 bytes) a turn can carry apart from its input
+    /// ([`TurnRequest::additional_context`]); 0 when the backend has no such channel. Larger
+    /// contexts go in the turn input.
+    pub additional_context_bytes: usize,
 }
+
+/// The largest `additionalContext` value Codex passes on whole, in UTF-8 bytes: Codex 0.171.0
+/// cuts a longer value to about 1000 tokens (≈ 4000 bytes, its middle replaced by "…N tokens
+/// truncated…"), so ctxbridge only uses the channel for a rendered context below this size
+/// (with room for the `<ctxbridge>` tags).
+pub const CODEX_ADDITIONAL_CONTEXT_BYTES: usize = 3_800;
 
 impl BackendProfile {
     /// The Codex app-server (and the mock, which models it): every capability; threads keep
@@ -243,6 +430,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: true,
         instructions_per_request: false,
+        additional_context_bytes: CODEX_ADDITIONAL_CONTEXT_BYTES,
     };
 
     /// The Responses API: every capability; every request carries its instructions, nothing
@@ -252,6 +440,7 @@ impl BackendProfile {
         turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
         native_auto_compaction: false,
         instructions_per_request: true,
+        additional_context_bytes: 0,
     };
 }
 
@@ -301,11 +490,22 @@ pub trait ThreadedBackend: Send + Sync {
     /// Starts a new thread.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError>;
 
-    /// Re-attaches an existing thread (after a restart of ctxbridge or of the backend).
-    /// A missing thread is [`BackendError::ThreadNotFound`]. Idempotent: the backend knows
-    /// whether its connection has the thread loaded, and resuming a loaded thread does nothing,
-    /// so callers resume before every use of a stored thread.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError>;
+    /// Whether the connected backend keeps a turn's additional context across compaction
+    /// (then it is the default [`ContextDelivery`]). Backends without the channel say no.
+    async fn keeps_additional_context(&self) -> bool {
+        false
+    }
+
+    /// Re-attaches an existing thread (after a restart of ctxbridge or of the backend),
+    /// re-sending `resume`'s instructions where the backend takes them. A missing thread is
+    /// [`BackendError::ThreadNotFound`]. Idempotent: the backend knows whether its connection
+    /// has the thread loaded, and resuming a loaded thread does nothing, so callers resume
+    /// before every use of a stored thread.
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError>;
 
     /// Appends a developer message to a thread's model-visible history without running a turn.
     async fn inject_developer_message(

@@ -53,9 +53,10 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
 use super::{
-    is_overflow_message, BackendError, BackendKind, BackendProfile, Completion, CompletionRequest,
-    NativeCompaction, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
-    Usage,
+    is_overflow_message, parse_tool_arguments, BackendError, BackendKind, BackendProfile,
+    Completion, CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId,
+    ThreadedBackend, ToolInvocation, ToolOutput, ToolSpec, TurnEvent, TurnOutcome, TurnRequest,
+    TurnTools, Usage,
 };
 
 /// The backend's name in [`BackendError::Unsupported`].
@@ -309,6 +310,75 @@ fn turn_request(
             Continuation::Chain(_) => None,
         },
         store: true,
+        tools: function_tools(&request.tools.specs),
+    }
+}
+
+/// The most model responses one turn may take while the model keeps calling tools; past it the
+/// turn fails rather than loop forever.
+pub const MAX_TOOL_ROUNDS: usize = 8;
+
+/// The turn's tools as Responses function tools.
+pub fn function_tools(specs: &[ToolSpec]) -> Vec<Value> {
+    specs
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+            })
+        })
+        .collect()
+}
+
+/// The `function_call` items of a response's output as tool invocations (arguments parsed
+/// from the model's JSON text).
+pub fn function_calls(output_items: &[Value]) -> Vec<ToolInvocation> {
+    let text = |item: &Value, key: &str| {
+        item.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    output_items
+        .iter()
+        .filter(|item| item.get("type").and_then(Value::as_str) == Some("function_call"))
+        .map(|item| ToolInvocation {
+            call_id: text(item, "call_id"),
+            name: text(item, "name"),
+            arguments: parse_tool_arguments(&text(item, "arguments")),
+        })
+        .collect()
+}
+
+/// The `function_call_output` input item answering a call. The Responses API has no error
+/// flag: a failed call's text says so.
+pub fn function_call_output(call_id: &str, output: &ToolOutput) -> InputItem {
+    InputItem::Raw(serde_json::json!({
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output.text,
+    }))
+}
+
+/// The request that continues a turn after the model's tool calls: the same model,
+/// instructions and tools, with the outputs as input, in the same conversation (conversation
+/// threads) or chained on the response that made the calls (chain threads).
+fn follow_up_request(
+    previous: &CreateResponse,
+    response_id: &str,
+    outputs: Vec<InputItem>,
+) -> CreateResponse {
+    CreateResponse {
+        input: outputs,
+        previous_response_id: if previous.conversation.is_some() {
+            None
+        } else {
+            Some(response_id.to_owned())
+        },
+        ..previous.clone()
     }
 }
 
@@ -499,11 +569,57 @@ impl ResponsesBackend {
         }
     }
 
-    /// Streams one response, forwarding text deltas; returns (id, reply, usage).
+    /// Runs a turn's responses: the first, then, while the model calls tools, the calls through
+    /// the turn's executor and a follow-up carrying their outputs (at most
+    /// [`MAX_TOOL_ROUNDS`] responses). Returns the last response's id, the text of all of them
+    /// (as streamed) and the last usage.
+    async fn run_rounds(
+        &self,
+        mut create: CreateResponse,
+        tools: &TurnTools,
+        events: &mpsc::Sender<TurnEvent>,
+        thread_id: &str,
+    ) -> Result<(String, String, Option<Usage>), BackendError> {
+        const OPERATION: &str = "run turn";
+        let mut reply = String::new();
+        for round in 1..=MAX_TOOL_ROUNDS {
+            let mut calls = Vec::new();
+            let (response_id, text, usage) = self
+                .stream_turn(create.clone(), events, &mut calls)
+                .await
+                .map_err(|e| backend_error(OPERATION, thread_id, e))?;
+            reply.push_str(&text);
+            let invocations = function_calls(&calls);
+            if invocations.is_empty() {
+                return Ok((response_id, reply, usage));
+            }
+            if round == MAX_TOOL_ROUNDS {
+                break;
+            }
+            let mut outputs = Vec::with_capacity(invocations.len());
+            for invocation in invocations {
+                tracing::info!(thread = %thread_id, tool = %invocation.name, call_id = %invocation.call_id, "the model called a tool");
+                let call_id = invocation.call_id.clone();
+                let output = tools.call(invocation).await;
+                outputs.push(function_call_output(&call_id, &output));
+            }
+            create = follow_up_request(&create, &response_id, outputs);
+        }
+        Err(BackendError::TurnFailed {
+            operation: OPERATION,
+            message: format!(
+                "the model was still calling tools after {MAX_TOOL_ROUNDS} responses; the turn was stopped"
+            ),
+        })
+    }
+
+    /// Streams one response, forwarding text deltas and collecting its `function_call`
+    /// items into `calls`; returns (id, reply, usage).
     async fn stream_turn(
         &self,
         request: CreateResponse,
         events: &mpsc::Sender<TurnEvent>,
+        calls: &mut Vec<Value>,
     ) -> Result<(String, String, Option<Usage>), ResponsesError> {
         let mut stream = self.client.create_response(request).await?;
         let mut streamed = String::new();
@@ -521,6 +637,9 @@ impl ResponsesBackend {
                 ResponseEvent::OutputItemDone { item } => {
                     if let Some(text) = output_item_text(&item) {
                         item_text.push_str(&text);
+                    }
+                    if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                        calls.push(item);
                     }
                 }
                 ResponseEvent::Completed { response_id, usage } => {
@@ -603,7 +722,11 @@ impl ThreadedBackend for ResponsesBackend {
     /// Conversation threads: retrieves the conversation (a deleted or unknown one is
     /// [`BackendError::ThreadNotFound`]). Chain threads: no server call for response ids; a
     /// chain that is gone shows as [`BackendError::ThreadNotFound`] on its next turn.
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        _resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         const OPERATION: &str = "resume thread";
         self.check_known(OPERATION, thread_id)?;
         if self.threads == ResponsesThreads::Conversation {
@@ -651,7 +774,10 @@ impl ThreadedBackend for ResponsesBackend {
             input_items = create.input.len(),
             "running a Responses turn"
         );
-        match self.stream_turn(create, &events).await {
+        match self
+            .run_rounds(create, &request.tools, &events, thread_id.as_str())
+            .await
+        {
             Ok((response_id, reply, usage)) => {
                 // A conversation keeps its id; a chain moves to its new head.
                 let new_thread = match continuation {
@@ -670,7 +796,6 @@ impl ThreadedBackend for ResponsesBackend {
                 })
             }
             Err(error) => {
-                let error = backend_error(OPERATION, thread_id.as_str(), error);
                 if !matches!(error, BackendError::ThreadNotFound { .. }) {
                     self.restore(&thread_id, taken);
                 }
@@ -757,6 +882,7 @@ impl ThreadedBackend for ResponsesBackend {
             previous_response_id: None,
             conversation: None,
             store: false,
+            tools: Vec::new(),
         };
         let stream = self
             .client
@@ -790,6 +916,8 @@ mod tests {
             input: input.into(),
             developer_instructions: Some("dev".into()),
             base_instructions: Some("base".into()),
+            tools: Default::default(),
+            additional_context: None,
         }
     }
 
@@ -1003,5 +1131,73 @@ mod tests {
             api_key_from_env(Some("K"), |_| Ok("  ".into())),
             Err(ResponsesBackendConfigError::ApiKeyEmpty { .. })
         ));
+    }
+
+    /// `function_call` output items become invocations with parsed arguments (other items are
+    /// skipped; arguments that are not JSON are kept as text); outputs answer by call id.
+    #[test]
+    fn function_calls_and_their_outputs() {
+        let items = vec![
+            serde_json::json!({"type": "message", "role": "assistant", "content": []}),
+            serde_json::json!({"type": "function_call", "call_id": "c1", "name": "lookup",
+                               "arguments": "{\"q\":\"otters\"}"}),
+            serde_json::json!({"type": "function_call", "call_id": "c2", "name": "raw",
+                               "arguments": "not json"}),
+        ];
+        let calls = function_calls(&items);
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].call_id, "c1");
+        assert_eq!(calls[0].name, "lookup");
+        assert_eq!(calls[0].arguments, serde_json::json!({"q": "otters"}));
+        assert_eq!(calls[1].arguments, serde_json::json!("not json"));
+        let InputItem::Raw(output) = function_call_output("c1", &ToolOutput::text("3")) else {
+            panic!("a raw item");
+        };
+        assert_eq!(
+            output,
+            serde_json::json!({"type": "function_call_output", "call_id": "c1", "output": "3"})
+        );
+    }
+
+    /// A turn's tools go with its request as function tools, and the follow-up after tool calls
+    /// keeps model, instructions and tools, chained on the calling response.
+    #[test]
+    fn requests_carry_the_turn_tools() {
+        let mut request = turn("resp_1", "hi");
+        request.tools.specs = vec![ToolSpec {
+            name: "lookup".into(),
+            description: "Looks up.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }];
+        let fresh = Continuation::Chain(ChainPosition::Fresh);
+        let create = turn_request("m", &fresh, &ChainState::default(), &request);
+        assert_eq!(
+            create.tools,
+            vec![serde_json::json!({"type": "function", "name": "lookup",
+                                    "description": "Looks up.",
+                                    "parameters": {"type": "object"}})]
+        );
+        let follow = follow_up_request(
+            &create,
+            "resp_2",
+            vec![function_call_output("c1", &ToolOutput::text("x"))],
+        );
+        assert_eq!(follow.previous_response_id.as_deref(), Some("resp_2"));
+        assert_eq!(follow.tools, create.tools);
+        assert_eq!(follow.instructions, create.instructions);
+        assert_eq!(follow.input.len(), 1);
+        assert!(
+            turn_request("m", &fresh, &ChainState::default(), &turn("t", "x"))
+                .tools
+                .is_empty()
+        );
+        let conversation = Continuation::Conversation("conv_1".into());
+        let create = turn_request("m", &conversation, &ChainState::default(), &request);
+        let follow = follow_up_request(&create, "resp_2", Vec::new());
+        assert_eq!(
+            follow.previous_response_id, None,
+            "a conversation carries the call"
+        );
+        assert_eq!(follow.conversation.as_deref(), Some("conv_1"));
     }
 }

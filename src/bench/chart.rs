@@ -13,6 +13,7 @@ fn series_color(mode: BenchMode) -> RGBColor {
         BenchMode::Legacy => RGBColor(0x55, 0x55, 0x55),
         BenchMode::PerTurn => RGBColor(0xd6, 0x27, 0x28),
         BenchMode::ThreadBootstrap => RGBColor(0x1f, 0x77, 0xb4),
+        BenchMode::ThreadBootstrapAdditionalContext => RGBColor(0x2c, 0xa0, 0x2c),
     }
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
-use crate::backend::{BackendError, ThreadedBackend};
+use crate::backend::{BackendError, ContextDelivery, ThreadedBackend};
 use crate::contract::{ContextEngine, ProjectionMode};
 use crate::harness::{Harness, HarnessConfig, HarnessError};
 use crate::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
@@ -76,6 +76,9 @@ pub enum BenchMode {
     PerTurn,
     /// The bench engine asking for thread_bootstrap projection.
     ThreadBootstrap,
+    /// thread_bootstrap with the context delivered as Codex `additionalContext` (a developer
+    /// item) instead of in the turn input; measured on the Codex backend only.
+    ThreadBootstrapAdditionalContext,
 }
 
 impl BenchMode {
@@ -90,6 +93,16 @@ impl BenchMode {
             BenchMode::Legacy => "legacy",
             BenchMode::PerTurn => "per_turn",
             BenchMode::ThreadBootstrap => "thread_bootstrap",
+            BenchMode::ThreadBootstrapAdditionalContext => "thread_bootstrap_ac",
+        }
+    }
+
+    /// Where the mode's projections go: the turn input, except for
+    /// [`BenchMode::ThreadBootstrapAdditionalContext`].
+    pub fn context_delivery(self) -> ContextDelivery {
+        match self {
+            BenchMode::ThreadBootstrapAdditionalContext => ContextDelivery::AdditionalContext,
+            _ => ContextDelivery::TurnInput,
         }
     }
 
@@ -97,7 +110,9 @@ impl BenchMode {
         match self {
             BenchMode::Legacy => None,
             BenchMode::PerTurn => Some(ProjectionMode::PerTurn),
-            BenchMode::ThreadBootstrap => Some(ProjectionMode::ThreadBootstrap),
+            BenchMode::ThreadBootstrap | BenchMode::ThreadBootstrapAdditionalContext => {
+                Some(ProjectionMode::ThreadBootstrap)
+            }
         }
     }
 }
@@ -192,7 +207,11 @@ pub fn bench_harness(
             (guarded, Some(engine))
         }
     };
-    let harness = Harness::new(bench_harness_config(), Arc::new(guarded), backend, store);
+    let config = HarnessConfig {
+        context_delivery: Some(mode.context_delivery()),
+        ..bench_harness_config()
+    };
+    let harness = Harness::new(config, Arc::new(guarded), backend, store);
     (harness, engine)
 }
 

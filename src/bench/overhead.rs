@@ -154,8 +154,14 @@ pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchE
                 let kind = match (mode, report.projected) {
                     (BenchMode::Legacy, _) => TurnKind::Legacy,
                     (BenchMode::PerTurn, _) => TurnKind::ProjectingPerTurn,
-                    (BenchMode::ThreadBootstrap, true) => TurnKind::ProjectingNewThread,
-                    (BenchMode::ThreadBootstrap, false) => TurnKind::Reused,
+                    (
+                        BenchMode::ThreadBootstrap | BenchMode::ThreadBootstrapAdditionalContext,
+                        true,
+                    ) => TurnKind::ProjectingNewThread,
+                    (
+                        BenchMode::ThreadBootstrap | BenchMode::ThreadBootstrapAdditionalContext,
+                        false,
+                    ) => TurnKind::Reused,
                 };
                 let engine_nanos = engine
                     .as_ref()
@@ -266,6 +272,130 @@ pub fn format_table(report: &OverheadReport, sessions: usize, turns: usize) -> S
     out
 }
 
+/// The turns of one long session at which [`long_session`] reports the reused-turn overhead.
+pub const LONG_SESSION_CHECKPOINTS: [usize; 4] = [10, 100, 1_000, 2_000];
+
+/// Reused turns on each side of a checkpoint whose median is reported for it.
+const CHECKPOINT_WINDOW: usize = 5;
+
+/// The reused-turn overhead around one turn of a long session.
+#[derive(Debug, Clone, Copy)]
+pub struct LongSessionPoint {
+    /// The turn number.
+    pub turn: usize,
+    /// Median overhead of the reused turns within ±5 turns of it.
+    pub overhead_p50: Duration,
+    /// Median store time of the same turns.
+    pub store_p50: Duration,
+    /// Median engine (assemble) time of the same turns.
+    pub engine_p50: Duration,
+}
+
+/// Runs one thread_bootstrap session up to the last of `checkpoints` (plus the window after
+/// it) and reports the reused-turn overhead around each checkpoint: whether per-turn cost
+/// grows with the session's length.
+pub async fn long_session(checkpoints: &[usize]) -> Result<Vec<LongSessionPoint>, BenchError> {
+    let backend = Arc::new(TimedBackend::new(MockBackend::new()));
+    let store = Arc::new(TimedStore::new(SqliteStore::in_memory().map_err(
+        |source| BenchError::Store {
+            operation: "open an in-memory store",
+            source,
+        },
+    )?));
+    let (harness, engine) = bench_harness(
+        BenchMode::ThreadBootstrap,
+        BenchEngineConfig::default(),
+        backend.clone(),
+        store.clone(),
+    );
+    let last = checkpoints.iter().copied().max().unwrap_or(0) + CHECKPOINT_WINDOW;
+    let mut samples: Vec<(usize, OverheadSample)> = Vec::new();
+    for turn in 1..=last {
+        let near = checkpoints
+            .iter()
+            .any(|c| turn + CHECKPOINT_WINDOW >= *c && turn <= c + CHECKPOINT_WINDOW);
+        let backend_before = backend.elapsed();
+        let store_before = store.elapsed();
+        let engine_before = engine.as_ref().map_or(0, |e| e.assemble_nanos());
+        let started = Instant::now();
+        let report = harness
+            .turn(TurnSpec::new("long-session", bench_prompt(turn)))
+            .await
+            .map_err(harness_err("long-session turn"))?;
+        let total = started.elapsed();
+        if !near || report.projected {
+            continue;
+        }
+        let engine_nanos = engine
+            .as_ref()
+            .map_or(0, |e| e.assemble_nanos())
+            .saturating_sub(engine_before);
+        samples.push((
+            turn,
+            OverheadSample {
+                kind: TurnKind::Reused,
+                total,
+                backend: backend.elapsed().saturating_sub(backend_before),
+                engine: Duration::from_nanos(engine_nanos),
+                store: store.elapsed().saturating_sub(store_before),
+            },
+        ));
+    }
+    harness.shutdown().await;
+    let points = checkpoints
+        .iter()
+        .filter_map(|c| {
+            let around: Vec<&OverheadSample> = samples
+                .iter()
+                .filter(|(t, _)| t + CHECKPOINT_WINDOW >= *c && *t <= c + CHECKPOINT_WINDOW)
+                .map(|(_, s)| s)
+                .collect();
+            let median = |f: &dyn Fn(&OverheadSample) -> Duration| {
+                let mut v: Vec<Duration> = around.iter().map(|s| f(s)).collect();
+                v.sort_unstable();
+                percentile(&v, 50)
+            };
+            Some(LongSessionPoint {
+                turn: *c,
+                overhead_p50: median(&|s| s.overhead())?,
+                store_p50: median(&|s| s.store)?,
+                engine_p50: median(&|s| s.engine)?,
+            })
+        })
+        .collect();
+    Ok(points)
+}
+
+/// The long-session table: overhead per checkpoint and its ratio to the first checkpoint.
+pub fn format_long_session(points: &[LongSessionPoint]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n== Reused-turn overhead along one session (thread_bootstrap, in-memory store; median of the reused turns within ±{CHECKPOINT_WINDOW}; µs) =="
+    );
+    let _ = writeln!(
+        out,
+        "{:>6} {:>10} {:>8} {:>8} {:>10}",
+        "turn", "overhead", "store", "engine", "vs first"
+    );
+    let first = points.first().map(|p| p.overhead_p50);
+    for p in points {
+        let ratio = first.map_or(1.0, |f| {
+            p.overhead_p50.as_secs_f64() / f.as_secs_f64().max(1e-9)
+        });
+        let _ = writeln!(
+            out,
+            "{:>6} {:>10} {:>8} {:>8} {:>9.2}×",
+            p.turn,
+            us(p.overhead_p50),
+            us(p.store_p50),
+            us(p.engine_p50),
+            ratio
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -292,5 +422,15 @@ mod tests {
             .find(|o| o.op == crate::bench::timed_store::StoreOp::TryAcquireLease)
             .unwrap();
         assert_eq!(lease.calls as usize, report.timed_turns);
+    }
+
+    /// The long-session run reports every checkpoint asked for, and each point's store time is
+    /// part of its overhead.
+    #[tokio::test]
+    async fn long_session_reports_every_checkpoint() {
+        let points = long_session(&[10, 30]).await.unwrap();
+        let turns: Vec<usize> = points.iter().map(|p| p.turn).collect();
+        assert_eq!(turns, [10, 30]);
+        assert!(points.iter().all(|p| p.store_p50 <= p.overhead_p50));
     }
 }

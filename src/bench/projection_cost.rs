@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, TurnLimits};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
 use tokio::sync::mpsc;
 
@@ -73,6 +73,8 @@ pub struct ProjectionRow {
     pub cumulative_model_request_bytes: usize,
     /// The minimum request for this turn (see [`MinimumMethod`]).
     pub min_model_request_bytes: usize,
+    /// How the turn's context went (`turn-input`, `additional-context`, `none`).
+    pub context_delivery: String,
 }
 
 impl ProjectionRow {
@@ -192,6 +194,7 @@ impl CodexProbe {
                 base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
                 developer_instructions: developer_instructions.clone(),
                 model: None,
+                tools: Vec::new(),
             })
             .await
             .map_err(|source| BenchError::Backend {
@@ -207,6 +210,8 @@ impl CodexProbe {
                     input,
                     developer_instructions,
                     base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
+                    tools: Default::default(),
+                    additional_context: None,
                 },
                 tx,
             )
@@ -298,6 +303,7 @@ async fn drive(
             model_request_bytes: model,
             cumulative_model_request_bytes: cum_model,
             min_model_request_bytes: min,
+            context_delivery: report.context_delivery,
         });
     }
     Ok(rows)
@@ -356,6 +362,7 @@ async fn codex_backend(
         overrides: offline_overrides(&server.base_url()),
         cwd: Some(home.path().to_path_buf()),
         env: Vec::new(),
+        turn_limits: TurnLimits::default(),
     });
     backend
         .connect()
@@ -376,7 +383,13 @@ async fn mock_model_server() -> Result<MockModelServer, BenchError> {
         })
 }
 
-/// The three modes on the real Codex app-server, offline against mock model servers.
+/// Background characters of the additional-context row: small enough that the epoch's
+/// bootstrap context fits the Codex `additionalContext` limit on most epochs.
+pub const AC_BACKGROUND_CHARS: usize = 2_000;
+
+/// The three modes on the real Codex app-server, offline against mock model servers, plus
+/// thread_bootstrap with additional-context delivery (on a smaller background, see
+/// [`AC_BACKGROUND_CHARS`]).
 pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
     let engine_config = BenchEngineConfig::default();
@@ -389,16 +402,29 @@ pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     };
     let mut rows = Vec::new();
     let mut failure = None;
-    for mode in BenchMode::ALL {
+    let modes = BenchMode::ALL
+        .into_iter()
+        .chain([BenchMode::ThreadBootstrapAdditionalContext]);
+    for mode in modes {
         let server = mock_model_server().await?;
         let (backend, _home) = codex_backend(&binary, &server).await?;
-        let (harness, _) = bench_harness(mode, engine_config, Arc::new(backend), memory_store()?);
+        // Codex passes an additionalContext value on whole only up to a few KB: the
+        // additional-context row runs with a background small enough to use the channel.
+        let mode_config = if mode == BenchMode::ThreadBootstrapAdditionalContext {
+            BenchEngineConfig {
+                background_chars: AC_BACKGROUND_CHARS,
+                ..engine_config
+            }
+        } else {
+            engine_config
+        };
+        let (harness, _) = bench_harness(mode, mode_config, Arc::new(backend), memory_store()?);
         let result = drive(
             mode,
             &harness,
             Meter::Server(&server),
             Minimum::Probe(&probe),
-            engine_config,
+            mode_config,
             turns,
         )
         .await;
@@ -483,7 +509,7 @@ pub fn format_table(run: &ProjectionRun) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{:<17} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
+        "\n{:<20} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
         "mode",
         "sent (chars)",
         "model (bytes)",
@@ -492,14 +518,17 @@ pub fn format_table(run: &ProjectionRun) -> String {
         "max ×min",
         "projections"
     );
-    for mode in BenchMode::ALL {
+    let ac = BenchMode::ThreadBootstrapAdditionalContext;
+    let has_ac = run.rows_of(ac).next().is_some();
+    let summary_modes = BenchMode::ALL.into_iter().chain(has_ac.then_some(ac));
+    for mode in summary_modes {
         let max = run
             .rows_of(mode)
             .map(ProjectionRow::ratio_to_min)
             .fold(0.0f64, f64::max);
         let _ = writeln!(
             out,
-            "{:<17} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
+            "{:<20} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
             mode.as_str(),
             run.total_backend_chars(mode),
             run.total_model_bytes(mode),
@@ -518,6 +547,25 @@ pub fn format_table(run: &ProjectionRun) -> String {
         run.mean_ratio(BenchMode::PerTurn),
         run.mean_ratio(BenchMode::Legacy)
     );
+    if has_ac {
+        let ratio = run.mean_ratio(ac);
+        let delivered: Vec<String> = run
+            .rows_of(ac)
+            .filter(|r| r.context_delivery != "none")
+            .map(|r| format!("turn {}: {}", r.turn, r.context_delivery))
+            .collect();
+        let _ = writeln!(
+            out,
+            "thread_bootstrap_ac: thread_bootstrap with projection.codexContextDelivery = additional-context, on a {} KB background (its own minimum); projections went as [{}].",
+            AC_BACKGROUND_CHARS / 1000,
+            delivered.join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "target: thread_bootstrap with additionalContext delivery averages ≤ 1.05× the minimum — measured {ratio:.2}× ({}).",
+            if ratio <= 1.05 { "met" } else { "MISSED" }
+        );
+    }
     out
 }
 

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::backend::{
     BackendError, BackendKind, BackendProfile, Completion, CompletionRequest, NativeCompaction,
-    StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read
@@ -73,9 +73,17 @@ impl<B: ThreadedBackend> ThreadedBackend for TimedBackend<B> {
         result
     }
 
-    async fn resume_thread(&self, thread_id: &ThreadId) -> Result<(), BackendError> {
+    async fn keeps_additional_context(&self) -> bool {
+        self.inner.keeps_additional_context().await
+    }
+
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
         let started = Instant::now();
-        let result = self.inner.resume_thread(thread_id).await;
+        let result = self.inner.resume_thread(thread_id, resume).await;
         self.record(started);
         result
     }
@@ -140,6 +148,8 @@ mod tests {
                     input: "hello".into(),
                     developer_instructions: None,
                     base_instructions: None,
+                    tools: Default::default(),
+                    additional_context: None,
                 },
                 tx,
             )

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
-    TranscriptEntry,
+    TranscriptCursor, TranscriptEntry, TranscriptRead,
 };
 
 /// The store's operations.
@@ -188,6 +188,16 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         self.timed(StoreOp::LoadTranscript, |s| s.load_transcript(session_id))
     }
 
+    fn transcript_since(
+        &self,
+        session_id: &str,
+        cursor: Option<TranscriptCursor>,
+    ) -> Result<TranscriptRead, StoreError> {
+        self.timed(StoreOp::LoadTranscript, |s| {
+            s.transcript_since(session_id, cursor)
+        })
+    }
+
     fn append_transcript(
         &self,
         session_id: &str,
@@ -271,6 +281,24 @@ impl<S: StateStore> StateStore for TimedStore<S> {
 
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.timed(StoreOp::ReleaseLease, |s| s.release_lease(lease))
+    }
+
+    /// Heartbeats run beside the turn, not in it: forwarded untimed.
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        self.inner.renew_lease(lease, now_ms, ttl_ms)
+    }
+
+    fn take_over_lease(
+        &self,
+        session: &str,
+        dead_holder: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        self.timed(StoreOp::TryAcquireLease, |s| {
+            s.take_over_lease(session, dead_holder, holder, now_ms, ttl_ms)
+        })
     }
 
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {

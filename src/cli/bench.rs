@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// what the CLI uses.
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
     pub scale_store: ScaleStore,
+    /// Also time one session of 2 005 turns: reused-turn overhead at turns 10, 100, 1 000 and
+    /// 2 000.
+    #[arg(long)]
+    pub long_session: bool,
     /// Sessions per mode of the overhead run (0 skips it).
     #[arg(long, default_value_t = 100)]
     pub overhead_sessions: usize,
@@ -80,6 +84,11 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
             "{}",
             overhead::format_table(&report, args.overhead_sessions, turns)
         );
+    }
+
+    if args.long_session {
+        let points = overhead::long_session(&overhead::LONG_SESSION_CHECKPOINTS).await?;
+        print!("{}", overhead::format_long_session(&points));
     }
 
     if let Some(memory) = binding_memory {

@@ -1,36 +1,52 @@
 //! `ctxbridge chat --session KEY`: an interactive session, one turn per line; `/compact`
 //! compacts, `/quit` leaves.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 
 use clap::Args;
 
 use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
-use crate::cli::turn::reply_printer;
+use crate::cli::turn::{reply_printer, Stdout};
 use crate::harness::TurnSpec;
 
 /// `ctxbridge chat` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
-    /// The session key.
-    #[arg(long)]
+    /// The session key; must not be empty.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub session: String,
 }
 
-/// Reads lines from stdin until EOF or `/quit`; exit 1 when any turn or compaction failed.
+/// Reads lines from stdin until EOF or `/quit`; exit 1 when any turn or compaction failed or a
+/// line was not UTF-8 (that line is reported and skipped, the session goes on).
 pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout();
-    let _ = writeln!(
-        out,
-        "ctxbridge chat — session {:?}; /compact, /quit",
+    let mut stdin = std::io::stdin().lock();
+    let out = Stdout::default();
+    out.write(&format!(
+        "ctxbridge chat — session {:?}; /compact, /quit\n",
         args.session
-    );
+    ));
     let mut code = EXIT_OK;
-    for line in stdin.lock().lines() {
-        let line = line.map_err(CliError::io("read stdin"))?;
+    let mut raw = Vec::new();
+    let mut line_no = 0u64;
+    loop {
+        raw.clear();
+        let n = stdin
+            .read_until(b'\n', &mut raw)
+            .map_err(CliError::io("read stdin"))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let Ok(line) = std::str::from_utf8(&raw) else {
+            out.write(&format!(
+                "[line {line_no} skipped: it is not valid UTF-8]\n"
+            ));
+            code = EXIT_RUNTIME_FAILURE;
+            continue;
+        };
         let line = line.trim();
         if line.is_empty() {
             continue;
@@ -39,19 +55,18 @@ pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliErro
             "/quit" | "/exit" => break,
             "/compact" => match app.harness.compact(&args.session).await {
                 Ok(r) => {
-                    let _ = writeln!(
-                        out,
-                        "[compacted: {}, native: {}]",
+                    out.write(&format!(
+                        "[compacted: {}, native: {}]\n",
                         r.result.compacted, r.native_compaction
-                    );
+                    ));
                 }
                 Err(e) => {
-                    let _ = writeln!(out, "[compaction failed: {e}]");
+                    out.write(&format!("[compaction failed: {e}]\n"));
                     code = EXIT_RUNTIME_FAILURE;
                 }
             },
             prompt => {
-                let (tx, printer) = reply_printer(true);
+                let (tx, printer) = reply_printer(true, out.clone());
                 let result = app
                     .harness
                     .turn_streaming(TurnSpec::new(args.session.clone(), prompt), Some(tx))
@@ -59,16 +74,15 @@ pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliErro
                 let _ = printer.await;
                 match result {
                     Ok(r) => {
-                        let _ = writeln!(
-                            out,
-                            "\n[{} · {} · {}]",
+                        out.write(&format!(
+                            "\n[{} · {} · {}]\n",
                             r.thread_action.as_str(),
                             r.reason,
                             r.mode
-                        );
+                        ));
                     }
                     Err(e) => {
-                        let _ = writeln!(out, "\n[turn failed: {e}]");
+                        out.write(&format!("\n[turn failed: {e}]\n"));
                         code = EXIT_RUNTIME_FAILURE;
                     }
                 }

@@ -7,8 +7,8 @@ use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILUR
 /// `ctxbridge compact` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct CompactArgs {
-    /// The session key.
-    #[arg(long)]
+    /// The session key; must not be empty.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub session: String,
     /// Print the result as JSON.
     #[arg(long)]

@@ -17,6 +17,77 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_RUNTIME_FAILURE: u8 = 1;
 /// Bad arguments or a bad configuration file.
 pub const EXIT_USAGE: u8 = 2;
+/// Interrupted by SIGINT (Ctrl-C) mid-turn: 128 + 2.
+pub const EXIT_SIGINT: u8 = 130;
+/// The output was lost: stdout was closed before the reply was written (128 + SIGPIPE).
+pub const EXIT_OUTPUT_LOST: u8 = 141;
+/// Interrupted by SIGTERM mid-turn: 128 + 15.
+pub const EXIT_SIGTERM: u8 = 143;
+
+/// A signal that interrupts a running turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// SIGINT (Ctrl-C).
+    Sigint,
+    /// SIGTERM.
+    Sigterm,
+}
+
+impl Interrupt {
+    /// The signal's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Interrupt::Sigint => "SIGINT",
+            Interrupt::Sigterm => "SIGTERM",
+        }
+    }
+
+    /// The exit code for it: 130 or 143.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Interrupt::Sigint => EXIT_SIGINT,
+            Interrupt::Sigterm => EXIT_SIGTERM,
+        }
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM (the handlers are installed on the first poll).
+/// Where a handler cannot be installed, that signal keeps its default action.
+pub async fn interrupted() -> Interrupt {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut int = signal(SignalKind::interrupt()).ok();
+        let term_recv = async {
+            match term.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let int_recv = async {
+            match int.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = term_recv => Interrupt::Sigterm,
+            () = int_recv => Interrupt::Sigint,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => Interrupt::Sigint,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
 
 /// A command that could not do its job. Each variant knows its exit code; the runtime failures
 /// name the operation and keep the underlying error as their source.

@@ -4,15 +4,18 @@
 use clap::Args;
 
 use crate::app;
+use crate::backend::codex::CodexBackend;
 use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+use crate::config::BackendConfig;
 use crate::doctor;
 
 /// `ctxbridge doctor` arguments (none).
 #[derive(Debug, Clone, Args)]
 pub struct DoctorArgs {}
 
-/// Prints the report. Exit 1 when the selected engine cannot run on the backend or the state
-/// store exists and cannot be used.
+/// Prints the report (with the Codex version from `initialize` on the Codex backend). Exit 1
+/// when the selected engine cannot run on the backend, is degraded to legacy by a quarantine,
+/// or the state store exists and cannot be used.
 pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let config_errors = app::EngineConfigErrors::default();
@@ -27,7 +30,17 @@ pub async fn run(context: &CommandContext, _args: DoctorArgs) -> Result<u8, CliE
     };
     let mut report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
-        .with_persisted_state(persisted);
+        .with_persisted_state(persisted)
+        .with_backend_problems(doctor::backend_problems(&config));
+    if let BackendConfig::Codex(codex) = &config.backend {
+        let check = match app::codex_backend_config(&config, codex) {
+            Ok(cfg) => doctor::check_codex(&CodexBackend::new(cfg)).await,
+            Err(error) => doctor::CodexCheck::Unreachable {
+                error: error.to_string(),
+            },
+        };
+        report = report.with_codex_check(check);
+    }
     report.config_errors = config_errors
         .all()
         .iter()

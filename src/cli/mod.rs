@@ -39,8 +39,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the selected context engine, quarantines (this run's and earlier runs') and
-    /// host-capability checks; exits 1 when the engine cannot run on the configured backend or
+    /// Show the selected context engine, quarantines (this run's and earlier runs'),
+    /// host-capability checks and, on the Codex backend, the Codex version; exits 1 when the
+    /// engine cannot run on the configured backend, is degraded to legacy by a quarantine, or
     /// the state store is unusable.
     Doctor(doctor::DoctorArgs),
     /// Run one turn of a session (state persists between invocations).

@@ -2,19 +2,23 @@
 //! store between invocations.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::Args;
 use tokio::sync::mpsc;
 
 use crate::backend::TurnEvent;
-use crate::cli::context::{CliError, CommandContext, EXIT_OK};
-use crate::harness::TurnSpec;
+use crate::cli::context::{
+    interrupted, CliError, CommandContext, EXIT_OK, EXIT_OUTPUT_LOST, EXIT_RUNTIME_FAILURE,
+};
+use crate::harness::{HarnessError, TurnSpec};
 
 /// `ctxbridge turn` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct TurnArgs {
-    /// The session key (state persists between invocations).
-    #[arg(long)]
+    /// The session key (state persists between invocations); must not be empty.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub session: String,
     /// Print one JSON object instead of the reply.
     #[arg(long)]
@@ -24,17 +28,43 @@ pub struct TurnArgs {
     pub prompt: Vec<String>,
 }
 
-/// A channel for a turn's events and the task that streams its reply text to stdout (or only
+/// Where a turn's reply goes: stdout, remembering whether it was closed under us (a reader
+/// that left is not a panic, but the exit code must say the output was lost).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stdout {
+    lost: Arc<AtomicBool>,
+}
+
+impl Stdout {
+    /// Writes `text` (and flushes); a failure marks the output lost.
+    pub(crate) fn write(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether any write failed.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+/// A channel for a turn's events and the task that streams its reply text to `out` (or only
 /// drains the events when `print` is false, e.g. under `--json`).
-pub(crate) fn reply_printer(print: bool) -> (mpsc::Sender<TurnEvent>, tokio::task::JoinHandle<()>) {
+pub(crate) fn reply_printer(
+    print: bool,
+    out: Stdout,
+) -> (mpsc::Sender<TurnEvent>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
     let task = tokio::spawn(async move {
-        let mut out = std::io::stdout();
         while let Some(ev) = rx.recv().await {
             if let (true, TurnEvent::TextDelta(d)) = (print, ev) {
-                // A closed stdout (a pipe whose reader left) must not fail the turn.
-                let _ = out.write_all(d.as_bytes());
-                let _ = out.flush();
+                out.write(&d);
             }
         }
     });
@@ -42,23 +72,70 @@ pub(crate) fn reply_printer(print: bool) -> (mpsc::Sender<TurnEvent>, tokio::tas
 }
 
 /// Runs one turn and prints the streamed reply (or, under `--json`, the turn report).
+/// SIGINT / SIGTERM cancel the turn (the backend turn is abandoned, nothing is recorded unless
+/// the turn was already recorded, the session lease is released) and exit 130 / 143.
 pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
     let prompt = args.prompt.join(" ");
-    let (tx, printer) = reply_printer(!args.json);
-    let result = app
+    let out = Stdout::default();
+    let (tx, printer) = reply_printer(!args.json, out.clone());
+    let turn = app
         .harness
-        .turn_streaming(TurnSpec::new(args.session.clone(), prompt), Some(tx))
-        .await;
+        .turn_streaming(TurnSpec::new(args.session.clone(), prompt), Some(tx));
+    let result = tokio::select! {
+        result = turn => result,
+        signal = interrupted() => {
+            // The turn future is dropped: its session lease is released on the way out.
+            let _ = printer.await;
+            app.harness.shutdown().await;
+            eprintln!(
+                "\nctxbridge: interrupted by {}: the turn on session {:?} was cancelled and the session released; a turn that was not yet recorded left no trace in the transcript",
+                signal.name(),
+                args.session
+            );
+            return Ok(signal.exit_code());
+        }
+    };
     let _ = printer.await;
     app.harness.shutdown().await;
-    let report = result.map_err(CliError::harness("turn"))?;
+    let report = match result {
+        Ok(report) => report,
+        Err(HarnessError::NotRecorded {
+            session,
+            thread_id,
+            reply,
+            source,
+        }) => {
+            // Streamed already in text mode; under --json the reply is only in the error.
+            let error = HarnessError::NotRecorded {
+                session,
+                thread_id,
+                reply: reply.clone(),
+                source,
+            };
+            if args.json {
+                eprintln!("error: turn: {error}\nreply: {reply}");
+            } else {
+                out.write("\n");
+                eprintln!("error: turn: {error}");
+            }
+            return Ok(EXIT_RUNTIME_FAILURE);
+        }
+        Err(e) => return Err(CliError::harness("turn")(e)),
+    };
     if args.json {
         let json = serde_json::to_string(&report).map_err(CliError::json("turn"))?;
-        println!("{json}");
+        out.write(&format!("{json}\n"));
     } else {
-        println!();
+        out.write("\n");
+    }
+    if out.lost() {
+        eprintln!(
+            "ctxbridge: stdout was closed: the turn on session {:?} was recorded, but its output was lost",
+            args.session
+        );
+        return Ok(EXIT_OUTPUT_LOST);
     }
     Ok(EXIT_OK)
 }

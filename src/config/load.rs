@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
     AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
-    StoreConfig,
+    StoreConfig, StoreKind,
 };
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -30,11 +30,50 @@ impl Config {
             None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
         };
         match std::fs::read_to_string(&path) {
-            Ok(source) => Config::parse(&source, &path.display().to_string()),
+            Ok(source) => {
+                let mut config = Config::parse(&source, &path.display().to_string())?;
+                let dir = path.parent().unwrap_or_else(|| Path::new(""));
+                config.resolve_paths_against(dir, &source);
+                Ok(config)
+            }
             Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
                 Ok(Config::default())
             }
             Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    /// Makes the relative paths written in a configuration file (`source`, read from `dir`)
+    /// relative to that directory: `store.path`, `backend.codexHome` and the engines' `cwd`.
+    /// A default `store.path` (not written in the file) stays relative to the working
+    /// directory.
+    pub fn resolve_paths_against(&mut self, dir: &Path, source: &str) {
+        if dir.as_os_str().is_empty() {
+            return;
+        }
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        let written = json5::from_str::<Value>(source).ok();
+        let store_path_written = written
+            .as_ref()
+            .and_then(|v| v.get("store"))
+            .and_then(|s| s.get("path"))
+            .is_some();
+        if store_path_written {
+            resolve(&mut self.store.path);
+        }
+        if let BackendConfig::Codex(codex) = &mut self.backend {
+            if let Some(home) = codex.codex_home.as_mut() {
+                resolve(home);
+            }
+        }
+        for entry in self.plugins.entries.values_mut() {
+            if let Some(cwd) = entry.cwd.as_mut() {
+                resolve(cwd);
+            }
         }
     }
 
@@ -45,6 +84,17 @@ impl Config {
             return Ok(Config::default());
         }
         let raw: RawConfig = deserialize_at(value, &[]).map_err(|e| e.locate(source, file))?;
+        if raw.store.kind == StoreKind::Sqlite && raw.store.path.as_os_str().is_empty() {
+            let error = UnlocatedError {
+                path: vec![
+                    PathSegment::Key("store".into()),
+                    PathSegment::Key("path".into()),
+                ],
+                message: "must not be empty: name the state database file (an empty path would keep every session in memory and lose it at exit)".into(),
+                source: None,
+            };
+            return Err(error.locate(source, file));
+        }
         let backend = match raw.backend {
             None => BackendConfig::default(),
             Some(v) => parse_backend(v).map_err(|e| e.locate(source, file))?,

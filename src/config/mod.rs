@@ -17,7 +17,7 @@ mod schema;
 
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
-    AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, Config,
+    AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, CodexContextDelivery, Config,
     DeveloperInstructionDrift, EngineSlot, PluginEntry, PluginsConfig, ProjectionConfig,
     ResponsesBackendConfig, ResponsesThreadKind, SlotsConfig, StoreConfig, StoreKind,
     DEFAULT_AGENT_ID, DEFAULT_STORE_PATH,

@@ -159,6 +159,16 @@ pub struct CodexBackendConfig {
     pub codex_home: Option<PathBuf>,
     /// Dotted Codex config keys, each passed as `-c key=<TOML value>`.
     pub config: BTreeMap<String, CodexConfigValue>,
+    /// The longest wait for the next event of a turn, in milliseconds, before the turn is
+    /// interrupted and fails (a stalled model). Default 300000 (5 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// The longest a whole turn may run, in milliseconds. Default 1800000 (30 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_ms: Option<u64>,
+    /// The most reply text (UTF-8 bytes) a turn may produce. Default 16777216 (16 MiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_reply_bytes: Option<u64>,
 }
 
 impl Default for CodexBackendConfig {
@@ -167,6 +177,9 @@ impl Default for CodexBackendConfig {
             command: vec!["codex".to_string(), "app-server".to_string()],
             codex_home: None,
             config: BTreeMap::new(),
+            idle_timeout_ms: None,
+            turn_timeout_ms: None,
+            max_reply_bytes: None,
         }
     }
 }
@@ -254,7 +267,9 @@ pub enum ResponsesThreadKind {
 pub struct StoreConfig {
     /// Which store keeps the state: the embedded SQLite file (default) or PostgreSQL.
     pub kind: StoreKind,
-    /// The SQLite state database; relative paths are relative to the working directory.
+    /// The SQLite state database. A relative path in a configuration file is relative to that
+    /// file's directory; the default (no `store.path`) is relative to the working directory.
+    /// Must not be empty.
     pub path: PathBuf,
     /// The PostgreSQL connection URL (`postgres://user:pass@host:5432/db`), for `kind: "postgres"`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -263,6 +278,14 @@ pub struct StoreConfig {
     /// server's search path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+    /// How long a session lease lives without being renewed, in milliseconds (default 30 000;
+    /// a running turn renews it every third of this).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+    /// How long a turn waits for a session another process holds, in milliseconds (default
+    /// 30 000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_wait_ms: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -272,6 +295,8 @@ impl Default for StoreConfig {
             path: PathBuf::from(DEFAULT_STORE_PATH),
             url: None,
             schema: None,
+            lease_ttl_ms: None,
+            lease_wait_ms: None,
         }
     }
 }
@@ -292,6 +317,22 @@ pub enum StoreKind {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ProjectionConfig {
     pub developer_instruction_drift: DeveloperInstructionDrift,
+    /// Where a projecting turn on the Codex backend puts its rendered context; unset: the
+    /// additional context when the connected Codex keeps it across compaction (0.171.0 and
+    /// later), else the turn input. Other backends always use the turn input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codex_context_delivery: Option<CodexContextDelivery>,
+}
+
+/// `projection.codexContextDelivery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodexContextDelivery {
+    /// The framed context before the prompt in the turn input (SPEC §9.2).
+    TurnInput,
+    /// The framed context as one `turn/start.additionalContext` entry (a developer item before
+    /// the user message); the turn input is the bare prompt.
+    AdditionalContext,
 }
 
 /// How drifted developer instructions reach a thread that already has some (SPEC §9.6):

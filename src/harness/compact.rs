@@ -3,25 +3,27 @@
 
 use std::sync::atomic::Ordering;
 
+use super::session::SessionGuard;
 use super::{store_err, CompactReport, Harness, HarnessError, DOCTOR_NAMESPACE, SESSION_NAMESPACE};
-use crate::backend::BackendError;
+use crate::backend::ContextDelivery;
+use crate::backend::{BackendError, ResumeThread};
 use crate::contract::{
     CompactParams, CompactionTarget, ContextEngine, HostOperation, MaintainReason,
     RuntimeCallbacks, RuntimeContext,
 };
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
-use crate::projection::ThreadBinding;
+use crate::projection::{EffectiveMode, ThreadBinding};
 
 impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
     pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
         let key = self.binding_key_for(session_key);
-        let guard = self.lock_session(&key).await?;
+        let guard = self.lock_session(session_key, &key).await?;
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(&key).await?;
         let report = self
-            .compact_locked(session_key, &session_id, stored.as_deref())
+            .compact_locked(session_key, &session_id, stored.as_deref(), &guard)
             .await;
         if let Err(e) = guard.release() {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
@@ -34,6 +36,7 @@ impl Harness {
         session_key: &str,
         session_id: &str,
         stored: Option<&ThreadBinding>,
+        guard: &SessionGuard,
     ) -> Result<CompactReport, HarnessError> {
         let info = self.engine.info();
         check_host_requirements(
@@ -47,7 +50,11 @@ impl Harness {
         // yet (a fresh `ctxbridge compact` invocation): resume it first, as a turn would
         // (resuming a loaded thread does nothing).
         if let Some(t) = thread.clone() {
-            match self.backend.resume_thread(&t).await {
+            let resume = ResumeThread {
+                base_instructions: self.cfg.base_instructions.clone(),
+                developer_instructions: stored.and_then(|b| b.developer_instructions.clone()),
+            };
+            match self.backend.resume_thread(&t, &resume).await {
                 Ok(()) => {}
                 Err(BackendError::ThreadNotFound { .. }) => {
                     tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");
@@ -70,7 +77,7 @@ impl Harness {
                 session_target: self
                     .facts(session_key, session_id, thread.as_ref())
                     .session_target,
-                token_budget: self.cfg.token_budget,
+                token_budget: Some(self.cfg.engine_token_budget()),
                 force: Some(true),
                 current_token_count: None,
                 compaction_target: Some(CompactionTarget::Budget),
@@ -119,6 +126,10 @@ impl Harness {
                 Err(e) => tracing::warn!(error = %e, "native compaction failed"),
             }
         }
+        if native {
+            self.mark_context_refresh(stored, thread.as_ref(), guard)
+                .await?;
+        }
         // A successor session named by the engine becomes the session's id.
         let successor = result.result.as_ref().and_then(|r| {
             r.session_id
@@ -145,5 +156,46 @@ impl Harness {
             result,
             native_compaction: native,
         })
+    }
+}
+
+impl Harness {
+    /// After a native compaction of a bootstrap thread whose context went as additional
+    /// context (which the compaction drops), records in the binding that the next turn
+    /// re-sends it.
+    async fn mark_context_refresh(
+        &self,
+        stored: Option<&ThreadBinding>,
+        compacted: Option<&crate::backend::ThreadId>,
+        guard: &SessionGuard,
+    ) -> Result<(), HarnessError> {
+        let Some(binding) = stored.filter(|b| Some(&b.thread_id) == compacted) else {
+            return Ok(());
+        };
+        if binding.fed_mode() != Some(EffectiveMode::ThreadBootstrap)
+            || binding.context_refresh
+            || self.context_delivery().await != ContextDelivery::AdditionalContext
+        {
+            return Ok(());
+        }
+        let updated = ThreadBinding {
+            context_refresh: true,
+            generation: guard.generation(),
+            ..binding.clone()
+        };
+        let json = serde_json::to_string(&updated).map_err(|source| HarnessError::Encode {
+            what: "the thread binding",
+            source,
+        })?;
+        self.store
+            .save_binding(&updated.binding_key, &json, guard.generation())
+            .map_err(store_err("save binding"))?;
+        self.bindings
+            .insert(
+                updated.binding_key.clone(),
+                Some(std::sync::Arc::new(updated)),
+            )
+            .await;
+        Ok(())
     }
 }

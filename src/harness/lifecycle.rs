@@ -101,7 +101,7 @@ impl Harness {
                         .as_ref()
                         .and_then(|c| c.summary.clone()),
                     is_heartbeat,
-                    token_budget: self.cfg.token_budget,
+                    token_budget: Some(self.cfg.engine_token_budget()),
                     runtime_settings: Some(self.runtime_settings(serving, fallback)),
                     runtime_context: Some(self.runtime_context(
                         session_key,

@@ -24,6 +24,7 @@ mod lifecycle;
 mod session;
 mod session_file;
 mod subagent;
+mod tools;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
@@ -34,7 +35,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
 use crate::contract::{
     AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, ReasonCode,
     RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
@@ -45,11 +46,16 @@ use crate::host::requirements::HostRequirementError;
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{StateStore, StoreError, TranscriptEntry};
+use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
 
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};
+
+/// The default session lease TTL (renewed every third of it while a turn runs).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// The default wait for a session another process holds.
+pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// Settings of a harness.
 #[derive(Debug, Clone)]
@@ -72,7 +78,9 @@ pub struct HarnessConfig {
     pub citations_mode: Option<String>,
     /// The host's transcript byte limit for a projected view (SPEC §9.3).
     pub transcript_byte_limit: usize,
-    /// How long a session lease lives without being released (a dead process's lease expires).
+    /// How long a session lease lives without being renewed or released. A running turn
+    /// renews it every third of this; a holder that died on this host is taken over at once,
+    /// so this only bounds a vanished holder on another host.
     pub lease_ttl: Duration,
     /// How long a turn waits for another process's lease before failing as "session busy".
     pub lease_wait: Duration,
@@ -85,6 +93,10 @@ pub struct HarnessConfig {
     /// Where each session's OpenClaw-format transcript file is kept (`sessionFile`, SPEC
     /// §1.3); `None` keeps none.
     pub session_dir: Option<std::path::PathBuf>,
+    /// Where a projecting turn puts its rendered context (`projection.codexContextDelivery`);
+    /// `None`: additional context when the backend keeps it across compaction, else the turn
+    /// input. Backends without the channel always get the turn input.
+    pub context_delivery: Option<ContextDelivery>,
 }
 
 impl Default for HarnessConfig {
@@ -99,13 +111,28 @@ impl Default for HarnessConfig {
             tools: Vec::new(),
             citations_mode: None,
             transcript_byte_limit: 4 * 1024 * 1024,
-            lease_ttl: Duration::from_secs(300),
-            lease_wait: Duration::from_secs(30),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            lease_wait: DEFAULT_LEASE_WAIT,
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
             session_dir: None,
+            context_delivery: None,
         }
+    }
+}
+
+/// The prompt token budget engines get when `agent.tokenBudget` is not configured (a
+/// conservative context window for an unknown model). Only the engine-facing calls use it;
+/// the projection's context cap and the pre-turn overflow check follow the configured value.
+pub const DEFAULT_TOKEN_BUDGET: u64 = 128_000;
+
+impl HarnessConfig {
+    /// The budget every engine call that takes one gets (`assemble`, `compact`, `afterTurn`,
+    /// `maintain`'s runtime facts, `runtimeSettings.limits.promptTokenBudget`): the configured
+    /// one, else [`DEFAULT_TOKEN_BUDGET`].
+    pub fn engine_token_budget(&self) -> u64 {
+        self.token_budget.unwrap_or(DEFAULT_TOKEN_BUDGET)
     }
 }
 
@@ -177,6 +204,20 @@ pub enum HarnessError {
     /// The caller's subagent launch failed (after the engine's rollback, when there was one).
     #[error("subagent launch failed: {0}")]
     SubagentLaunch(String),
+    /// The backend answered, but the turn could not be written to the store (after retries).
+    /// The reply is kept here so that the caller can still show it.
+    #[error("turn on session {session:?}: the backend answered on thread {thread_id}, but the turn could not be recorded: {source}. The reply was still delivered; the backend thread holds this exchange and the session's transcript does not. Check that the state store is writable and not held by a stuck process, then continue the session; repeat the prompt if the engine must see it")]
+    NotRecorded {
+        /// The session key.
+        session: String,
+        /// The thread that answered.
+        thread_id: String,
+        /// The model's reply.
+        reply: String,
+        /// The store's last error.
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 impl From<HostRequirementError> for HarnessError {
@@ -263,6 +304,9 @@ pub struct TurnReport {
     pub developer_instructions_chars: usize,
     /// How the instructions reached the thread: `thread-start`, `inject` or `unchanged`.
     pub developer_instructions_delivery: String,
+    /// How the rendered context reached the thread: `turn-input`, `additional-context`, or
+    /// `none` when the turn projected nothing.
+    pub context_delivery: String,
     /// The model's reply.
     pub reply: String,
     /// Figures of the turn (not serialised).
@@ -313,6 +357,16 @@ pub struct SubagentSpawn {
     pub ttl_ms: Option<u64>,
 }
 
+/// How often recording an answered turn is attempted before giving up (each attempt waits up
+/// to the store's busy timeout for its write lock).
+const RECORD_ATTEMPTS: u32 = 4;
+
+/// A session transcript as this harness last read it, with the store cursor where it ends.
+struct CachedTranscript {
+    cursor: TranscriptCursor,
+    messages: Vec<AgentMessage>,
+}
+
 /// The namespace of session-id documents in the store (session key → current session id).
 const SESSION_NAMESPACE: &str = "session";
 /// The namespace of doctor notes.
@@ -326,6 +380,9 @@ pub struct Harness {
     engine: Arc<QuarantineEngine>,
     legacy: Arc<QuarantineEngine>,
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
+    /// Session transcripts as last read, per session id: a turn reads only the entries
+    /// appended since (a rewrite anywhere makes the store hand out the whole transcript).
+    transcripts: moka::future::Cache<String, Arc<CachedTranscript>>,
     locks: Arc<SessionLocks>,
     holder: String,
     background: TaskTracker,
@@ -365,12 +422,12 @@ impl Harness {
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
+            transcripts: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_idle(Duration::from_secs(3600))
+                .build(),
             locks: Arc::new(SessionLocks::default()),
-            holder: format!(
-                "ctxbridge-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ),
+            holder: session::HolderId::for_this_process().render(),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
             lease_generations: Mutex::new(HashMap::new()),
@@ -407,11 +464,16 @@ impl Harness {
     /// dropped when another holder (another process sharing the store) may have written since
     /// this harness last held the session: every acquisition raises the lease generation by
     /// one, so a gap since the generation this harness last saw means someone else held it.
-    async fn lock_session(&self, key: &str) -> Result<SessionGuard, HarnessError> {
+    async fn lock_session(
+        &self,
+        session_key: &str,
+        key: &str,
+    ) -> Result<SessionGuard, HarnessError> {
         let guard = self
             .locks
             .acquire(
                 &self.store,
+                session_key,
                 key,
                 &self.holder,
                 self.cfg.lease_ttl,
@@ -446,6 +508,34 @@ impl Harness {
             .into_iter()
             .map(|e| e.message)
             .collect())
+    }
+
+    /// The messages of a session's transcript: the cached copy plus what was appended since,
+    /// or the whole transcript when it was rewritten (or never read).
+    async fn session_messages(&self, session_id: &str) -> Result<Vec<AgentMessage>, HarnessError> {
+        let cached = self.transcripts.get(session_id).await;
+        let read = self
+            .store
+            .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
+            .map_err(store_err("load transcript"))?;
+        let fresh = read.entries.into_iter().map(|e| e.message);
+        let messages: Vec<AgentMessage> = match cached {
+            Some(c) if read.appended => c.messages.iter().cloned().chain(fresh).collect(),
+            _ => fresh.collect(),
+        };
+        match read.cursor {
+            Some(cursor) => {
+                let entry = CachedTranscript {
+                    cursor,
+                    messages: messages.clone(),
+                };
+                self.transcripts
+                    .insert(session_id.to_string(), Arc::new(entry))
+                    .await;
+            }
+            None => self.transcripts.invalidate(session_id).await,
+        }
+        Ok(messages)
     }
 
     fn warn_once(&self, key: String, message: &str) {
@@ -508,15 +598,32 @@ impl Harness {
             what: "the thread binding",
             source,
         })?;
-        self.store
-            .record_turn(
+        let mut attempt = 1;
+        loop {
+            match self.store.record_turn(
                 session_id,
                 entries,
                 &binding.binding_key,
                 &json,
                 guard.generation(),
-            )
-            .map_err(store_err("record turn"))?;
+            ) {
+                Ok(()) => break,
+                Err(StoreError::Locked { .. }) if attempt < RECORD_ATTEMPTS => {
+                    tracing::warn!(
+                        attempt,
+                        "the state store is busy; retrying to record the answered turn"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(HarnessError::Store {
+                        operation: "record turn",
+                        source,
+                    })
+                }
+            }
+        }
         self.bindings
             .insert(binding.binding_key.clone(), Some(Arc::new(binding)))
             .await;
@@ -546,7 +653,7 @@ impl Harness {
             )
             .model_requested(self.cfg.model.clone())
             .model_resolved(self.cfg.model.clone())
-            .prompt_token_budget(self.cfg.token_budget);
+            .prompt_token_budget(Some(self.cfg.engine_token_budget()));
         if serving.is_quarantined() && !std::ptr::eq(serving, &*self.legacy) {
             b = b.degraded_reason(ReasonCode::RuntimeUnavailable);
         }
@@ -563,7 +670,7 @@ impl Harness {
         thread: Option<&ThreadId>,
     ) -> RuntimeFacts {
         RuntimeFacts {
-            token_budget: self.cfg.token_budget,
+            token_budget: Some(self.cfg.engine_token_budget()),
             current_token_count: None,
             cwd: self.cfg.cwd.clone(),
             session_target: Some(SessionTarget {

@@ -1,11 +1,19 @@
 //! Serialising the turns of one session: an in-process async mutex per session, and a lease in
 //! the store so that processes sharing one store serialise too (SPEC §9.4).
+//!
+//! A lease names its holder as `ctxbridge@HOST:PID:START:NONCE` (START: the process's start
+//! time in clock ticks since boot, which tells a reused PID from the original process). A lease
+//! whose holder ran on this host and no longer exists is taken over at once; any other lease
+//! is waited for until it is released or expires. Held leases are renewed by a heartbeat every
+//! third of their TTL, so the TTL only bounds how long a vanished holder on another host (or
+//! one whose liveness cannot be checked) blocks the session.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::task::JoinHandle;
 
 use crate::store::{Lease, LeaseAttempt, StateStore, StoreError};
 
@@ -16,19 +24,130 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The prefix of holder ids written by this build.
+const HOLDER_PREFIX: &str = "ctxbridge@";
+
+/// A lease holder's identity, parsed from its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderId {
+    /// The host name the holder ran on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its start time (clock ticks since boot; 0 when unknown).
+    pub start: u64,
+    /// A nonce telling apart the harnesses of one process.
+    pub nonce: String,
+}
+
+impl HolderId {
+    /// This process's holder id with a fresh nonce.
+    pub fn for_this_process() -> HolderId {
+        let pid = std::process::id();
+        HolderId {
+            host: host_name(),
+            pid,
+            start: process_start(pid).unwrap_or(0),
+            nonce: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+        }
+    }
+
+    /// Parses an id written by [`HolderId::render`]; `None` for other (older) formats.
+    pub fn parse(id: &str) -> Option<HolderId> {
+        let rest = id.strip_prefix(HOLDER_PREFIX)?;
+        let mut parts = rest.rsplitn(4, ':');
+        let nonce = parts.next()?.to_string();
+        let start = parts.next()?.parse().ok()?;
+        let pid = parts.next()?.parse().ok()?;
+        let host = parts.next()?.to_string();
+        Some(HolderId {
+            host,
+            pid,
+            start,
+            nonce,
+        })
+    }
+
+    /// The id stored in the lease.
+    pub fn render(&self) -> String {
+        format!(
+            "{HOLDER_PREFIX}{}:{}:{}:{}",
+            self.host, self.pid, self.start, self.nonce
+        )
+    }
+}
+
+/// Whether a lease holder is known to be gone: it ran on this host and its process no longer
+/// exists (or its PID now belongs to a process started at another time). Unknown formats,
+/// other hosts and hosts without `/proc` are never declared dead.
+pub fn holder_is_dead(holder: &str) -> bool {
+    let Some(id) = HolderId::parse(holder) else {
+        return false;
+    };
+    if id.host != host_name() || !std::path::Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    match process_start(id.pid) {
+        None => true,
+        Some(start) => id.start != 0 && start != id.start,
+    }
+}
+
+/// Describes a holder for messages: "process PID on HOST" when the id is parseable.
+pub fn describe_holder(holder: &str) -> String {
+    match HolderId::parse(holder) {
+        Some(id) => format!(
+            "process {} on host {} (lease holder {holder})",
+            id.pid, id.host
+        ),
+        None => format!("lease holder {holder}"),
+    }
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`, `/etc/hostname`, `$HOSTNAME`, else
+/// `localhost`).
+pub fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`); `None`
+/// when the process does not exist.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_start(&stat)
+}
+
+/// Field 22 of a `/proc/PID/stat` line. The command name (field 2) is in parentheses and may
+/// itself hold spaces and parentheses, so fields are counted after the last `)`.
+fn parse_stat_start(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    // After the name come field 3 (state) onwards: field 22 is the 20th of them.
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Why a session could not be taken.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionLockError {
     /// Another holder kept the session's lease for longer than the harness waits.
-    #[error("session {session:?} is busy: another process ({holder}) is running a turn on it; waited {waited_ms} ms")]
+    #[error("session {session:?} is busy: {holder_description} is running a turn on it (waited {waited_ms} ms; its lease expires in {expires_in_ms} ms unless renewed)")]
     Busy {
-        /// The session (its binding key).
+        /// The session key.
         session: String,
-        /// The lease's holder.
+        /// The lease's holder id.
         holder: String,
+        /// The holder for people: its process and host.
+        holder_description: String,
         /// How long this harness waited.
         waited_ms: u64,
+        /// When the lease runs out unless its holder renews it.
+        expires_in_ms: u64,
     },
     /// The store failed to hand out the lease.
     #[error(transparent)]
@@ -51,6 +170,7 @@ pub struct SessionGuard {
     pub lease: Lease,
     store: Arc<dyn StateStore>,
     released: bool,
+    heartbeat: Option<JoinHandle<()>>,
 }
 
 impl SessionGuard {
@@ -62,12 +182,18 @@ impl SessionGuard {
     /// Releases the store lease.
     pub fn release(mut self) -> Result<(), StoreError> {
         self.released = true;
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
         self.store.release_lease(&self.lease)
     }
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
         if !self.released {
             if let Err(e) = self.store.release_lease(&self.lease) {
                 tracing::warn!(session = %self.lease.session, error = %e, "could not release the session lease; it will expire");
@@ -100,37 +226,56 @@ impl SessionLocks {
     }
 
     /// Takes the session: first in this process, then in the store (waiting up to `wait` for
-    /// another process's lease, which expires after `ttl` if that process died).
+    /// another process's lease, which expires after `ttl` unless its holder renews it; a
+    /// holder that died on this host is taken over at once). `session_key` names the session
+    /// in messages, `key` is the lease's key.
     pub async fn acquire(
         &self,
         store: &Arc<dyn StateStore>,
-        session: &str,
+        session_key: &str,
+        key: &str,
         holder: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<SessionGuard, SessionLockError> {
-        let local = self.local(session).lock_owned().await;
+        let local = self.local(key).lock_owned().await;
         // Deferred maintenance of the previous turn finishes before this turn starts.
-        drop(Self::entry(&self.maintenance, session).lock().await);
+        drop(Self::entry(&self.maintenance, key).lock().await);
         let started = now_ms();
+        let ttl_ms = ttl.as_millis() as u64;
         let mut pause = Duration::from_millis(10);
         loop {
-            match store.try_acquire_lease(session, holder, now_ms(), ttl.as_millis() as u64)? {
+            let mut attempt = store.try_acquire_lease(key, holder, now_ms(), ttl_ms)?;
+            if let LeaseAttempt::Busy { holder: other, .. } = &attempt {
+                if holder_is_dead(other) {
+                    tracing::warn!(session = %session_key, holder = %other, "the session's lease holder no longer runs; taking the session over");
+                    attempt = store.take_over_lease(key, other, holder, now_ms(), ttl_ms)?;
+                }
+            }
+            match attempt {
                 LeaseAttempt::Acquired(lease) => {
+                    let heartbeat = spawn_heartbeat(store.clone(), lease.clone(), ttl);
                     return Ok(SessionGuard {
                         _local: local,
                         lease,
                         store: store.clone(),
                         released: false,
-                    })
+                        heartbeat,
+                    });
                 }
-                LeaseAttempt::Busy { holder: other, .. } => {
-                    let waited = now_ms().saturating_sub(started);
+                LeaseAttempt::Busy {
+                    holder: other,
+                    expires_at_ms,
+                } => {
+                    let now = now_ms();
+                    let waited = now.saturating_sub(started);
                     if waited >= wait.as_millis() as u64 {
                         return Err(SessionLockError::Busy {
-                            session: session.to_string(),
+                            session: session_key.to_string(),
+                            holder_description: describe_holder(&other),
                             holder: other,
                             waited_ms: waited,
+                            expires_in_ms: expires_at_ms.saturating_sub(now),
                         });
                     }
                     tokio::time::sleep(pause).await;
@@ -138,5 +283,87 @@ impl SessionLocks {
                 }
             }
         }
+    }
+}
+
+/// Renews `lease` every third of `ttl` until aborted (by the guard's release or drop). A
+/// renewal that finds the lease gone (taken over after all) stops with a warning: the store's
+/// generation fencing then refuses this holder's writes.
+fn spawn_heartbeat(
+    store: Arc<dyn StateStore>,
+    lease: Lease,
+    ttl: Duration,
+) -> Option<JoinHandle<()>> {
+    let period = ttl / 3;
+    if period.is_zero() {
+        return None;
+    }
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    Some(handle.spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match store.renew_lease(&lease, now_ms(), ttl.as_millis() as u64) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(session = %lease.session, "the session lease could not be renewed; another holder may take the session");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(session = %lease.session, error = %e, "could not renew the session lease; retrying");
+                }
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// A holder id round-trips through its text, also with colons in the host name.
+    #[test]
+    fn holder_ids_round_trip() {
+        let id = HolderId {
+            host: "a:b".into(),
+            pid: 42,
+            start: 7,
+            nonce: "n".into(),
+        };
+        assert_eq!(HolderId::parse(&id.render()), Some(id));
+        assert_eq!(HolderId::parse("ctxbridge-12-abc"), None);
+    }
+
+    /// The start time is field 22 of `/proc/PID/stat`, counted after a name that holds spaces
+    /// and parentheses.
+    #[test]
+    fn stat_start_time_is_field_22() {
+        let stat = "123 (a b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 999 20 21";
+        assert_eq!(parse_stat_start(stat), Some(999));
+    }
+
+    /// This process is alive; a PID that does not exist on this host, or this PID with another
+    /// start time (a reused PID), is dead; another host and an unknown format are not judged.
+    #[test]
+    fn liveness_of_holders() {
+        let me = HolderId::for_this_process();
+        assert!(!holder_is_dead(&me.render()));
+        let reused = HolderId {
+            start: me.start + 1,
+            ..me.clone()
+        };
+        assert!(holder_is_dead(&reused.render()));
+        let gone = HolderId {
+            pid: u32::MAX - 1,
+            ..me.clone()
+        };
+        assert!(holder_is_dead(&gone.render()));
+        let elsewhere = HolderId {
+            host: format!("{}-other", me.host),
+            pid: u32::MAX - 1,
+            ..me
+        };
+        assert!(!holder_is_dead(&elsewhere.render()));
+        assert!(!holder_is_dead("ctxbridge-1-abc"));
     }
 }

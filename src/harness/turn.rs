@@ -7,8 +7,12 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{now_ms, SessionGuard};
+use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
-use crate::backend::{BackendError, StartThread, TurnEvent, TurnOutcome, TurnRequest};
+use crate::backend::{
+    BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
+    TurnTools,
+};
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
     EngineMethod, HookCall, HostOperation, MaintainReason, PromptAuthority, PromptBuildResult,
@@ -18,9 +22,9 @@ use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
 use crate::projection::{
-    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint,
-    tools_fingerprint, EffectiveMode, InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding,
-    ThreadChoice, TurnPlan, BINDING_SCHEMA_VERSION,
+    context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint, EffectiveMode,
+    InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding, ThreadChoice, TurnPlan,
+    BINDING_SCHEMA_VERSION,
 };
 use crate::quarantine::QuarantineEngine;
 use crate::store::TranscriptEntry;
@@ -42,10 +46,14 @@ pub(super) struct TurnContext<'a> {
     pub(super) engine_active: bool,
     /// The serving engine's policy fingerprint.
     pub(super) policy_fingerprint: String,
-    /// The host's tool catalogue fingerprint.
+    /// The host's tool catalogue fingerprint (configured tools and the engine's tools).
     pub(super) tools_fingerprint: String,
     /// The engine's `before_prompt_build` answer this turn, if it listens to the hook.
     pub(super) prompt_build: Option<PromptBuildResult>,
+    /// The engine's tools offered to the model this turn, and their executor.
+    pub(super) tools: TurnTools,
+    /// Where this turn's rendered context goes.
+    pub(super) context_delivery: ContextDelivery,
 }
 
 impl TurnContext<'_> {
@@ -111,15 +119,11 @@ impl Harness {
     ) -> Result<TurnReport, HarnessError> {
         // 1. Lock the session; load binding and transcript.
         let key = self.binding_key_for(&spec.session_key);
-        let guard = self.lock_session(&key).await?;
+        let guard = self.lock_session(&spec.session_key, &key).await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
-        let transcript = self
-            .store
-            .load_transcript(&session_id)
-            .map_err(store_err("load transcript"))?;
-        let messages: Vec<AgentMessage> = transcript.into_iter().map(|e| e.message).collect();
+        let messages = self.session_messages(&session_id).await?;
         // The session file starts from the transcript as it is before this turn.
         self.ensure_session_file(&session_id);
 
@@ -157,7 +161,7 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref())
+            self.compact_locked(&spec.session_key, &session_id, stored.as_deref(), &guard)
                 .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
@@ -168,16 +172,32 @@ impl Harness {
             .await;
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
+        // The engine's tools (SPEC §13): only an active engine offers any (legacy has none, a
+        // quarantined engine lists none); they go into the catalogue fingerprint, so a changed
+        // tool list starts a new thread (`dynamic-tools-mismatch`).
+        let engine_tool_specs = if engine_active {
+            tool_specs(&serving.tools())
+        } else {
+            Vec::new()
+        };
+        let context_delivery = self.context_delivery().await;
         let ctx = TurnContext {
             spec: &spec,
+            policy_fingerprint: self.policy_fingerprint(&serving_info),
+            tools_fingerprint: catalogue_fingerprint(&self.cfg.tools, &engine_tool_specs),
+            tools: turn_tools(
+                &self.engine,
+                engine_tool_specs,
+                &session_id,
+                &spec.session_key,
+            ),
             session_id,
             guard: &guard,
             serving,
-            policy_fingerprint: self.policy_fingerprint(&serving_info),
-            tools_fingerprint: tools_fingerprint(&self.cfg.tools),
             info: serving_info,
             engine_active,
             prompt_build,
+            context_delivery,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
@@ -186,7 +206,10 @@ impl Harness {
         let mut retried = false;
         let (plan, executed) = loop {
             let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
-            match self.execute(&plan, stored.is_some(), events.clone()).await {
+            match self
+                .execute(&plan, &ctx.tools, stored.is_some(), events.clone())
+                .await
+            {
                 Ok(executed) => break (plan, executed),
                 Err(FailedTurn {
                     error,
@@ -212,7 +235,19 @@ impl Harness {
         };
 
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
-        let recorded = self.record_turn(&ctx, &plan, &executed.outcome).await?;
+        let recorded = match self.record_turn(&ctx, &plan, &executed.outcome).await {
+            Ok(recorded) => recorded,
+            // The backend answered: the reply goes back to the caller with the failure.
+            Err(HarnessError::Store { source, .. }) => {
+                return Err(HarnessError::NotRecorded {
+                    session: spec.session_key.clone(),
+                    thread_id: executed.outcome.thread_id.0.clone(),
+                    reply: executed.outcome.reply.clone(),
+                    source: Box::new(source),
+                })
+            }
+            Err(e) => return Err(e),
+        };
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -321,8 +356,8 @@ impl Harness {
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
                 messages: messages.to_vec(),
-                token_budget: self.cfg.token_budget,
-                available_tools: Some(self.cfg.tools.clone()),
+                token_budget: Some(self.cfg.engine_token_budget()),
+                available_tools: Some(available_tool_names(&self.cfg.tools, &serving.tools())),
                 citations_mode: self.cfg.citations_mode.clone(),
                 model: self.cfg.model.clone(),
                 prompt: Some(spec.prompt.clone()),
@@ -429,6 +464,22 @@ impl Harness {
         estimate > budget as f64
     }
 
+    /// Where this turn's rendered context goes: the configured delivery on a backend with the
+    /// channel (else the turn input); unconfigured, additional context when the connected
+    /// backend keeps it across compaction (Codex from 0.171.0).
+    pub(super) async fn context_delivery(&self) -> ContextDelivery {
+        if self.backend.profile().additional_context_bytes == 0 {
+            return ContextDelivery::TurnInput;
+        }
+        match self.cfg.context_delivery {
+            Some(configured) => configured,
+            None if self.backend.keeps_additional_context().await => {
+                ContextDelivery::AdditionalContext
+            }
+            None => ContextDelivery::TurnInput,
+        }
+    }
+
     /// Plans the turn with [`plan_turn`] and logs its warning and the projection decision.
     fn plan(
         &self,
@@ -452,7 +503,17 @@ impl Harness {
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
             prompt_build: ctx.prompt_build.as_ref(),
+            context_delivery: ctx.context_delivery,
+            additional_context_limit: self.backend.profile().additional_context_bytes,
         });
+        let prompt_chars = ctx.spec.prompt.chars().count();
+        let limit = self.backend.turn_input_limit();
+        if prompt_chars > limit && !plan.input.ends_with(ctx.spec.prompt.as_str()) {
+            tracing::warn!(
+                session = %ctx.session_key(),
+                "the prompt ({prompt_chars} chars) is over the backend's turn-input limit ({limit} chars): it was cut to fit"
+            );
+        }
         let decision = &plan.decision;
         if let Some(w) = &decision.warning {
             tracing::warn!(session = %ctx.session_key(), "{w}");
@@ -468,6 +529,7 @@ impl Harness {
             projected = decision.projected(),
             reason = %decision.reason,
             rendered_chars = plan.rendered_context_chars,
+            context_delivery = plan.context_delivery.map_or("none", ContextDelivery::as_str),
             bounded = plan.bounded,
             "projection decision"
         );
@@ -493,6 +555,7 @@ impl Harness {
     async fn execute(
         &self,
         plan: &TurnPlan,
+        tools: &TurnTools,
         had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
@@ -511,6 +574,7 @@ impl Harness {
                         base_instructions: self.cfg.base_instructions.clone(),
                         developer_instructions: plan.effective_instructions.clone(),
                         model: self.cfg.model.clone(),
+                        tools: tools.specs.clone(),
                     })
                     .await
                     .map_err(failed(true))?;
@@ -527,7 +591,13 @@ impl Harness {
             }
             ThreadChoice::Reuse(thread) => {
                 self.backend
-                    .resume_thread(thread)
+                    .resume_thread(
+                        thread,
+                        &ResumeThread {
+                            base_instructions: self.cfg.base_instructions.clone(),
+                            developer_instructions: plan.resume_instructions.clone(),
+                        },
+                    )
                     .await
                     .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
@@ -557,12 +627,18 @@ impl Harness {
                     input: plan.input.clone(),
                     developer_instructions: plan.effective_instructions.clone(),
                     base_instructions: self.cfg.base_instructions.clone(),
+                    tools: tools.clone(),
+                    additional_context: plan.additional_context.clone(),
                 },
                 tx,
             ),
             forward
         );
-        backend_chars += plan.input.chars().count();
+        backend_chars += plan.input.chars().count()
+            + plan
+                .additional_context
+                .as_deref()
+                .map_or(0, |c| c.chars().count());
         let outcome = outcome.map_err(failed(fresh))?;
         Ok(ExecutedTurn {
             outcome,
@@ -602,6 +678,11 @@ impl Harness {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
+            // A compaction during the turn dropped the additional context it holds.
+            context_refresh: outcome.auto_compaction.is_some()
+                && plan.decision.mode == EffectiveMode::ThreadBootstrap
+                && ctx.context_delivery == ContextDelivery::AdditionalContext,
             generation: ctx.guard.generation(),
             updated_at: now_ms(),
         };
@@ -655,6 +736,10 @@ fn turn_report(
             .as_deref()
             .map_or(0, |s| s.chars().count()),
         developer_instructions_delivery: delivery.to_string(),
+        context_delivery: plan
+            .context_delivery
+            .map_or("none", ContextDelivery::as_str)
+            .to_string(),
         metrics: TurnMetrics {
             backend_chars: executed.backend_chars,
             rendered_context_chars: if decision.mode == EffectiveMode::None {

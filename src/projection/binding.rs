@@ -7,8 +7,11 @@
 //!   engine: { engineId, policyFingerprint,
 //!             projection?: { mode: "thread_bootstrap", epoch, fingerprint? },
 //!             projectionMode?: "none" | "per_turn" | "thread_bootstrap" },
-//!   toolsFingerprint, developerInstructionsSha256, generation, updatedAt }
+//!   toolsFingerprint, developerInstructionsSha256, developerInstructions?, generation,
+//!   updatedAt }
 //! ```
+//! `developerInstructions` (an extension) is the text whose hash `developerInstructionsSha256`
+//! is: the backend needs the text itself to re-send it when it resumes the thread.
 //! `projectionMode` records how the thread was fed (bare prompts, per-turn projections, or a
 //! bootstrap), so that a switch between per-turn and thread_bootstrap — which the SPEC's shape
 //! cannot tell from "no projection yet" — starts a new thread. A record without it (written by
@@ -21,7 +24,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::fingerprint::{push_u64, sha256_hex_bytes, write_json_string};
+use super::fingerprint::{
+    canonical_json, push_u64, sha256_hex, sha256_hex_bytes, write_json_string,
+};
 use super::mode::EffectiveMode;
 use crate::backend::{BackendKind, ThreadId};
 use crate::contract::{ProjectionMode, TurnMaintenanceMode};
@@ -49,6 +54,18 @@ pub struct ThreadBinding {
     pub tools_fingerprint: String,
     /// SHA-256 (hex) of the developer instructions the thread has received.
     pub developer_instructions_sha256: String,
+    /// The text of the developer instructions the thread has received: the effective
+    /// instructions last delivered (on thread start or injected as drift), whose hash is
+    /// `developerInstructionsSha256`. Re-sent on every resume of the thread (a Codex thread
+    /// resumed without them loses them at its next compaction). `None` when the thread has
+    /// none, or the record predates this field (extension of the SPEC's shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    /// The thread was compacted after its bootstrap context went as additional context (a
+    /// developer item, which Codex's compaction drops unless the turn re-sends it): the next
+    /// reused turn re-sends the rendered context (extension of the SPEC's shape).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context_refresh: bool,
     /// The session lease generation that wrote the record.
     pub generation: u64,
     /// Milliseconds since the Unix epoch.
@@ -197,6 +214,23 @@ pub fn tools_fingerprint<S: AsRef<str>>(tool_names: &[S]) -> String {
     sha256_hex_bytes(json.as_bytes())
 }
 
+/// The catalogue entry of a tool offered with its schema (an engine tool, SPEC §13) for
+/// [`tools_fingerprint`]: `<name>#<sha256 of the canonical JSON of {description, parameters}>`,
+/// so a changed description or schema changes the catalogue as a changed name does. The tool
+/// declaration is the engine's static catalogue, not engine output (no turn result goes in).
+/// Without such tools the fingerprint is the plain names' one, as before.
+pub fn tool_catalogue_entry(
+    name: &str,
+    description: &str,
+    parameters: &serde_json::Value,
+) -> String {
+    let spec = canonical_json(&serde_json::json!({
+        "description": description,
+        "parameters": parameters,
+    }));
+    format!("{name}#{}", sha256_hex(&spec))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -222,6 +256,8 @@ mod tests {
             },
             tools_fingerprint: "t".into(),
             developer_instructions_sha256: sha256_hex(""),
+            developer_instructions: None,
+            context_refresh: false,
             generation: 3,
             updated_at: 1_700_000_000_000,
         }
@@ -362,5 +398,50 @@ mod tests {
         assert_eq!(a, sha256_hex(r#"["apply_patch","read","shell"]"#));
         assert_ne!(a, tools_fingerprint(&["read", "shell"]));
         assert_eq!(tools_fingerprint::<&str>(&[]), sha256_hex("[]"));
+    }
+
+    /// A tool's catalogue entry changes with its name, description or schema, and not with the
+    /// order of the schema's keys.
+    #[test]
+    fn tool_catalogue_entries_follow_the_declaration() {
+        let schema = serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        let same = serde_json::json!({"properties": {"q": {"type": "string"}}, "type": "object"});
+        let entry = tool_catalogue_entry("lookup", "Looks up.", &schema);
+        assert!(entry.starts_with("lookup#"));
+        assert_eq!(entry, tool_catalogue_entry("lookup", "Looks up.", &same));
+        assert_ne!(
+            entry,
+            tool_catalogue_entry("lookup", "Looks it up.", &schema)
+        );
+        assert_ne!(
+            entry,
+            tool_catalogue_entry(
+                "lookup",
+                "Looks up.",
+                &serde_json::json!({"type": "object"})
+            )
+        );
+        assert_ne!(
+            tools_fingerprint(&["shell".to_owned(), entry.clone()]),
+            tools_fingerprint(&["shell"])
+        );
+    }
+
+    /// The instruction text and the refresh mark are optional extensions: an older record
+    /// without them reads as none/false, and they round-trip when set.
+    #[test]
+    fn instruction_text_and_refresh_mark_are_optional() {
+        let mut value = serde_json::to_value(sample_binding()).unwrap();
+        assert!(value.get("developerInstructions").is_none());
+        assert!(value.get("contextRefresh").is_none());
+        let back: ThreadBinding = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.developer_instructions, None);
+        assert!(!back.context_refresh);
+        value["developerInstructions"] = json!("Be brief.");
+        value["contextRefresh"] = json!(true);
+        let back: ThreadBinding = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.developer_instructions.as_deref(), Some("Be brief."));
+        assert!(back.context_refresh);
+        assert_eq!(serde_json::to_value(&back).unwrap(), value);
     }
 }

@@ -399,6 +399,8 @@ mod tests {
             },
             tools_fingerprint: TOOLS.into(),
             developer_instructions_sha256: String::new(),
+            developer_instructions: None,
+            context_refresh: false,
             generation: 1,
             updated_at: 0,
         }

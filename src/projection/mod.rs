@@ -27,8 +27,9 @@ pub mod redact;
 pub mod render;
 
 pub use binding::{
-    binding_key, policy_canonical_json, policy_fingerprint, tools_fingerprint, BindingProjection,
-    EngineBinding, PolicyInputs, ThreadBinding, BINDING_SCHEMA_VERSION, POLICY_SCHEMA_VERSION,
+    binding_key, policy_canonical_json, policy_fingerprint, tool_catalogue_entry,
+    tools_fingerprint, BindingProjection, EngineBinding, PolicyInputs, ThreadBinding,
+    BINDING_SCHEMA_VERSION, POLICY_SCHEMA_VERSION,
 };
 pub use bound::{
     bound_assembled, message_json_bytes, transcript_json_bytes, Bounded, BOUNDED_EPOCH_PREFIX,

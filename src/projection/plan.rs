@@ -11,11 +11,13 @@
 use super::binding::ThreadBinding;
 use super::bound::bound_assembled;
 use super::decision::{decide, DecisionInput, ProjectionDecision, ThreadChoice};
+use super::instructions::developer_instructions_sha256;
 use super::instructions::{
     effective_developer_instructions, plan_instruction_delivery, DriftPolicy, InstructionDelivery,
 };
-use super::render::{render_turn_input, RenderMode, RenderOptions};
-use crate::backend::BackendKind;
+use super::mode::EffectiveMode;
+use super::render::{render_turn_input, split_framed_input, RenderMode, RenderOptions};
+use crate::backend::{BackendKind, ContextDelivery};
 use crate::contract::{AgentMessage, AssembleResult, PromptBuildResult};
 
 /// Everything [`plan_turn`] needs to know about one turn.
@@ -53,6 +55,12 @@ pub struct PlanInput<'a> {
     /// engine's part of the developer instructions (so §9.6 drift applies to it), its context
     /// wraps this turn's prompt. Ignored for an inactive engine.
     pub prompt_build: Option<&'a PromptBuildResult>,
+    /// Where a projecting turn puts its rendered context.
+    pub context_delivery: ContextDelivery,
+    /// The largest context (UTF-8 bytes) the backend passes on whole as additional context;
+    /// a larger one goes in the turn input even under
+    /// [`ContextDelivery::AdditionalContext`].
+    pub additional_context_limit: usize,
 }
 
 /// What one turn sends, and why.
@@ -60,9 +68,15 @@ pub struct PlanInput<'a> {
 pub struct TurnPlan {
     /// The project-or-reuse decision, after a `rotate` override (then on a new thread).
     pub decision: ProjectionDecision,
-    /// The turn input: the rendered context and the prompt, or the bare prompt.
+    /// The turn input: the rendered context and the prompt, or the bare prompt (also when the
+    /// context goes as `additional_context`).
     pub input: String,
-    /// Chars of rendered context in `input` (0 without a frame).
+    /// The rendered context frame when it is delivered apart from the input
+    /// ([`ContextDelivery::AdditionalContext`]); `None` when the turn projects nothing.
+    pub additional_context: Option<String>,
+    /// How the rendered context was delivered; `None` when the turn projects nothing.
+    pub context_delivery: Option<ContextDelivery>,
+    /// Chars of rendered context (in `input` or `additional_context`; 0 without a frame).
     pub rendered_context_chars: usize,
     /// Whether the assembled result was cut to the transcript byte limit.
     pub bounded: bool,
@@ -71,6 +85,11 @@ pub struct TurnPlan {
     /// How the instructions reach the thread: never [`InstructionDelivery::Rotate`] (a
     /// rotation is planned as a new thread that receives them on start).
     pub delivery: InstructionDelivery,
+    /// The developer instructions the reused thread holds, re-sent when it is resumed: the
+    /// text its binding records, or — for a record that predates the text — the effective
+    /// instructions when their hash is the recorded one. `None` on a new thread or when the
+    /// thread's text is unknown.
+    pub resume_instructions: Option<String>,
 }
 
 /// Plans one turn: bound, decide, plan the instruction delivery (a `rotate` forces a new
@@ -118,7 +137,18 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
         decision = decision.force_new_thread();
         delivery = InstructionDelivery::ThreadStart;
     }
-    let render_mode = decision.render_mode();
+    // A reused bootstrap thread whose additional context a compaction dropped gets it again
+    // (re-rendered from this turn's assembled view), still as additional context.
+    let refresh = input.context_delivery == ContextDelivery::AdditionalContext
+        && decision.render_mode().is_none()
+        && decision.mode == EffectiveMode::ThreadBootstrap
+        && matches!(decision.thread, ThreadChoice::Reuse(_))
+        && input.stored.is_some_and(|b| b.context_refresh);
+    let render_mode = if refresh {
+        Some(RenderMode::Bootstrap)
+    } else {
+        decision.render_mode()
+    };
     let mut messages: &[AgentMessage] = if render_mode.is_some() {
         bounded.messages
     } else {
@@ -143,13 +173,48 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
             turn_input_limit: input.turn_input_limit,
         },
     );
+    let framed = if rendered.context_chars > 0 {
+        split_framed_input(&rendered.text)
+    } else {
+        None
+    };
+    let (text, additional_context, context_delivery) = match (framed, input.context_delivery) {
+        (None, _) => (rendered.text, None, None),
+        (Some(_), ContextDelivery::TurnInput) => {
+            (rendered.text, None, Some(ContextDelivery::TurnInput))
+        }
+        (Some((fragment, _)), ContextDelivery::AdditionalContext)
+            if fragment.len() > input.additional_context_limit =>
+        {
+            (rendered.text, None, Some(ContextDelivery::TurnInput))
+        }
+        (Some((fragment, prompt)), ContextDelivery::AdditionalContext) => (
+            prompt.to_string(),
+            Some(fragment.to_string()),
+            Some(ContextDelivery::AdditionalContext),
+        ),
+    };
+    let resume_instructions = match &decision.thread {
+        ThreadChoice::New => None,
+        ThreadChoice::Reuse(_) => input.stored.and_then(|b| {
+            b.developer_instructions.clone().or_else(|| {
+                let hash = developer_instructions_sha256(effective_instructions.as_deref());
+                (hash == b.developer_instructions_sha256)
+                    .then(|| effective_instructions.clone())
+                    .flatten()
+            })
+        }),
+    };
     TurnPlan {
         decision,
-        input: rendered.text,
+        input: text,
+        additional_context,
+        context_delivery,
         rendered_context_chars: rendered.context_chars,
         bounded: bounded.bounded,
         effective_instructions,
         delivery,
+        resume_instructions,
     }
 }
 
@@ -205,6 +270,8 @@ mod tests {
             token_budget: None,
             turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
             prompt_build: None,
+            context_delivery: ContextDelivery::TurnInput,
+            additional_context_limit: crate::backend::CODEX_ADDITIONAL_CONTEXT_BYTES,
         }
     }
 
@@ -220,6 +287,8 @@ mod tests {
             developer_instructions_sha256: developer_instructions_sha256(
                 plan.effective_instructions.as_deref(),
             ),
+            developer_instructions: plan.effective_instructions.clone(),
+            context_refresh: false,
             generation: 1,
             updated_at: 0,
         }
@@ -239,6 +308,8 @@ mod tests {
             },
             tools_fingerprint: TOOLS.into(),
             developer_instructions_sha256: developer_instructions_sha256(Some(BASE)),
+            developer_instructions: None,
+            context_refresh: false,
             generation: 1,
             updated_at: 0,
         }
@@ -515,5 +586,120 @@ mod tests {
         });
         assert_eq!(inactive.input, PROMPT);
         assert_eq!(inactive.effective_instructions.as_deref(), Some(BASE));
+    }
+
+    /// With additional-context delivery a projecting turn's input is the bare prompt and the
+    /// frame (without the "Current user request" part) goes apart, byte for byte the head of
+    /// the turn-input rendering; a reused turn sends none.
+    #[test]
+    fn additional_context_splits_the_frame_from_the_prompt() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let framed = plan_turn(&input(&result, None));
+        let split = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        assert_eq!(split.input, PROMPT);
+        assert_eq!(
+            split.context_delivery,
+            Some(ContextDelivery::AdditionalContext)
+        );
+        assert_eq!(framed.context_delivery, Some(ContextDelivery::TurnInput));
+        let fragment = split.additional_context.clone().unwrap();
+        assert!(fragment.starts_with(FRAME_HEAD), "{fragment}");
+        assert!(
+            fragment.ends_with("\n</conversation_context>"),
+            "{fragment}"
+        );
+        assert!(fragment.contains(HISTORY));
+        assert!(!fragment.contains("Current user request"));
+        assert!(framed.input.starts_with(&fragment));
+        assert_eq!(split.rendered_context_chars, framed.rendered_context_chars);
+        let stored = binding_after(&split, "thr-1");
+        let reused = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, Some(&stored))
+        });
+        assert_eq!(reused.decision.action, ProjectionAction::Reuse);
+        assert_eq!(reused.input, PROMPT);
+        assert_eq!(reused.additional_context, None);
+        assert_eq!(reused.context_delivery, None);
+    }
+
+    /// A reused bootstrap thread marked for a context refresh (compacted after receiving its
+    /// context as additional context) gets the context again, apart from the bare prompt,
+    /// without a new thread; under turn-input delivery the mark changes nothing.
+    #[test]
+    fn compacted_additional_context_is_sent_again() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        let mut stored = binding_after(&first, "thr-1");
+        stored.context_refresh = true;
+        let again = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, Some(&stored))
+        });
+        assert_eq!(again.decision.thread, reused("thr-1"));
+        assert_eq!(again.input, PROMPT);
+        assert_eq!(again.additional_context, first.additional_context);
+        let turn_input = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(turn_input.input, PROMPT);
+        assert_eq!(turn_input.additional_context, None);
+    }
+
+    /// A context larger than the backend passes on whole as additional context goes in the
+    /// turn input instead (and the plan says so).
+    #[test]
+    fn an_oversized_context_goes_in_the_turn_input() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let fits = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            ..input(&result, None)
+        });
+        let size = fits.additional_context.as_deref().unwrap().len();
+        let too_big = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            additional_context_limit: size - 1,
+            ..input(&result, None)
+        });
+        assert_eq!(too_big.context_delivery, Some(ContextDelivery::TurnInput));
+        assert_eq!(too_big.additional_context, None);
+        assert!(too_big.input.starts_with(FRAME_HEAD), "{}", too_big.input);
+        assert!(too_big.input.ends_with(PROMPT));
+        let exact = plan_turn(&PlanInput {
+            context_delivery: ContextDelivery::AdditionalContext,
+            additional_context_limit: size,
+            ..input(&result, None)
+        });
+        assert_eq!(
+            exact.context_delivery,
+            Some(ContextDelivery::AdditionalContext)
+        );
+    }
+
+    /// A reused thread is resumed with the instructions its binding records; a record without
+    /// the text falls back to the effective instructions when their hash matches, else none;
+    /// a new thread needs no resume.
+    #[test]
+    fn resume_instructions_come_from_the_binding() {
+        let result = assembled(Some(ContextProjection::thread_bootstrap("e1")), None);
+        let first = plan_turn(&input(&result, None));
+        assert_eq!(first.resume_instructions, None);
+        let mut stored = binding_after(&first, "thr-1");
+        stored.developer_instructions = Some("What the thread got.".into());
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(
+            plan.resume_instructions.as_deref(),
+            Some("What the thread got.")
+        );
+        stored.developer_instructions = None;
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(plan.resume_instructions.as_deref(), Some(BASE));
+        stored.developer_instructions_sha256 = "unknown".into();
+        let plan = plan_turn(&input(&result, Some(&stored)));
+        assert_eq!(plan.resume_instructions, None);
     }
 }

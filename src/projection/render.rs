@@ -147,6 +147,19 @@ pub struct RenderedInput {
     pub dropped_trailing_prompt: bool,
 }
 
+/// Splits a framed turn input (what [`render_turn_input`] returns when it projected) into the
+/// context fragment — [`FRAME_HEAD`], the context and the closing [`FRAME_CLOSE_TAG`], without
+/// the "Current user request" part — and the prompt after the frame. `None` for a bare prompt.
+/// The fragment is a prefix of the framed text, so it is as byte-stable as the rendering.
+pub fn split_framed_input(text: &str) -> Option<(&str, &str)> {
+    let context = text.strip_prefix(FRAME_HEAD)?;
+    // The context never holds the closing tag (the renderer defuses it), so the first
+    // occurrence of the tail is the frame's own.
+    let at = FRAME_HEAD.len() + context.find(FRAME_TAIL)?;
+    let fragment_end = at + 1 + FRAME_CLOSE_TAG.len();
+    Some((&text[..fragment_end], &text[at + FRAME_TAIL.len()..]))
+}
+
 /// The context cap in chars for a token budget (SPEC §9.2).
 pub fn context_cap_chars(token_budget: Option<u64>) -> usize {
     let Some(budget) = token_budget else {

@@ -170,6 +170,30 @@ pub enum LeaseAttempt {
     },
 }
 
+/// Where a reader's copy of a session transcript ends: the store's rewrite version of the
+/// session and the sequence number the next appended entry gets. Entries are appended with
+/// increasing sequence numbers and never deleted; a rewrite of existing entries bumps the
+/// version, so a cursor whose version differs from the store's is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TranscriptCursor {
+    /// The session's rewrite version when the copy was read.
+    pub version: u64,
+    /// The sequence number after the copy's last entry.
+    pub next_seq: u64,
+}
+
+/// What [`StateStore::transcript_since`] read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptRead {
+    /// The entries read: only those after the given cursor when `appended`, else all of them.
+    pub entries: Vec<TranscriptEntry>,
+    /// `entries` continue the caller's copy (its cursor was current); otherwise they replace it.
+    pub appended: bool,
+    /// Where this read ends; `None` when the store cannot read incrementally (the caller then
+    /// reads the whole transcript every time).
+    pub cursor: Option<TranscriptCursor>,
+}
+
 /// A stored thread binding, as raw JSON plus its fencing generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredBinding {
@@ -233,6 +257,20 @@ pub trait StateStore: Send + Sync {
 
     // --- transcript
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
+    /// The entries appended after `cursor` (when it is still current), or the whole
+    /// transcript. The default reads the whole transcript and hands out no cursor.
+    fn transcript_since(
+        &self,
+        session_id: &str,
+        cursor: Option<TranscriptCursor>,
+    ) -> Result<TranscriptRead, StoreError> {
+        let _ = cursor;
+        Ok(TranscriptRead {
+            entries: self.load_transcript(session_id)?,
+            appended: false,
+            cursor: None,
+        })
+    }
     fn append_transcript(
         &self,
         session_id: &str,
@@ -275,6 +313,27 @@ pub trait StateStore: Send + Sync {
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError>;
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+    /// Extends a held lease to `now_ms + ttl_ms` (the holder's heartbeat); false when the lease
+    /// is no longer this holder's generation. The default cannot renew: the lease then lives
+    /// for the TTL it was acquired with.
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        let _ = (lease, now_ms, ttl_ms);
+        Ok(false)
+    }
+    /// Takes a session whose lease is held by `dead_holder`, known to have died (or whose lease
+    /// expired), with a higher generation that fences the dead holder. Busy when someone else
+    /// holds it by now. The default only takes expired leases.
+    fn take_over_lease(
+        &self,
+        session: &str,
+        dead_holder: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        let _ = dead_holder;
+        self.try_acquire_lease(session, holder, now_ms, ttl_ms)
+    }
 
     // --- generic keyed documents (used by the mock backend to persist its threads)
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;

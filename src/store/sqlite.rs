@@ -1,21 +1,32 @@
 //! The embedded SQLite state store (WAL mode).
+//!
+//! One writer connection and a small pool of reader connections: in WAL mode readers never
+//! wait for the writer, so store reads of concurrent turns run on every core while writes
+//! queue on the writer. Every write transaction takes SQLite's write lock up front
+//! (`BEGIN IMMEDIATE`), so a busy database makes it wait up to the busy timeout instead of
+//! failing at once when a read transaction would have to be upgraded. The in-memory store is
+//! a named database of SQLite's `memdb` VFS shared by the same connections.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoredBinding,
-    TranscriptEntry,
+    TranscriptCursor, TranscriptEntry, TranscriptRead,
 };
 
-/// The schema this build writes.
-const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes (2: per-session transcript rewrite versions).
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for another process's write lock before failing as `Locked`.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reader connections per store.
+const READERS: usize = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS bindings (
@@ -30,6 +41,10 @@ CREATE TABLE IF NOT EXISTS transcript (
     message TEXT NOT NULL,
     PRIMARY KEY (session_id, seq),
     UNIQUE (session_id, entry_id)
+);
+CREATE TABLE IF NOT EXISTS transcript_versions (
+    session_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS outbox (
     session_id TEXT NOT NULL,
@@ -66,11 +81,39 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 ";
 
-/// SQLite-backed [`StateStore`]. One connection behind a mutex: SQLite serialises writers
-/// anyway, and statements here are short.
+/// The tables of the schema (a database holding others is not ours).
+const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','documents')";
+
+/// How the connections of one store reach its database.
+#[derive(Debug, Clone)]
+enum Target {
+    /// A file on disk.
+    File(PathBuf),
+    /// A named in-memory database shared by this store's connections.
+    Memory(String),
+}
+
+impl Target {
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        match self {
+            Target::File(path) => Connection::open(path),
+            Target::Memory(uri) => Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_CREATE
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            ),
+        }
+    }
+}
+
+/// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
 pub struct SqliteStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
     busy_timeout: Duration,
 }
 
@@ -80,6 +123,12 @@ impl std::fmt::Debug for SqliteStore {
             .field("path", &self.path)
             .finish()
     }
+}
+
+/// Locks a connection; a poisoned lock only means another thread panicked mid-statement, and
+/// SQLite's own transaction rollback keeps the database consistent, so it stays usable.
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SqliteStore {
@@ -102,28 +151,52 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let conn = Connection::open(&path).map_err(|e| classify(&path, "open", e, busy_timeout))?;
-        let store = SqliteStore {
-            path,
-            conn: Mutex::new(conn),
-            busy_timeout,
-        };
-        store.init()?;
-        Ok(store)
+        Self::open_target(path.clone(), Target::File(path), busy_timeout)
     }
 
     /// A private in-memory database (tests, benchmarks, the embedded demo).
     pub fn in_memory() -> Result<Self, StoreError> {
-        let path = PathBuf::from(":memory:");
-        let conn = Connection::open_in_memory()
-            .map_err(|e| classify(&path, "open", e, DEFAULT_BUSY_TIMEOUT))?;
-        let store = SqliteStore {
-            path,
-            conn: Mutex::new(conn),
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        let name = format!(
+            "file:/ctxbridge-{}?vfs=memdb",
+            uuid::Uuid::new_v4().simple()
+        );
+        Self::open_target(
+            PathBuf::from(":memory:"),
+            Target::Memory(name),
+            DEFAULT_BUSY_TIMEOUT,
+        )
+    }
+
+    fn open_target(
+        path: PathBuf,
+        target: Target,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let connect = |operation: &'static str| {
+            let conn = target
+                .connect()
+                .map_err(|e| classify(&path, operation, e, busy_timeout))?;
+            conn.busy_timeout(busy_timeout)
+                .map_err(|e| classify(&path, operation, e, busy_timeout))?;
+            Ok::<_, StoreError>(conn)
         };
-        store.init()?;
-        Ok(store)
+        let writer = connect("open")?;
+        let store = SqliteStore {
+            path: path.clone(),
+            writer: Mutex::new(writer),
+            readers: Vec::new(),
+            next_reader: AtomicUsize::new(0),
+            busy_timeout,
+        };
+        store.init_retrying(&target)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let conn = connect("open a reader")?;
+            conn.execute_batch("PRAGMA query_only=ON;")
+                .map_err(|e| classify(&path, "open a reader", e, busy_timeout))?;
+            readers.push(Mutex::new(conn));
+        }
+        Ok(SqliteStore { readers, ..store })
     }
 
     /// The database file.
@@ -131,12 +204,30 @@ impl SqliteStore {
         &self.path
     }
 
-    fn init(&self) -> Result<(), StoreError> {
+    /// [`SqliteStore::init`], again while another process holds a lock SQLite does not wait
+    /// for (switching a fresh file to WAL), up to the busy timeout.
+    fn init_retrying(&self, target: &Target) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.init(target) {
+                Err(StoreError::Locked { .. }) if started.elapsed() < self.busy_timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn init(&self, target: &Target) -> Result<(), StoreError> {
         self.with_conn("open", |conn| {
-            conn.busy_timeout(self.busy_timeout)?;
-            // `journal_mode` returns a row; read it rather than execute it.
-            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-            conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")?;
+            if matches!(target, Target::File(_)) {
+                // `journal_mode` returns a row; read it rather than execute it.
+                let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+                conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+            }
+            conn.execute_batch("PRAGMA foreign_keys=ON;")?;
             let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
             if check != "ok" {
                 return Err(rusqlite::Error::SqliteFailure(
@@ -146,51 +237,120 @@ impl SqliteStore {
             }
             Ok(())
         })?;
-        let version: i64 = self.with_conn("read schema version", |conn| {
-            conn.query_row("PRAGMA user_version", [], |r| r.get(0))
-        })?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                path: self.path.clone(),
-                found: version,
-                supported: SCHEMA_VERSION,
-            });
+        // Version check and schema creation in one write transaction: processes opening a
+        // fresh file at once queue on its lock instead of racing.
+        enum Outcome {
+            Ready,
+            TooNew(i64),
+            Foreign(i64),
         }
-        if version == 0 {
-            // A database with foreign tables and no version is not ours: refuse it.
-            let foreign: i64 = self.with_conn("inspect schema", |conn| {
-                conn.query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT IN
-                     ('bindings','transcript','outbox','quarantine','bootstrapped','leases','documents')",
+        let outcome = self.with_conn("create schema", |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            if version > SCHEMA_VERSION {
+                return Ok(Outcome::TooNew(version));
+            }
+            if version == 0 {
+                // A database with foreign tables and no version is not ours: refuse it.
+                let foreign: i64 = tx.query_row(
+                    &format!(
+                        "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT IN {TABLES}"
+                    ),
                     [],
                     |r| r.get(0),
-                )
-            })?;
-            if foreign > 0 {
-                return Err(StoreError::Corrupt {
-                    path: self.path.clone(),
-                    operation: "open",
-                    message: format!(
-                        "{foreign} unexpected table(s) and no ctxbridge schema version"
-                    ),
-                });
+                )?;
+                if foreign > 0 {
+                    return Ok(Outcome::Foreign(foreign));
+                }
             }
+            if version < SCHEMA_VERSION {
+                tx.execute_batch(SCHEMA)?;
+                tx.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION}"))?;
+            }
+            tx.commit()?;
+            Ok(Outcome::Ready)
+        })?;
+        match outcome {
+            Outcome::Ready => Ok(()),
+            Outcome::TooNew(found) => Err(StoreError::SchemaTooNew {
+                path: self.path.clone(),
+                found,
+                supported: SCHEMA_VERSION,
+            }),
+            Outcome::Foreign(foreign) => Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                operation: "open",
+                message: format!("{foreign} unexpected table(s) and no ctxbridge schema version"),
+            }),
         }
-        self.with_conn("create schema", |conn| {
-            conn.execute_batch(SCHEMA)?;
-            conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION}"))
-        })
     }
 
+    /// Runs `f` on the writer connection.
     fn with_conn<T>(
         &self,
         operation: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        // A poisoned lock only means another thread panicked mid-statement; SQLite's own
-        // transaction rollback keeps the database consistent, so keep using the connection.
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conn = lock(&self.writer);
         f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+    }
+
+    /// Runs `f` (reads only) on a reader connection: a free one if any, else the next in turn.
+    fn with_reader<T>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        if self.readers.is_empty() {
+            return self.with_conn(operation, f);
+        }
+        let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let n = self.readers.len();
+        let free = (0..n).find_map(|i| match self.readers[(start + i) % n].try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        });
+        let mut conn = match free {
+            Some(guard) => guard,
+            None => lock(&self.readers[start % n]),
+        };
+        f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+    }
+
+    /// Runs `f` in a write transaction that holds the write lock from its start.
+    fn write_tx<T>(
+        &self,
+        operation: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<(T, bool)>,
+    ) -> Result<T, StoreError> {
+        self.with_conn(operation, |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let (value, commit) = f(&tx)?;
+            if commit {
+                tx.commit()?;
+            }
+            Ok(value)
+        })
+    }
+
+    fn decode_entries(
+        &self,
+        session_id: &str,
+        rows: Vec<(String, String)>,
+    ) -> Result<Vec<TranscriptEntry>, StoreError> {
+        rows.into_iter()
+            .map(|(entry_id, json)| {
+                let message = serde_json::from_str(&json).map_err(|e| {
+                    self.record_error(
+                        "load transcript",
+                        &format!("{session_id}/{entry_id}"),
+                        e.to_string(),
+                    )
+                })?;
+                Ok(TranscriptEntry { entry_id, message })
+            })
+            .collect()
     }
 
     fn encode_entries<'e>(
@@ -303,6 +463,57 @@ fn upsert_binding(
     Ok(None)
 }
 
+/// Takes the session's lease for `holder` when it is free, expired, already `holder`'s, or
+/// held by `dead_holder`; the new generation is one above the last (inside the caller's
+/// write transaction, which commits only when the lease was taken).
+fn acquire_lease(
+    tx: &rusqlite::Transaction<'_>,
+    session: &str,
+    holder: &str,
+    dead_holder: Option<&str>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<(LeaseAttempt, bool)> {
+    let existing: Option<(String, i64, i64)> = tx
+        .prepare_cached("SELECT holder, generation, expires_at_ms FROM leases WHERE session = ?1")?
+        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let generation = match &existing {
+        Some((other, _, expires))
+            if other != holder
+                && Some(other.as_str()) != dead_holder
+                && (*expires as u64) > now_ms =>
+        {
+            let busy = LeaseAttempt::Busy {
+                holder: other.clone(),
+                expires_at_ms: *expires as u64,
+            };
+            return Ok((busy, false));
+        }
+        Some((_, generation, _)) => *generation as u64 + 1,
+        None => 1,
+    };
+    let expires_at_ms = now_ms.saturating_add(ttl_ms);
+    tx.prepare_cached(
+        "INSERT INTO leases (session, holder, generation, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(session) DO UPDATE SET holder = excluded.holder,
+           generation = excluded.generation, expires_at_ms = excluded.expires_at_ms",
+    )?
+    .execute(params![
+        session,
+        holder,
+        generation as i64,
+        expires_at_ms as i64
+    ])?;
+    let lease = Lease {
+        session: session.to_string(),
+        holder: holder.to_string(),
+        generation,
+        expires_at_ms,
+    };
+    Ok((LeaseAttempt::Acquired(lease), true))
+}
+
 fn stale_check(
     operation: &'static str,
     binding_key: &str,
@@ -326,7 +537,7 @@ impl StateStore for SqliteStore {
     }
 
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
-        self.with_conn("load binding", |conn| {
+        self.with_reader("load binding", |conn| {
             conn.prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
                 .query_row(params![binding_key], |r| {
                     Ok(StoredBinding {
@@ -345,13 +556,9 @@ impl StateStore for SqliteStore {
         json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let fenced = self.with_conn("save binding", |conn| {
-            let tx = conn.transaction()?;
-            let fenced = upsert_binding(&tx, binding_key, json, lease_generation)?;
-            if fenced.is_none() {
-                tx.commit()?;
-            }
-            Ok(fenced)
+        let fenced = self.write_tx("save binding", |tx| {
+            let fenced = upsert_binding(tx, binding_key, json, lease_generation)?;
+            Ok((fenced, fenced.is_none()))
         })?;
         stale_check("save binding", binding_key, lease_generation, fenced)
     }
@@ -365,25 +572,54 @@ impl StateStore for SqliteStore {
     }
 
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
-        let rows: Vec<(String, String)> = self.with_conn("load transcript", |conn| {
+        let rows: Vec<(String, String)> = self.with_reader("load transcript", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT entry_id, message FROM transcript WHERE session_id = ?1 ORDER BY seq",
             )?;
             let rows = stmt.query_map(params![session_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect()
         })?;
-        rows.into_iter()
-            .map(|(entry_id, json)| {
-                let message = serde_json::from_str(&json).map_err(|e| {
-                    self.record_error(
-                        "load transcript",
-                        &format!("{session_id}/{entry_id}"),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(TranscriptEntry { entry_id, message })
-            })
-            .collect()
+        self.decode_entries(session_id, rows)
+    }
+
+    fn transcript_since(
+        &self,
+        session_id: &str,
+        cursor: Option<TranscriptCursor>,
+    ) -> Result<TranscriptRead, StoreError> {
+        // One read transaction: the version, the rows and the last sequence number agree.
+        let (version, appended, rows, next_seq) = self.with_reader("load transcript", |conn| {
+            let tx = conn.transaction()?;
+            let version: i64 = tx
+                .prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
+                .query_row(params![session_id], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            let (appended, from) = match cursor {
+                Some(c) if c.version == version as u64 => (true, c.next_seq as i64),
+                _ => (false, 0),
+            };
+            let mut stmt = tx.prepare_cached(
+                "SELECT seq, entry_id, message FROM transcript WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq",
+            )?;
+            let mut next_seq = from;
+            let mut rows = Vec::new();
+            let mut query = stmt.query(params![session_id, from])?;
+            while let Some(r) = query.next()? {
+                let seq: i64 = r.get(0)?;
+                next_seq = seq + 1;
+                rows.push((r.get(1)?, r.get(2)?));
+            }
+            drop(query);
+            drop(stmt);
+            tx.finish()?;
+            Ok((version as u64, appended, rows, next_seq as u64))
+        })?;
+        Ok(TranscriptRead {
+            entries: self.decode_entries(session_id, rows)?,
+            appended,
+            cursor: Some(TranscriptCursor { version, next_seq }),
+        })
     }
 
     fn append_transcript(
@@ -392,10 +628,9 @@ impl StateStore for SqliteStore {
         entries: &[TranscriptEntry],
     ) -> Result<(), StoreError> {
         let encoded = self.encode_entries("append transcript", entries)?;
-        self.with_conn("append transcript", |conn| {
-            let tx = conn.transaction()?;
-            insert_entries(&tx, session_id, &encoded)?;
-            tx.commit()
+        self.write_tx("append transcript", |tx| {
+            insert_entries(tx, session_id, &encoded)?;
+            Ok(((), true))
         })
     }
 
@@ -408,14 +643,12 @@ impl StateStore for SqliteStore {
         lease_generation: u64,
     ) -> Result<(), StoreError> {
         let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.with_conn("record turn", |conn| {
-            let tx = conn.transaction()?;
-            let fenced = upsert_binding(&tx, binding_key, binding_json, lease_generation)?;
+        let fenced = self.write_tx("record turn", |tx| {
+            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
             if fenced.is_none() {
-                insert_entries(&tx, session_id, &encoded)?;
-                tx.commit()?;
+                insert_entries(tx, session_id, &encoded)?;
             }
-            Ok(fenced)
+            Ok((fenced, fenced.is_none()))
         })?;
         stale_check("record turn", binding_key, lease_generation, fenced)
     }
@@ -430,15 +663,13 @@ impl StateStore for SqliteStore {
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
         let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.with_conn("record turn", |conn| {
-            let tx = conn.transaction()?;
-            let fenced = upsert_binding(&tx, binding_key, binding_json, lease_generation)?;
+        let fenced = self.write_tx("record turn", |tx| {
+            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
             if fenced.is_none() {
-                insert_entries(&tx, session_id, &encoded)?;
-                insert_outbox(&tx, commit)?;
-                tx.commit()?;
+                insert_entries(tx, session_id, &encoded)?;
+                insert_outbox(tx, commit)?;
             }
-            Ok(fenced)
+            Ok((fenced, fenced.is_none()))
         })?;
         stale_check("record turn", binding_key, lease_generation, fenced)
     }
@@ -458,19 +689,25 @@ impl StateStore for SqliteStore {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let missing = self.with_conn("rewrite transcript", |conn| {
-            let tx = conn.transaction()?;
+        let missing = self.write_tx("rewrite transcript", |tx| {
             for (entry_id, json) in &encoded {
-                let n = tx.prepare_cached("UPDATE transcript SET message = ?3 WHERE session_id = ?1 AND entry_id = ?2")?
-                .execute(params![session_id, entry_id, json],
-                )?;
+                let n = tx
+                    .prepare_cached(
+                        "UPDATE transcript SET message = ?3 WHERE session_id = ?1 AND entry_id = ?2",
+                    )?
+                    .execute(params![session_id, entry_id, json])?;
                 if n == 0 {
-                    // Dropping the transaction rolls back every earlier replacement.
-                    return Ok(Some(entry_id.to_string()));
+                    // Not committing rolls back every earlier replacement.
+                    return Ok((Some(entry_id.to_string()), false));
                 }
             }
-            tx.commit()?;
-            Ok(None)
+            // Readers holding a copy of this transcript see the new version and reload it.
+            tx.prepare_cached(
+                "INSERT INTO transcript_versions (session_id, version) VALUES (?1, 1)
+                 ON CONFLICT(session_id) DO UPDATE SET version = version + 1",
+            )?
+            .execute(params![session_id])?;
+            Ok((None, true))
         })?;
         match missing {
             Some(entry_id) => Err(self.record_error(
@@ -487,7 +724,7 @@ impl StateStore for SqliteStore {
     }
 
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
-        self.with_conn("read outbox", |conn| {
+        self.with_reader("read outbox", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
                  FROM outbox WHERE session_id = ?1 ORDER BY seq",
@@ -552,7 +789,7 @@ impl StateStore for SqliteStore {
     }
 
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
-        self.with_conn("read quarantines", |conn| {
+        self.with_reader("read quarantines", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT engine_id, operation, reason, at_ms FROM quarantine ORDER BY engine_id",
             )?;
@@ -569,7 +806,7 @@ impl StateStore for SqliteStore {
     }
 
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.with_conn("read bootstrap mark", |conn| {
+        self.with_reader("read bootstrap mark", |conn| {
             conn.prepare_cached(
                 "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
             )?
@@ -595,37 +832,21 @@ impl StateStore for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.with_conn("acquire session lease", |conn| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let existing: Option<(String, i64, i64)> = tx
-                .prepare_cached("SELECT holder, generation, expires_at_ms FROM leases WHERE session = ?1")?
-                .query_row(params![session],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()?;
-            let generation = match &existing {
-                Some((other, _, expires)) if other != holder && (*expires as u64) > now_ms => {
-                    return Ok(LeaseAttempt::Busy {
-                        holder: other.clone(),
-                        expires_at_ms: *expires as u64,
-                    });
-                }
-                Some((_, generation, _)) => *generation as u64 + 1,
-                None => 1,
-            };
-            let expires_at_ms = now_ms.saturating_add(ttl_ms);
-            tx.prepare_cached("INSERT INTO leases (session, holder, generation, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(session) DO UPDATE SET holder = excluded.holder,
-                   generation = excluded.generation, expires_at_ms = excluded.expires_at_ms")?
-                .execute(params![session, holder, generation as i64, expires_at_ms as i64],
-            )?;
-            tx.commit()?;
-            Ok(LeaseAttempt::Acquired(Lease {
-                session: session.to_string(),
-                holder: holder.to_string(),
-                generation,
-                expires_at_ms,
-            }))
+        self.write_tx("acquire session lease", |tx| {
+            acquire_lease(tx, session, holder, None, now_ms, ttl_ms)
+        })
+    }
+
+    fn take_over_lease(
+        &self,
+        session: &str,
+        dead_holder: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        self.write_tx("take over session lease", |tx| {
+            acquire_lease(tx, session, holder, Some(dead_holder), now_ms, ttl_ms)
         })
     }
 
@@ -640,8 +861,24 @@ impl StateStore for SqliteStore {
         })
     }
 
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        self.with_conn("renew session lease", |conn| {
+            conn.prepare_cached(
+                "UPDATE leases SET expires_at_ms = ?4
+                 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
+            )?
+            .execute(params![
+                lease.session,
+                lease.holder,
+                lease.generation as i64,
+                now_ms.saturating_add(ttl_ms) as i64
+            ])
+            .map(|n| n == 1)
+        })
+    }
+
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
-        self.with_conn("load document", |conn| {
+        self.with_reader("load document", |conn| {
             conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
                 .query_row(params![namespace, key], |r| r.get(0))
                 .optional()
@@ -664,6 +901,14 @@ impl StateStore for SqliteStore {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::contract::AgentMessage;
+
+    fn entry(id: &str, text: &str) -> TranscriptEntry {
+        TranscriptEntry {
+            entry_id: id.into(),
+            message: AgentMessage::user(text),
+        }
+    }
 
     // The store-generic checks (transcript, rewrite, leases and fencing, record_turn, outbox)
     // are in the shared conformance suite, `store::conformance`, run on every store.
@@ -707,5 +952,108 @@ mod tests {
         let err = s.save_binding("k", "{}", 0).unwrap_err();
         assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
         assert!(err.to_string().contains("locked"), "{err}");
+    }
+
+    /// An incremental read returns only the entries appended after the cursor; after a
+    /// rewrite the old cursor is stale and the whole (rewritten) transcript comes back.
+    #[test]
+    fn transcript_since_reads_increments_and_notices_rewrites() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+            .unwrap();
+        let first = s.transcript_since("s", None).unwrap();
+        assert!(!first.appended);
+        assert_eq!(first.entries.len(), 2);
+        let cursor = first.cursor.unwrap();
+        let none_new = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(none_new.appended);
+        assert!(none_new.entries.is_empty());
+        s.append_transcript("s", &[entry("c", "3")]).unwrap();
+        let more = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(more.appended);
+        let ids: Vec<_> = more.entries.iter().map(|e| e.entry_id.as_str()).collect();
+        assert_eq!(ids, ["c"]);
+        let cursor = more.cursor.unwrap();
+        s.replace_transcript_entries("s", &[entry("a", "one")])
+            .unwrap();
+        let after = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(!after.appended, "a rewrite invalidates the cursor");
+        assert_eq!(after.entries.len(), 3);
+        assert_eq!(after.entries[0].message.plain_text(), "one");
+    }
+
+    /// A lease held by a holder known to be dead is taken over (with a higher generation);
+    /// one held by anyone else is not. A renewal extends only the current holder's lease.
+    #[test]
+    fn leases_are_taken_over_and_renewed() {
+        let s = SqliteStore::in_memory().unwrap();
+        let LeaseAttempt::Acquired(dead) = s.try_acquire_lease("k", "dead", 0, 10_000).unwrap()
+        else {
+            panic!("lease refused");
+        };
+        assert!(matches!(
+            s.take_over_lease("k", "someone-else", "p2", 10, 10_000)
+                .unwrap(),
+            LeaseAttempt::Busy { .. }
+        ));
+        let LeaseAttempt::Acquired(new) = s.take_over_lease("k", "dead", "p2", 10, 1_000).unwrap()
+        else {
+            panic!("dead holder's lease not taken over");
+        };
+        assert!(new.generation > dead.generation);
+        assert!(!s.renew_lease(&dead, 20, 10_000).unwrap());
+        assert!(s.renew_lease(&new, 20, 10_000).unwrap());
+        // Renewed to 20 + 10 000: still held at 5 000.
+        assert!(matches!(
+            s.try_acquire_lease("k", "p3", 5_000, 1_000).unwrap(),
+            LeaseAttempt::Busy { .. }
+        ));
+    }
+
+    /// Several connections opening one fresh file at once all succeed (the schema is created
+    /// under the write lock, and the others wait for it).
+    #[test]
+    fn concurrent_opens_of_a_fresh_file_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let s = SqliteStore::open(&path)?;
+                    s.save_binding(&format!("k{i}"), "{}", 0)?;
+                    Ok::<_, StoreError>(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        for i in 0..8 {
+            assert!(s.load_binding(&format!("k{i}")).unwrap().is_some());
+        }
+    }
+
+    /// A write transaction that must wait for another connection's write lock waits for it
+    /// (instead of failing at once) and then commits.
+    #[test]
+    fn writes_wait_for_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            s.record_turn("sess", &[entry("a", "1")], "k", "{}", 0)
+                .map(|()| s)
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        other.execute_batch("COMMIT").unwrap();
+        let s = writer.join().unwrap().unwrap();
+        assert_eq!(s.load_transcript("sess").unwrap().len(), 1);
     }
 }

@@ -159,6 +159,10 @@ pub struct Script {
     pub rollback_id: Option<String>,
     last_after_turn_messages: Vec<AgentMessage>,
     pub calls: Vec<Call>,
+    /// The tools the engine offers to the model (see [`ScriptEngine::set_tools`]).
+    pub tools: Vec<EngineTool>,
+    /// Every `tools/call` received, in order; each answers `tool <name> ran with <arguments>`.
+    pub tool_calls: Vec<ToolCallParams>,
 }
 
 /// A context engine whose answers are scripted per test and which records every call.
@@ -216,12 +220,26 @@ impl ScriptEngine {
                 rollback_id: None,
                 last_after_turn_messages: Vec::new(),
                 calls: Vec::new(),
+                tools: Vec::new(),
+                tool_calls: Vec::new(),
             }),
             assemble_entered: Notify::new(),
             assemble_release: Notify::new(),
             maintain_release: Notify::new(),
             commit_recorded: Notify::new(),
         })
+    }
+
+    /// Offers these tools to the model (and announces `tools/call`).
+    pub fn set_tools(&self, tools: Vec<EngineTool>) {
+        let mut script = self.script();
+        script.tools = tools;
+        script.methods.insert(EngineMethod::CallTool);
+    }
+
+    /// Every tool call the engine executed.
+    pub fn tool_calls(&self) -> Vec<ToolCallParams> {
+        self.script().tool_calls.clone()
     }
 
     /// The script, to change or inspect.
@@ -580,6 +598,16 @@ impl ContextEngine for ScriptEngine {
     async fn dispose(&self) -> Result<(), EngineError> {
         self.record(Call::Dispose);
         Ok(())
+    }
+
+    fn tools(&self) -> Vec<EngineTool> {
+        self.script().tools.clone()
+    }
+
+    async fn call_tool(&self, params: ToolCallParams) -> Result<ToolCallResult, EngineError> {
+        let text = format!("tool {} ran with {}", params.name, params.arguments);
+        self.script().tool_calls.push(params);
+        Ok(ToolCallResult::from_text(text))
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{AppServerConfig, TurnLimits};
 use crate::connection::{self, Command, Health, RouteSpec};
 use crate::error::AppServerError;
-use crate::turn::{Interrupter, TurnHandle};
+use crate::turn::{Interrupter, Responder, TurnHandle};
 use crate::version::CodexVersion;
 
 /// Parameters of `thread/start`; `None` fields are left out.
@@ -41,6 +41,40 @@ pub struct ThreadStartParams {
     /// Not persisted (cannot be resumed after a restart).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ephemeral: Option<bool>,
+    /// Tools the client executes (experimental API): the model may call them, and Codex then
+    /// sends an `item/tool/call` request, surfaced as [`crate::TurnEvent::ToolCall`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic_tools: Option<Vec<DynamicToolSpec>>,
+}
+
+/// One entry of `thread/start.dynamicTools`: `{type: "function", name, description,
+/// inputSchema}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DynamicToolSpec {
+    /// Always `"function"`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub name: String,
+    pub description: String,
+    /// The JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+impl DynamicToolSpec {
+    /// A function tool.
+    pub fn function(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        Self {
+            kind: "function",
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+        }
+    }
 }
 
 /// Parameters of `thread/resume` (always with `excludeTurns: true`); `None` fields are left
@@ -464,7 +498,8 @@ impl AppServerClient {
             rx,
             self.inner.turn_limits,
             Some(self.interrupter()),
-        ))
+        )
+        .with_responder(self.responder()))
     }
 
     /// `turn/start` with one text input. The handle streams the turn's events.
@@ -521,7 +556,8 @@ impl AppServerClient {
             rx,
             self.inner.turn_limits,
             Some(self.interrupter()),
-        ))
+        )
+        .with_responder(self.responder()))
     }
 
     /// Sends `turn/interrupt` in a background task, for a turn handle whose limit was hit. Holds
@@ -542,6 +578,27 @@ impl AppServerClient {
                     Err(error) => {
                         tracing::warn!(%thread_id, %turn_id, %error, "codex app-server: turn/interrupt failed")
                     }
+                }
+            });
+        })
+    }
+
+    /// Answers server requests routed to a turn (dynamic tool calls) in a background task. Holds
+    /// the client weakly, like [`Self::interrupter`].
+    fn responder(&self) -> Responder {
+        let inner: Weak<Inner> = Arc::downgrade(&self.inner);
+        Arc::new(move |id: Value, result: Result<Value, String>| {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            tokio::spawn(async move {
+                if inner
+                    .commands
+                    .send(Command::Respond { id, result })
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("codex app-server: the connection closed before a server request was answered");
                 }
             });
         })

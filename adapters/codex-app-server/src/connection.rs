@@ -75,9 +75,19 @@ pub(crate) enum Routed {
         method: String,
         params: Value,
     },
+    /// A server request about the thread's turn (`item/tool/call`) that the turn's consumer
+    /// answers (see [`Command::Respond`]).
+    ServerRequest {
+        id: Value,
+        method: String,
+        params: Value,
+    },
     /// The connection died; no more events will come.
     Closed(AppServerError),
 }
+
+/// Server requests routed to the turn streaming on their thread instead of being declined.
+pub(crate) const ROUTED_SERVER_REQUESTS: &[&str] = &["item/tool/call"];
 
 /// Subscribe a turn stream to a thread's notifications when a request is sent.
 #[derive(Debug)]
@@ -106,6 +116,11 @@ pub(crate) enum Command {
     },
     /// The caller gave up waiting (timeout): forget the pending entry and its route.
     Cancel { id: i64 },
+    /// Answer a server request: a `result`, or an `error` with this message.
+    Respond {
+        id: Value,
+        result: Result<Value, String>,
+    },
     /// SIGKILL the child; the reply comes once the death has been processed.
     Kill { reply: oneshot::Sender<()> },
     /// Close stdin, wait for the exit (kill after a grace period).
@@ -133,12 +148,7 @@ impl Health {
             .stderr_tail
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if tail.is_empty() {
-            String::new()
-        } else {
-            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-            format!("; last stderr: {}", lines.join(" | "))
-        }
+        summarize_stderr(tail.iter().map(String::as_str))
     }
 }
 
@@ -344,6 +354,75 @@ async fn write_stdin(
     // The queue closed: dropping stdin sends EOF, which asks the app-server to exit.
 }
 
+/// Stderr lines quoted in a death's reason at most.
+const STDERR_SUMMARY_LINES: usize = 3;
+
+/// `line` without ANSI escape sequences (colour and cursor codes) and control characters.
+pub(crate) fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            match chars.peek() {
+                // CSI: parameters and intermediates up to a final byte in @..~.
+                Some('[') => {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ST.
+                Some(']') => {
+                    chars.next();
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' || (c == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {
+                    chars.next();
+                }
+            }
+        } else if !c.is_control() || c == '\t' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The part of the stderr tail worth quoting when the app-server dies: the last lines that
+/// report an error, a panic or a fatal condition, or else the last lines; at most
+/// [`STDERR_SUMMARY_LINES`], without escape sequences.
+pub(crate) fn summarize_stderr<'a>(tail: impl Iterator<Item = &'a str>) -> String {
+    let lines: Vec<String> = tail
+        .map(strip_ansi)
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let is_failure = |l: &String| {
+        let lower = l.to_ascii_lowercase();
+        ["error", "panic", "fatal"]
+            .iter()
+            .any(|w| lower.contains(w))
+    };
+    let failures: Vec<&String> = lines.iter().filter(|l| is_failure(l)).collect();
+    let chosen: Vec<&String> = if failures.is_empty() {
+        lines.iter().collect()
+    } else {
+        failures
+    };
+    let start = chosen.len().saturating_sub(STDERR_SUMMARY_LINES);
+    let quoted: Vec<&str> = chosen[start..].iter().map(|s| s.as_str()).collect();
+    if quoted.is_empty() {
+        String::new()
+    } else {
+        format!("; last stderr: {}", quoted.join(" | "))
+    }
+}
+
 async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, health: Arc<Health>) {
     let mut lines = BufReader::new(stderr).lines();
     loop {
@@ -522,6 +601,16 @@ impl Actor {
                     }
                 }
             }
+            Command::Respond { id, result } => {
+                let message = match result {
+                    Ok(result) => json!({"id": id, "result": result}),
+                    Err(message) => json!({
+                        "id": id,
+                        "error": {"code": -32603, "message": message},
+                    }),
+                };
+                self.send_line(encode(&message));
+            }
             Command::Kill { reply } | Command::Shutdown { reply } => {
                 let _ = reply.send(());
             }
@@ -546,7 +635,10 @@ impl Actor {
             .map(str::to_owned);
         let id = message.get("id").cloned();
         match (method, id) {
-            (Some(method), Some(id)) => self.answer_server_request(&method, id),
+            (Some(method), Some(id)) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.answer_server_request(&method, id, params)
+            }
             (Some(method), None) => {
                 let params = message.get("params").cloned().unwrap_or(Value::Null);
                 self.route_notification(method, params);
@@ -558,9 +650,26 @@ impl Actor {
         }
     }
 
-    /// Requests from the server (approvals, user input, …) are not supported: answering with
-    /// an error keeps the server from waiting forever.
-    fn answer_server_request(&mut self, method: &str, id: Value) {
+    /// A server request of [`ROUTED_SERVER_REQUESTS`] (a dynamic tool call) goes to the turn
+    /// streaming on its thread, whose consumer answers it. Any other request (approvals, user
+    /// input, …), or one for a thread no turn is streaming on, is declined: answering with an
+    /// error keeps the server from waiting forever.
+    fn answer_server_request(&mut self, method: &str, id: Value, params: Value) {
+        if ROUTED_SERVER_REQUESTS.contains(&method) {
+            let thread_id = params.get("threadId").and_then(Value::as_str);
+            let subscription = thread_id.and_then(|t| self.subscriptions.get(t));
+            if let Some(subscription) = subscription {
+                let routed = Routed::ServerRequest {
+                    id: id.clone(),
+                    method: method.to_owned(),
+                    params,
+                };
+                if subscription.tx.send(routed).is_ok() {
+                    tracing::debug!(%method, "codex app-server: server request routed to its turn");
+                    return;
+                }
+            }
+        }
         tracing::warn!(%method, "codex app-server: declining a server request");
         let reply = json!({
             "id": id,
@@ -700,7 +809,7 @@ impl Actor {
             Command::Kill { reply } | Command::Shutdown { reply } => {
                 let _ = reply.send(());
             }
-            Command::Notify { .. } | Command::Cancel { .. } => {}
+            Command::Notify { .. } | Command::Cancel { .. } | Command::Respond { .. } => {}
         }
     }
 }
@@ -751,5 +860,36 @@ mod tests {
         assert!(parse_line(b"   ").is_none());
         assert!(parse_line(b"[1,2]").is_none());
         assert!(parse_line(b"Error: not json").is_none());
+    }
+
+    /// Colour codes and other escape sequences are removed from quoted stderr.
+    #[test]
+    fn ansi_escapes_are_stripped() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2025\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m boom\u{1b}]0;title\u{7}"),
+            "2025 ERROR boom"
+        );
+    }
+
+    /// A death quotes the error lines of the stderr tail (not unrelated log lines), or the
+    /// last lines when none reports an error, three at most.
+    #[test]
+    fn stderr_summary_prefers_error_lines() {
+        let tail = [
+            "\u{1b}[32m INFO\u{1b}[0m starting",
+            "WARN unrelated: telemetry disabled",
+            "\u{1b}[31mERROR\u{1b}[0m model unreachable",
+            "INFO still going",
+        ];
+        assert_eq!(
+            summarize_stderr(tail.into_iter()),
+            "; last stderr: ERROR model unreachable"
+        );
+        let calm = ["a", "b", "c", "d"];
+        assert_eq!(
+            summarize_stderr(calm.into_iter()),
+            "; last stderr: b | c | d"
+        );
+        assert_eq!(summarize_stderr(std::iter::empty()), "");
     }
 }

@@ -8,7 +8,8 @@
 //!   that run Codex offline against a mock model ([`offline_overrides`]).
 //! - `connection`: the actor owning the child's stdio. Callers send requests with a reply
 //!   channel; responses are matched by id; notifications are routed to the turn streaming on
-//!   their thread; server-initiated requests are declined; a dead child fails every pending call
+//!   their thread; `item/tool/call` server requests go to the turn on their thread (answered by
+//!   its consumer), other server-initiated requests are declined; a dead child fails every pending call
 //!   and turn at once with a [`AppServerError::Transport`] naming the method.
 //! - [`client`]: [`AppServerClient`], the typed calls (`thread/start`, `thread/resume` with
 //!   re-sent instructions, `thread/inject_items`, `thread/compact/start`, `turn/start` with
@@ -37,15 +38,18 @@ pub mod fuzzing {
 }
 
 pub use client::{
-    AdditionalContext, AdditionalContextKind, AppServerClient, ServerInfo, ThreadResumeParams,
-    ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,
+    AdditionalContext, AdditionalContextKind, AppServerClient, DynamicToolSpec, ServerInfo,
+    ThreadResumeParams, ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,
 };
 pub use config::{
     locate_codex_binary, locate_codex_binary_in, offline_overrides, AppServerConfig, ConfigValue,
     TurnLimits,
 };
 pub use error::{AppServerError, TurnLimitKind};
-pub use turn::{ItemKind, TurnEvent, TurnHandle, TurnOutcome, TurnStatus};
+pub use turn::{
+    DynamicToolCall, DynamicToolCallResponse, ItemKind, TurnEvent, TurnHandle, TurnOutcome,
+    TurnStatus,
+};
 pub use version::{
     is_below_tested, keeps_additional_context_across_compaction, CodexVersion, NEWEST_TESTED,
     OLDEST_TESTED,

@@ -23,6 +23,71 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// Sends `turn/interrupt {threadId, turnId}` in the background (arguments: thread id, turn id).
 pub(crate) type Interrupter = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
+/// Answers a server request in the background (arguments: the request id, its result or an
+/// error message).
+pub(crate) type Responder = Arc<dyn Fn(Value, Result<Value, String>) + Send + Sync>;
+
+/// An `item/tool/call` server request: the model called one of the thread's `dynamicTools`.
+/// Answer it with [`TurnHandle::respond_tool_call`]; Codex waits for the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DynamicToolCall {
+    /// The JSON-RPC id of the server request (echoed in the answer).
+    pub request_id: Value,
+    pub thread_id: String,
+    pub turn_id: String,
+    /// Codex's id of the call.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The tool's namespace, for a tool of a namespace spec.
+    pub namespace: Option<String>,
+    /// The arguments, as the model gave them.
+    pub arguments: Value,
+}
+
+impl DynamicToolCall {
+    fn parse(request_id: Value, params: &Value) -> Self {
+        let text = |key: &str| {
+            params
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        Self {
+            request_id,
+            thread_id: text("threadId"),
+            turn_id: text("turnId"),
+            call_id: text("callId"),
+            tool: text("tool"),
+            namespace: params
+                .get("namespace")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            arguments: params.get("arguments").cloned().unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// The answer to a [`DynamicToolCall`]: `{contentItems: [{type: "inputText", text}], success}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamicToolCallResponse {
+    /// The text the model receives.
+    pub text: String,
+    /// Whether the call succeeded.
+    pub success: bool,
+}
+
+impl DynamicToolCallResponse {
+    /// The wire form of the answer.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "contentItems": [{"type": "inputText", "text": self.text}],
+            "success": self.success,
+        })
+    }
+}
+
 /// The limit being enforced after it was hit: the error to report once Codex confirmed the
 /// interrupt (or the grace period ran out).
 struct Stopping {
@@ -137,6 +202,9 @@ pub enum TurnEvent {
     },
     /// `thread/compacted`.
     Compacted,
+    /// The model called a dynamic tool; answer with [`TurnHandle::respond_tool_call`] (the turn
+    /// does not go on until then).
+    ToolCall(DynamicToolCall),
     /// `turn/completed`: the last event of the turn.
     Completed {
         turn_id: String,
@@ -177,6 +245,8 @@ pub struct TurnHandle {
     finished: bool,
     limits: TurnLimits,
     interrupter: Option<Interrupter>,
+    /// Answers routed server requests; without one they are answered with an error.
+    responder: Option<Responder>,
     /// Fires when no event arrived for `limits.idle_timeout`; reset by every event.
     idle: Pin<Box<Sleep>>,
     /// Fires `limits.turn_deadline` after the handle was created.
@@ -216,11 +286,39 @@ impl TurnHandle {
             finished: false,
             limits,
             interrupter,
+            responder: None,
             idle: Box::pin(tokio::time::sleep_until(now + limits.idle_timeout)),
             deadline: Box::pin(tokio::time::sleep_until(now + limits.turn_deadline)),
             reply_bytes: 0,
             stopping: None,
         }
+    }
+
+    /// Answers routed server requests through `responder`.
+    pub(crate) fn with_responder(mut self, responder: Responder) -> Self {
+        self.responder = Some(responder);
+        self
+    }
+
+    /// Answers a [`TurnEvent::ToolCall`] of this turn (the model receives the text).
+    pub fn respond_tool_call(&self, call: &DynamicToolCall, response: &DynamicToolCallResponse) {
+        self.respond(call.request_id.clone(), Ok(response.to_json()));
+    }
+
+    fn respond(&self, id: Value, result: Result<Value, String>) {
+        match &self.responder {
+            Some(respond) => respond(id, result),
+            None => tracing::warn!(
+                thread_id = %self.thread_id,
+                "codex app-server: no way to answer a server request of this turn"
+            ),
+        }
+    }
+
+    /// Declines a routed server request that no consumer will answer.
+    fn decline(&self, id: Value, method: &str, why: &str) {
+        tracing::warn!(thread_id = %self.thread_id, %method, why, "codex app-server: declining a server request");
+        self.respond(id, Err(format!("ctxbridge cannot answer {method}: {why}")));
     }
 
     /// The limits this turn runs under.
@@ -276,6 +374,13 @@ impl TurnHandle {
                 }
                 | TurnEvent::Compacted => outcome.compaction_seen = true,
                 TurnEvent::TokenUsage(usage) => outcome.usage = Some(usage),
+                TurnEvent::ToolCall(call) => self.respond_tool_call(
+                    &call,
+                    &DynamicToolCallResponse {
+                        text: format!("tool {} is not available in this turn", call.tool),
+                        success: false,
+                    },
+                ),
                 TurnEvent::RetryError { message, .. } => outcome.retries.push(message),
                 TurnEvent::Error { message, .. } => outcome.error = Some(message),
                 TurnEvent::Completed {
@@ -456,6 +561,9 @@ impl TurnHandle {
                         break;
                     }
                 }
+                Poll::Ready(Some(Routed::ServerRequest { id, method, .. })) => {
+                    self.decline(id, &method, "the turn is being interrupted");
+                }
                 Poll::Ready(Some(Routed::Closed(_)) | None) => break,
                 Poll::Pending => {
                     if stopping.grace.as_mut().poll(cx).is_ready() {
@@ -500,6 +608,15 @@ impl Stream for TurnHandle {
                         }
                         return Poll::Ready(Some(Ok(event)));
                     }
+                }
+                Poll::Ready(Some(Routed::ServerRequest { id, method, params })) => {
+                    let idle_until = Instant::now() + this.limits.idle_timeout;
+                    this.idle.as_mut().reset(idle_until);
+                    if method == "item/tool/call" {
+                        let call = DynamicToolCall::parse(id, &params);
+                        return Poll::Ready(Some(Ok(TurnEvent::ToolCall(call))));
+                    }
+                    this.decline(id, &method, "not a request a turn answers");
                 }
                 Poll::Ready(Some(Routed::Closed(error))) => {
                     this.finished = true;
@@ -634,5 +751,89 @@ mod tests {
         );
         assert!(handle.next().await.is_none());
         drop(tx);
+    }
+
+    /// A server request's id and the answer sent for it.
+    type Answer = (Value, Result<Value, String>);
+
+    /// An `item/tool/call` routed to a turn is surfaced as a `ToolCall` event with its fields,
+    /// and answering it sends `{contentItems: [{type: "inputText", text}], success}` under the
+    /// request's id; a turn driven by `collect` (no tool executor) answers with a failure.
+    #[tokio::test]
+    async fn tool_calls_are_surfaced_and_answered_by_request_id() {
+        let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
+        let seen = answers.clone();
+        let responder: Responder = Arc::new(move |id: Value, result: Result<Value, String>| {
+            seen.lock().unwrap().push((id, result));
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut handle = TurnHandle::new(
+            "thr".to_owned(),
+            Some("turn-1".to_owned()),
+            "turn/start",
+            rx,
+            TurnLimits::default(),
+            None,
+        )
+        .with_responder(responder.clone());
+        let params = json!({"threadId": "thr", "turnId": "turn-1", "callId": "call-9",
+                            "tool": "lookup", "arguments": {"q": "otters"}});
+        tx.send(Routed::ServerRequest {
+            id: json!(7),
+            method: "item/tool/call".to_owned(),
+            params: params.clone(),
+        })
+        .unwrap();
+        let Some(Ok(TurnEvent::ToolCall(call))) = handle.next().await else {
+            panic!("expected a tool call");
+        };
+        assert_eq!(call.call_id, "call-9");
+        assert_eq!(call.tool, "lookup");
+        assert_eq!(call.turn_id, "turn-1");
+        assert_eq!(call.arguments, json!({"q": "otters"}));
+        handle.respond_tool_call(
+            &call,
+            &DynamicToolCallResponse {
+                text: "3 otters".to_owned(),
+                success: true,
+            },
+        );
+        assert_eq!(
+            answers.lock().unwrap().pop().unwrap(),
+            (
+                json!(7),
+                Ok(
+                    json!({"contentItems": [{"type": "inputText", "text": "3 otters"}],
+                          "success": true})
+                )
+            )
+        );
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = TurnHandle::new(
+            "thr".to_owned(),
+            Some("turn-2".to_owned()),
+            "turn/start",
+            rx,
+            TurnLimits::default(),
+            None,
+        )
+        .with_responder(responder);
+        tx.send(Routed::ServerRequest {
+            id: json!(8),
+            method: "item/tool/call".to_owned(),
+            params,
+        })
+        .unwrap();
+        tx.send(notification(
+            "turn/completed",
+            json!({"threadId": "thr", "turn": {"id": "turn-2", "status": "completed"}}),
+        ))
+        .unwrap();
+        let outcome = handle.collect().await.unwrap();
+        assert_eq!(outcome.status, TurnStatus::Completed);
+        let (id, result) = answers.lock().unwrap().pop().unwrap();
+        assert_eq!(id, json!(8));
+        assert_eq!(result.unwrap()["success"], json!(false));
     }
 }

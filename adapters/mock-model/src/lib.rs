@@ -24,7 +24,7 @@ pub mod server;
 mod sse;
 
 pub use record::{RecordedRequest, RequestKind};
-pub use script::{ReplyOutcome, ScriptedReply, Usage};
+pub use script::{ReplyOutcome, ScriptedReply, ScriptedToolCall, Usage};
 pub use server::{serve, serve_config, MockModelConfig, MockModelError, MockModelServer};
 
 /// Read a JSONL request log written by a server started with `log_path`.

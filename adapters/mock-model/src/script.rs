@@ -43,6 +43,20 @@ pub enum ReplyOutcome {
     Failed { code: String, message: String },
 }
 
+/// A function call the model makes instead of answering with text: the response's output is
+/// one `function_call` item. The client is expected to run the tool and send a
+/// `function_call_output` item in its next request; the default reply to that request includes
+/// the output (see [`default_reply_text_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptedToolCall {
+    /// The function's name.
+    pub name: String,
+    /// The arguments as the model sends them: JSON text.
+    pub arguments: String,
+    /// The call id (generated when `None`).
+    pub call_id: Option<String>,
+}
+
 /// One scripted answer. Fields left `None` fall back to the server's behaviour for the request
 /// (deterministic text from the last user message, usage estimated from the request size).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -51,6 +65,8 @@ pub struct ScriptedReply {
     pub usage: Option<Usage>,
     pub delay: Option<Duration>,
     pub outcome: ReplyOutcome,
+    /// Answer with a function call instead of a message.
+    pub tool_call: Option<ScriptedToolCall>,
 }
 
 impl ScriptedReply {
@@ -58,6 +74,18 @@ impl ScriptedReply {
     pub fn text(text: impl Into<String>) -> Self {
         Self {
             text: Some(text.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A function call of `name` with `arguments` (JSON text) instead of a message.
+    pub fn tool_call(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            tool_call: Some(ScriptedToolCall {
+                name: name.into(),
+                arguments: arguments.into(),
+                call_id: None,
+            }),
             ..Self::default()
         }
     }
@@ -129,6 +157,35 @@ pub fn default_reply_text(last_user: Option<&str>) -> String {
             format!("mock reply to: {head}")
         }
         None => "mock reply to: (no user message)".to_owned(),
+    }
+}
+
+/// The default reply for a whole conversation: when its last item is a tool's output
+/// (`function_call_output`), a text that quotes the output; otherwise
+/// [`default_reply_text`] of the last user message.
+pub fn default_reply_text_for(conversation: &[serde_json::Value]) -> Option<String> {
+    let last = conversation.last()?;
+    if last.get("type").and_then(serde_json::Value::as_str) != Some("function_call_output") {
+        return None;
+    }
+    Some(format!(
+        "mock reply to tool output: {}",
+        function_call_output_text(last)
+    ))
+}
+
+/// The text of a `function_call_output` item: its `output` string, or the text parts of an
+/// `output` array joined with newlines.
+pub fn function_call_output_text(item: &serde_json::Value) -> String {
+    match item.get("output") {
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(serde_json::Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(serde_json::Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(other) => other.to_string(),
+        None => String::new(),
     }
 }
 

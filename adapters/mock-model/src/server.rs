@@ -20,7 +20,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::record::{last_user_text, normalize_input, RecordedRequest, RequestKind};
-use crate::script::{default_reply_text, estimate_tokens, ReplyOutcome, ScriptedReply, Usage};
+use crate::script::{
+    default_reply_text, default_reply_text_for, estimate_tokens, ReplyOutcome, ScriptedReply, Usage,
+};
 use crate::sse;
 
 /// Marker texts of a compaction request sent as a normal Responses request (Codex's local
@@ -450,6 +452,26 @@ impl Incoming {
 }
 
 impl Shared {
+    /// Stateful mode, after a complete response: store it (for `store: true`, so it can be
+    /// chained on) and append the request's input and the output item to the conversation it
+    /// names.
+    fn keep_output(&self, record: &RecordedRequest, response_id: &str, item: &Value) {
+        if !self.stateful {
+            return;
+        }
+        if record.store {
+            let mut conversation = record.conversation.clone();
+            conversation.push(item.clone());
+            lock(&self.store).insert(response_id.to_owned(), conversation);
+        }
+        if let Some(conversation_id) = &record.conversation_id {
+            if let Some(conversation) = lock(&self.conversations).get_mut(conversation_id) {
+                conversation.items.extend(record.input.iter().cloned());
+                conversation.items.push(item.clone());
+            }
+        }
+    }
+
     fn next_reply(&self) -> ScriptedReply {
         match lock(&self.queue).pop_front() {
             Some(reply) => reply,
@@ -621,6 +643,9 @@ fn reply_text(reply: &ScriptedReply, conversation: &[Value]) -> String {
     if let Some(text) = &reply.text {
         return text.clone();
     }
+    if let Some(text) = default_reply_text_for(conversation) {
+        return text;
+    }
     let last_user = last_user_text(conversation);
     if is_compaction_prompt(last_user.as_deref()) {
         let users = crate::record::message_texts(conversation, "user");
@@ -668,6 +693,9 @@ async fn responses(
         return response;
     }
 
+    if reply.tool_call.is_some() {
+        return tool_call_response(&shared, record, reply, &model, body_len).await;
+    }
     let text = reply_text(&reply, &record.conversation);
     let response_id = new_id("resp");
     let item_id = new_id("msg");
@@ -676,18 +704,8 @@ async fn responses(
         .unwrap_or_else(|| Usage::new(estimate_tokens(body_len), estimate_tokens(text.len())));
     let item = sse::assistant_message(&item_id, &text);
     record_outcome(&mut record, &reply, &response_id, &text);
-    if shared.stateful && record.store && reply.outcome == ReplyOutcome::Complete {
-        let mut conversation = record.conversation.clone();
-        conversation.push(item.clone());
-        lock(&shared.store).insert(response_id.clone(), conversation);
-    }
-    if shared.stateful && reply.outcome == ReplyOutcome::Complete {
-        if let Some(conversation_id) = &record.conversation_id {
-            if let Some(conversation) = lock(&shared.conversations).get_mut(conversation_id) {
-                conversation.items.extend(record.input.iter().cloned());
-                conversation.items.push(item.clone());
-            }
-        }
+    if reply.outcome == ReplyOutcome::Complete {
+        shared.keep_output(&record, &response_id, &item);
     }
     shared.remember(&record).await;
     tracing::debug!(seq = record.seq, path = %record.path, status = record.status, "mock model request");
@@ -734,6 +752,63 @@ async fn responses(
             events.push(sse::response_failed(&response_id, &model, &code, &message));
         }
     }
+    let frames: Vec<Result<Bytes, Infallible>> = events
+        .iter()
+        .map(|event| Ok(Bytes::from(sse::frame(event))))
+        .collect();
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(futures::stream::iter(frames)),
+    )
+        .into_response()
+}
+
+/// A scripted function call: the response's only output item is a `function_call`; stored (in
+/// stateful mode) so the client's `function_call_output` can chain on it.
+async fn tool_call_response(
+    shared: &Shared,
+    mut record: RecordedRequest,
+    reply: ScriptedReply,
+    model: &str,
+    body_len: usize,
+) -> Response {
+    let Some(call) = reply.tool_call else {
+        return json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "no_tool_call",
+            "mock: tool call reply without a call",
+            None,
+        );
+    };
+    let response_id = new_id("resp");
+    let item_id = new_id("fc");
+    let call_id = call.call_id.unwrap_or_else(|| new_id("call"));
+    let item = sse::function_call(&item_id, &call_id, &call.name, &call.arguments);
+    let usage = reply.usage.unwrap_or_else(|| {
+        Usage::new(
+            estimate_tokens(body_len),
+            estimate_tokens(call.arguments.len()),
+        )
+    });
+    record.response_id = Some(response_id.clone());
+    record.reply_text = None;
+    shared.keep_output(&record, &response_id, &item);
+    shared.remember(&record).await;
+    tracing::debug!(seq = record.seq, tool = %call.name, "mock model: scripted tool call");
+    if let Some(delay) = reply.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let events = [
+        sse::response_created(&response_id, model),
+        sse::item_added(&item),
+        sse::output_item_done(&item),
+        sse::response_completed(&response_id, model, &item, usage),
+    ];
     let frames: Vec<Result<Bytes, Infallible>> = events
         .iter()
         .map(|event| Ok(Bytes::from(sse::frame(event))))

@@ -50,6 +50,27 @@ pub fn output_text_delta(item_id: &str, delta: &str) -> Value {
     })
 }
 
+/// A `response.output_item.added` event for any item (e.g. a function call).
+pub fn item_added(item: &Value) -> Value {
+    json!({
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "item": item,
+    })
+}
+
+/// A finished `function_call` output item.
+pub fn function_call(item_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    })
+}
+
 /// The finished assistant message item, as it appears in `output` and in later conversations.
 pub fn assistant_message(item_id: &str, text: &str) -> Value {
     json!({

@@ -642,3 +642,55 @@ async fn unknown_and_deleted_conversations_are_not_found() {
     assert!(server.delete_conversation(&kept));
     assert!(!server.delete_conversation(&kept));
 }
+
+/// A scripted tool call answers with one `function_call` item (name, JSON arguments, a call
+/// id); the follow-up request chaining a `function_call_output` on it (stateful mode) gets a
+/// default reply quoting the tool's output.
+#[tokio::test]
+async fn a_scripted_tool_call_then_a_reply_quoting_the_tool_output() {
+    let server = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    server.push_reply(ScriptedReply::tool_call("lookup", r#"{"q":"otters"}"#));
+    let url = format!("{}/responses", server.base_url());
+    let mut body = request(json!([user("find otters")]));
+    body["store"] = json!(true);
+    body["tools"] = json!([{"type": "function", "name": "lookup", "description": "d",
+                            "parameters": {"type": "object"}}]);
+    let first = post(&url, &body).await;
+    assert_eq!(
+        first.types(),
+        vec![
+            "response.created",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let item = &first.event("response.output_item.done")["item"];
+    assert_eq!(item["type"], "function_call");
+    assert_eq!(item["name"], "lookup");
+    assert_eq!(item["arguments"], r#"{"q":"otters"}"#);
+    let call_id = item["call_id"].as_str().unwrap().to_owned();
+    let response_id = first.event("response.completed")["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(first.text(), "");
+
+    let follow_up = json!({
+        "model": "mock-model", "stream": true, "store": true,
+        "previous_response_id": response_id,
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "3 otters"}],
+    });
+    let second = post(&url, &follow_up).await;
+    assert_eq!(second.text(), "mock reply to tool output: 3 otters");
+    let requests = server.response_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[0].body_contains("\"lookup\""));
+    assert_eq!(
+        requests[1].conversation.len(),
+        3,
+        "user message, function call, function call output"
+    );
+}

@@ -69,6 +69,10 @@ pub struct CreateResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conversation: Option<String>,
     pub store: bool,
+    /// Tools the model may call (`{"type": "function", name, description, parameters}`);
+    /// omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
 }
 
 /// A conversation object (`POST /conversations`, `GET /conversations/{id}`).
@@ -207,6 +211,7 @@ mod tests {
             previous_response_id: Some("resp_1".into()),
             conversation: None,
             store: true,
+            tools: Vec::new(),
         };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),

@@ -199,6 +199,7 @@ fn request(previous_response_id: Option<&str>) -> CreateResponse {
         previous_response_id: previous_response_id.map(str::to_owned),
         conversation: None,
         store: true,
+        tools: Vec::new(),
     }
 }
 
