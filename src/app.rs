@@ -3,8 +3,10 @@
 //! and the selected engine.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use serde_json::{json, Map, Value};
 
 use codex_app_server_client::locate_codex_binary;
 
@@ -18,10 +20,11 @@ use crate::config::{
     self, BackendConfig, CodexContextDelivery, Config, DeveloperInstructionDrift,
     ResponsesThreadKind, StoreKind,
 };
-use crate::contract::{ContextEngine, EngineError};
+use crate::contract::{ConfigIssue, ContextEngine, EngineError, RuntimeCallbacks};
+use crate::engines::process::protocol::error_code;
 use crate::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConfig};
 use crate::engines::sample::{SampleSummaryEngine, SAMPLE_ENGINE_ID};
-use crate::harness::{Harness, HarnessConfig};
+use crate::harness::{Harness, HarnessConfig, HostLlmCallbacks};
 use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
 use crate::store::{
@@ -65,9 +68,133 @@ pub fn host_identity(config: &Config) -> HostIdentity {
     }
 }
 
+/// An engine that rejected its configuration (`-32010` from `initialize`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfigError {
+    pub engine_id: String,
+    /// What the engine said (it names the keys).
+    pub message: String,
+    /// Each offending key, relative to `plugins.entries.<id>.config`.
+    pub issues: Vec<ConfigIssue>,
+}
+
+impl std::fmt::Display for EngineConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid configuration of context engine \"{}\" (plugins.entries.{}.config)",
+            self.engine_id, self.engine_id
+        )?;
+        if self.issues.is_empty() {
+            write!(f, ": {}", self.message)
+        } else {
+            for (i, issue) in self.issues.iter().enumerate() {
+                let sep = if i == 0 { ": " } else { "; " };
+                write!(
+                    f,
+                    "{sep}plugins.entries.{}.config.{}: {}",
+                    self.engine_id, issue.key, issue.message
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+impl std::error::Error for EngineConfigError {}
+
+/// Collects the configuration errors engines report while their factories run.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfigErrors(Arc<Mutex<Vec<EngineConfigError>>>);
+
+impl EngineConfigErrors {
+    fn push(&self, error: EngineConfigError) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(error);
+    }
+
+    /// Every error reported so far.
+    pub fn all(&self) -> Vec<EngineConfigError> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The error `engine_id` reported, if any.
+    pub fn of(&self, engine_id: &str) -> Option<EngineConfigError> {
+        self.all().into_iter().find(|e| e.engine_id == engine_id)
+    }
+}
+
+/// The OpenClaw-shaped config an engine sees as `api.config` (`initialize.openclawConfig`):
+/// `{plugins: {slots, entries: {<id>: {enabled?, config?}}}}`. ctxbridge's own entry fields
+/// (`command`, `env`, `cwd`, `timeoutMs`) stay out of it.
+pub fn openclaw_config(config: &Config) -> Value {
+    let mut slots = Map::new();
+    if let Some(engine) = &config.plugins.slots.context_engine {
+        slots.insert("contextEngine".into(), json!(engine));
+    }
+    if let Some(memory) = &config.plugins.slots.memory {
+        slots.insert("memory".into(), json!(memory));
+    }
+    let entries: Map<String, Value> = config
+        .plugins
+        .entries
+        .iter()
+        .map(|(id, entry)| {
+            let mut e = Map::new();
+            if let Some(enabled) = entry.enabled {
+                e.insert("enabled".into(), json!(enabled));
+            }
+            if let Some(c) = &entry.config {
+                e.insert("config".into(), c.clone());
+            }
+            (id.clone(), Value::Object(e))
+        })
+        .collect();
+    json!({"plugins": {"slots": slots, "entries": entries}})
+}
+
+/// The state dir of engine `engine_id`: `<state dir>/engines/<engineId>`, absolute (the
+/// engine may run in another working directory).
+pub fn engine_state_dir(config: &Config, engine_id: &str) -> PathBuf {
+    absolute(state_dir(config).join("engines").join(engine_id))
+}
+
+/// `path` made absolute against the current directory (unchanged if that fails).
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
+/// The model engines are told about (`initialize.model`): `agent.model`, else the Responses
+/// backend's model.
+pub fn default_model(config: &Config) -> Option<String> {
+    config
+        .agent
+        .model
+        .clone()
+        .or_else(|| match &config.backend {
+            BackendConfig::Responses(r) => Some(r.model.clone()),
+            _ => None,
+        })
+}
+
 /// The registry with every engine ctxbridge knows: the sample engine, and each configured
 /// entry with a `command` as an out-of-process engine (SPEC §13). Legacy is built in.
 pub fn registry(config: &Config) -> EngineRegistry {
+    registry_with(config, None, &EngineConfigErrors::default())
+}
+
+/// As [`registry`]; out-of-process engines get `host_callbacks` for `runtime/llmComplete`
+/// outside lifecycle calls, and their configuration errors are collected in `config_errors`.
+pub fn registry_with(
+    config: &Config,
+    host_callbacks: Option<Arc<dyn RuntimeCallbacks>>,
+    config_errors: &EngineConfigErrors,
+) -> EngineRegistry {
     let registry = EngineRegistry::new();
     let registered = registry.register(SAMPLE_ENGINE_ID, CORE_OWNER, |ctx| async move {
         SampleSummaryEngine::from_config(&ctx.config, ctx.agent_dir)
@@ -86,6 +213,11 @@ pub fn registry(config: &Config) -> EngineRegistry {
         let cwd = entry.cwd.clone();
         let timeout_ms = entry.timeout_ms;
         let host = host.clone();
+        let state_dir = engine_state_dir(config, id);
+        let openclaw = openclaw_config(config);
+        let model = default_model(config);
+        let host_callbacks = host_callbacks.clone();
+        let config_errors = config_errors.clone();
         let result = registry.register(id, CONFIG_OWNER, move |ctx| {
             let mut cfg = ProcessEngineConfig::new(id_owned.clone(), command.clone(), host.clone());
             cfg.env = env.clone();
@@ -96,11 +228,39 @@ pub fn registry(config: &Config) -> EngineRegistry {
             cfg.config = ctx.config;
             cfg.agent_dir = ctx.agent_dir;
             cfg.workspace_dir = ctx.workspace_dir;
+            cfg.state_dir = Some(state_dir.clone());
+            cfg.openclaw_config = Some(openclaw.clone());
+            cfg.model = model.clone();
+            let host_callbacks = host_callbacks.clone();
+            let config_errors = config_errors.clone();
+            let engine_id = id_owned.clone();
             async move {
-                ProcessEngine::spawn(cfg)
-                    .await
-                    .map(|e| Arc::new(e) as Arc<dyn ContextEngine>)
-                    .map_err(load_failure)
+                if let Some(dir) = &cfg.state_dir {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        format!("cannot create the engine state dir {}: {e}", dir.display())
+                    })?;
+                }
+                match ProcessEngine::spawn(cfg).await {
+                    Ok(engine) => {
+                        if let Some(callbacks) = host_callbacks {
+                            engine.set_host_callbacks(callbacks);
+                        }
+                        Ok(Arc::new(engine) as Arc<dyn ContextEngine>)
+                    }
+                    Err(error) => {
+                        if let EngineError::InvalidConfig {
+                            message, issues, ..
+                        } = &error
+                        {
+                            config_errors.push(EngineConfigError {
+                                engine_id,
+                                message: message.clone(),
+                                issues: issues.clone(),
+                            });
+                        }
+                        Err(load_failure(error))
+                    }
+                }
             }
         });
         if let Err(e) = result {
@@ -111,12 +271,17 @@ pub fn registry(config: &Config) -> EngineRegistry {
 }
 
 /// The quarantine reason of an engine process that did not come up: an `initialize` the
-/// process answered with an error means its plugin failed to load or register (the host
-/// reports why); anything else is the process itself.
+/// process answered with an error (a configuration error included, which is also reported as
+/// such) means its plugin failed to load or register (the host reports why); anything else is
+/// the process itself.
 fn load_failure(error: EngineError) -> String {
     match error {
         EngineError::Failed { message, .. } => format!(
             "the engine process could not load or register the plugin (initialize failed): {message}"
+        ),
+        EngineError::InvalidConfig { message, .. } => format!(
+            "the engine process could not load or register the plugin (initialize failed): {message} (JSON-RPC error {})",
+            error_code::CONFIG_ERROR
         ),
         other => format!("the engine process did not start: {other}"),
     }
@@ -218,6 +383,7 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
+        session_dir: Some(absolute(state_dir(config).join("sessions"))),
         lease_ttl: config
             .store
             .lease_ttl_ms
@@ -253,6 +419,18 @@ pub struct App {
     /// The background retention sweep of the store (`store.retention`), when [`open`] started
     /// one; it stops when the app is dropped.
     pub sweeper: Option<RetentionSweeper>,
+    /// Configuration errors engines reported while being created (the selected engine is
+    /// then quarantined; commands report these as configuration errors).
+    pub config_errors: Vec<EngineConfigError>,
+}
+
+impl App {
+    /// The configuration error of the selected engine, if it reported one.
+    pub fn selected_config_error(&self) -> Option<&EngineConfigError> {
+        self.config_errors
+            .iter()
+            .find(|e| e.engine_id == self.resolved.selected_id())
+    }
 }
 
 /// Opens the store, builds the backend, resolves the selected engine and returns the harness.
@@ -289,7 +467,10 @@ pub async fn open_with_backend(
     store: Arc<dyn StateStore>,
     backend: Arc<dyn ThreadedBackend>,
 ) -> App {
-    let registry = registry(config);
+    let config_errors = EngineConfigErrors::default();
+    let host_callbacks: Arc<dyn RuntimeCallbacks> =
+        Arc::new(HostLlmCallbacks::new(backend.clone()));
+    let registry = registry_with(config, Some(host_callbacks), &config_errors);
     let resolved = registry
         .resolve_selected(config, &engine_dirs(config))
         .await;
@@ -299,10 +480,12 @@ pub async fn open_with_backend(
         backend,
         store,
     );
+    harness.gateway_start().await;
     App {
         harness,
         resolved,
         sweeper: None,
+        config_errors: config_errors.all(),
     }
 }
 
@@ -371,6 +554,41 @@ mod tests {
         assert_eq!(
             drift_policy(DeveloperInstructionDrift::default()),
             DriftPolicy::default()
+        );
+    }
+
+    /// The OpenClaw-shaped config carries the slot and each entry's `enabled`/`config`, and
+    /// none of ctxbridge's own entry fields (command, env, cwd, timeoutMs).
+    #[test]
+    fn openclaw_config_has_only_openclaw_fields() {
+        let config = Config::parse(
+            r#"{ plugins: { slots: { contextEngine: "s" }, entries: { s: {
+                enabled: true, command: ["node", "h.mjs"], env: { SECRET: "x" },
+                timeoutMs: 5, config: { keepRecent: 2 } } } } }"#,
+            "c.json5",
+        )
+        .unwrap();
+        assert_eq!(
+            openclaw_config(&config),
+            json!({"plugins": {"slots": {"contextEngine": "s"},
+                   "entries": {"s": {"enabled": true, "config": {"keepRecent": 2}}}}})
+        );
+    }
+
+    /// A configuration error names the entry and each key with its problem.
+    #[test]
+    fn engine_config_error_names_the_keys() {
+        let error = EngineConfigError {
+            engine_id: "s".into(),
+            message: "bad".into(),
+            issues: vec![ConfigIssue {
+                key: "keepRecent".into(),
+                message: "must be >= 1".into(),
+            }],
+        };
+        assert_eq!(
+            error.to_string(),
+            "invalid configuration of context engine \"s\" (plugins.entries.s.config): plugins.entries.s.config.keepRecent: must be >= 1"
         );
     }
 

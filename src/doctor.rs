@@ -57,6 +57,11 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
+    /// Engines that rejected their configuration, each naming the keys (SPEC §14: a config
+    /// error, not only a quarantine).
+    pub config_errors: Vec<String>,
+    /// The Node version check of each Node-hosted engine.
+    pub node_checks: Vec<NodeCheck>,
     /// Problems of the configured backend that would fail every turn (see
     /// [`backend_problems`]).
     pub backend_problems: Vec<String>,
@@ -201,6 +206,198 @@ pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
     }
 }
 
+/// The Node version below which `node:sqlite` is missing (what OpenClaw plugins commonly need).
+pub const NODE_SQLITE_MIN: (u32, u32, u32) = (22, 5, 0);
+
+/// The Node check of one Node-hosted engine (`doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCheck {
+    pub engine_id: String,
+    /// The interpreter (`command[0]`).
+    pub interpreter: String,
+    /// `process.versions.node`, when the interpreter ran.
+    pub version: Option<String>,
+    /// The plugin's `package.json` `engines.node`, when found.
+    pub required: Option<String>,
+    /// Why the engine cannot run (doctor fails).
+    pub problem: Option<String>,
+    /// Something worth knowing that does not fail doctor.
+    pub note: Option<String>,
+}
+
+/// A Node-hosted engine command: its interpreter and the plugin argument (the one after the
+/// host script), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCommand {
+    /// `command[0]` when it is `node`/`nodejs`; `node` when `command[0]` is itself a
+    /// `.mjs`/`.cjs`/`.js` script (run through its shebang).
+    pub interpreter: String,
+    pub plugin: Option<String>,
+}
+
+/// Whether an engine command runs Node: `command[0]`'s file name is `node` (or `nodejs`), or
+/// `command[0]` is a `.mjs`/`.cjs`/`.js` host script. A command that merely passes a script to
+/// another program (a wrapper) is not judged.
+pub fn node_hosted(command: &[String]) -> Option<NodeCommand> {
+    let program = command.first()?;
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let is_script = |a: &String| a.ends_with(".mjs") || a.ends_with(".cjs") || a.ends_with(".js");
+    let interpreter = if name == "node" || name == "nodejs" {
+        program.clone()
+    } else if is_script(program) {
+        "node".to_string()
+    } else {
+        return None;
+    };
+    let script = command.iter().position(is_script);
+    Some(NodeCommand {
+        interpreter,
+        plugin: script.and_then(|i| command.get(i + 1).cloned()),
+    })
+}
+
+/// `"22.5.1"` / `"v22.5"` → `(22, 5, 1)`.
+pub fn parse_node_version(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.trim().trim_start_matches('v').split('.');
+    let major = parts.next()?.trim().parse().ok()?;
+    let minor = parts.next().map_or(Some(0), |p| p.trim().parse().ok())?;
+    let patch = parts
+        .next()
+        .map_or(Some(0), |p| p.trim().split('-').next()?.parse().ok())?;
+    Some((major, minor, patch))
+}
+
+/// The lower bound of an `engines.node` range of the forms `>=X.Y.Z`, `>= X.Y`, `^X.Y`,
+/// `X.Y.Z` or `>=X.Y <Z` (the first comparator); `None` for anything else.
+pub fn node_requirement_minimum(range: &str) -> Option<(u32, u32, u32)> {
+    let first = range
+        .split("||")
+        .next()?
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    let (op, version) = match first.as_slice() {
+        [op, v, ..] if *op == ">=" || *op == "^" || *op == "~" => (*op, *v),
+        [single, ..] => {
+            let op_len = single
+                .find(|c: char| c.is_ascii_digit() || c == 'v')
+                .unwrap_or(0);
+            (&single[..op_len], &single[op_len..])
+        }
+        [] => return None,
+    };
+    match op {
+        ">=" | "^" | "~" | "" | "=" => parse_node_version(version),
+        _ => None,
+    }
+}
+
+/// Judges a Node version against a plugin's `engines.node` (pure).
+pub fn judge_node(
+    version: Option<&str>,
+    required: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let Some(version) = version else {
+        return (
+            Some("the interpreter did not run (`-p process.versions.node` failed)".into()),
+            None,
+        );
+    };
+    let Some(have) = parse_node_version(version) else {
+        return (
+            None,
+            Some(format!("cannot read the Node version {version:?}")),
+        );
+    };
+    match required {
+        Some(range) => match node_requirement_minimum(range) {
+            Some(min) if have < min => (
+                Some(format!(
+                    "Node {version} is older than the plugin requires (engines.node \"{range}\")"
+                )),
+                None,
+            ),
+            Some(_) => (None, None),
+            None => (None, Some(format!("cannot check engines.node \"{range}\""))),
+        },
+        None if have < NODE_SQLITE_MIN => (
+            None,
+            Some(format!(
+                "Node {version} lacks node:sqlite (Node >= 22.5); plugins that use it will not load"
+            )),
+        ),
+        None => (None, None),
+    }
+}
+
+/// The `engines.node` of the plugin at `plugin` (a package directory, or a file whose nearest
+/// directory with a `package.json` is the package).
+fn plugin_node_requirement(plugin: &Path) -> Option<String> {
+    let mut dir = if plugin.is_dir() {
+        Some(plugin.to_path_buf())
+    } else {
+        plugin.parent().map(Path::to_path_buf)
+    };
+    while let Some(d) = dir {
+        let manifest = d.join("package.json");
+        if manifest.is_file() {
+            let text = std::fs::read_to_string(&manifest).ok()?;
+            let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+            return value["engines"]["node"].as_str().map(str::to_string);
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    None
+}
+
+/// Runs `<command[0]> -p process.versions.node` for every configured Node-hosted engine and
+/// judges it against its plugin's `engines.node`.
+pub async fn node_checks(config: &Config) -> Vec<NodeCheck> {
+    let mut checks = Vec::new();
+    for (id, entry) in &config.plugins.entries {
+        let Some(command) = &entry.command else {
+            continue;
+        };
+        let Some(NodeCommand {
+            interpreter,
+            plugin,
+        }) = node_hosted(command)
+        else {
+            continue;
+        };
+        let base = entry
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_default();
+        let mut run = tokio::process::Command::new(&interpreter);
+        run.args(["-p", "process.versions.node"])
+            .current_dir(&base)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let version =
+            match tokio::time::timeout(std::time::Duration::from_secs(10), run.output()).await {
+                Ok(Ok(out)) if out.status.success() => {
+                    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+                }
+                _ => None,
+            };
+        let required = plugin.and_then(|p| plugin_node_requirement(&base.join(p)));
+        let (problem, note) = judge_node(version.as_deref(), required.as_deref());
+        checks.push(NodeCheck {
+            engine_id: id.clone(),
+            interpreter,
+            version,
+            required,
+            problem,
+            note,
+        });
+    }
+    checks
+}
+
 /// Connects to the configured store of any kind and reads what earlier runs left there; a
 /// PostgreSQL store that cannot be reached is reported unusable (naming the URL without its
 /// password), never created anew.
@@ -297,6 +494,8 @@ impl DoctorReport {
     pub fn passes(&self) -> bool {
         self.can_run
             && self.persisted.is_usable()
+            && self.config_errors.is_empty()
+            && self.node_checks.iter().all(|c| c.problem.is_none())
             && self.backend_problems.is_empty()
             && self.degradation().is_none()
     }
@@ -455,6 +654,8 @@ pub async fn report(
         can_run,
         persisted: PersistedState::NotInspected,
         retention: config.store.retention.duration(),
+        config_errors: Vec::new(),
+        node_checks: Vec::new(),
         codex: None,
         backend_problems: Vec::new(),
     }
@@ -630,6 +831,31 @@ impl fmt::Display for DoctorReport {
                 }
             }
         }
+        for check in &self.node_checks {
+            write!(
+                f,
+                "node for {}: {} ({})",
+                check.engine_id,
+                check.version.as_deref().unwrap_or("unknown"),
+                check.interpreter
+            )?;
+            if let Some(required) = &check.required {
+                write!(f, ", plugin requires {required}")?;
+            }
+            writeln!(f)?;
+            if let Some(problem) = &check.problem {
+                writeln!(f, "  error: {problem}")?;
+            }
+            if let Some(note) = &check.note {
+                writeln!(f, "  warning: {note}")?;
+            }
+        }
+        if !self.config_errors.is_empty() {
+            writeln!(f, "configuration errors:")?;
+            for error in &self.config_errors {
+                writeln!(f, "  {error}")?;
+            }
+        }
         for problem in &self.backend_problems {
             writeln!(f, "backend problem: {problem}")?;
         }
@@ -674,6 +900,18 @@ impl fmt::Display for DoctorReport {
                 self.selected_id,
                 describe_failure(&d.operation, &d.reason),
                 crate::engines::LEGACY_ENGINE_ID
+            )?;
+        }
+        if !self.config_errors.is_empty() {
+            writeln!(
+                f,
+                "status: fix the engine configuration above before running turns"
+            )?;
+        }
+        if self.node_checks.iter().any(|c| c.problem.is_some()) {
+            writeln!(
+                f,
+                "status: a Node-hosted engine cannot run on its interpreter"
             )?;
         }
         Ok(())
@@ -957,5 +1195,61 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("status: the state store cannot be used; fix it or move it away before running turns\n"), "{text}");
+    }
+
+    /// Node-hosted commands are recognised by the interpreter (`node`) or a host script run
+    /// directly; the argument after the script is the plugin; a wrapper is not judged.
+    #[test]
+    fn node_hosted_commands() {
+        let cmd = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let node = |interpreter: &str, plugin: Option<&str>| {
+            Some(NodeCommand {
+                interpreter: interpreter.into(),
+                plugin: plugin.map(str::to_string),
+            })
+        };
+        assert_eq!(
+            node_hosted(&cmd(&["node", "host.mjs", "plugin"])),
+            node("node", Some("plugin"))
+        );
+        assert_eq!(
+            node_hosted(&cmd(&["/opt/bin/node", "host.mjs"])),
+            node("/opt/bin/node", None)
+        );
+        assert_eq!(
+            node_hosted(&cmd(&["x/node_modules/.bin/node", "h.mjs", "p"])),
+            node("x/node_modules/.bin/node", Some("p"))
+        );
+        assert_eq!(
+            node_hosted(&cmd(&["./host.mjs", "p"])),
+            node("node", Some("p"))
+        );
+        assert_eq!(node_hosted(&cmd(&["python3", "engine.py"])), None);
+        assert_eq!(
+            node_hosted(&cmd(&["python3", "wrap.py", "node", "host.mjs"])),
+            None
+        );
+    }
+
+    /// Versions and `engines.node` ranges parse; an interpreter older than the plugin's
+    /// requirement is a problem; without a requirement an interpreter lacking node:sqlite is
+    /// only a note; a newer one passes.
+    #[test]
+    fn node_versions_are_judged_against_the_plugin_requirement() {
+        assert_eq!(parse_node_version("v22.5.1"), Some((22, 5, 1)));
+        assert_eq!(parse_node_version("20.20.2\n"), Some((20, 20, 2)));
+        assert_eq!(node_requirement_minimum(">=22.5"), Some((22, 5, 0)));
+        assert_eq!(node_requirement_minimum(">= 22.5.0 <25"), Some((22, 5, 0)));
+        assert_eq!(node_requirement_minimum("^20.1"), Some((20, 1, 0)));
+        assert_eq!(node_requirement_minimum("<22"), None);
+
+        let (problem, _) = judge_node(Some("20.20.2"), Some(">=22.5"));
+        assert!(problem.unwrap().contains("older than the plugin requires"));
+        assert_eq!(judge_node(Some("22.23.3"), Some(">=22.5")), (None, None));
+        let (problem, note) = judge_node(Some("20.20.2"), None);
+        assert!(problem.is_none());
+        assert!(note.unwrap().contains("node:sqlite"));
+        let (problem, _) = judge_node(None, Some(">=22.5"));
+        assert!(problem.is_some());
     }
 }

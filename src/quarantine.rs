@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use crate::contract::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, EngineTool, IngestBatchParams, IngestBatchResult, IngestParams,
-    IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
+    EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
+    IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
     PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
     ToolCallParams, ToolCallResult,
 };
@@ -368,6 +368,7 @@ fn failure_reason(error: &EngineError) -> String {
         }
         EngineError::Cancelled { .. } => "cancelled".to_string(),
         EngineError::Refused { operation, message } => format!("{operation} refused: {message}"),
+        EngineError::InvalidConfig { message, .. } => format!("invalid configuration: {message}"),
     }
 }
 
@@ -944,6 +945,64 @@ impl ContextEngine for QuarantineEngine {
                 Vec::new()
             }
         }
+    }
+
+    /// The wrapped engine's hooks; none once quarantined (legacy listens to none).
+    fn hooks(&self) -> Vec<String> {
+        if self.is_legacy() || self.is_quarantined() {
+            return Vec::new();
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.hooks())) {
+            Ok(hooks) if !self.is_quarantined() => hooks,
+            Ok(_) => Vec::new(),
+            Err(payload) => {
+                self.trip(
+                    FailedOperation::Method(EngineMethod::Hook),
+                    format!("hooks() panicked: {}", panic_message(payload.as_ref())),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Runs a hook the engine listens to (a hook it does not list answers `null` unsent). A
+    /// failure (error, panic, timeout, dead process,
+    /// malformed result) is a lifecycle failure: the engine is quarantined and the call
+    /// answers `null` (legacy has no hooks), as it does after quarantine.
+    async fn call_hook(
+        &self,
+        name: &str,
+        call: HookCall,
+    ) -> Result<serde_json::Value, EngineError> {
+        if self.is_legacy() || self.is_quarantined() || !self.hooks().iter().any(|h| h == name) {
+            return Ok(serde_json::Value::Null);
+        }
+        let outcome = self
+            .guarded(
+                EngineMethod::Hook,
+                || self.inner.call_hook(name, call),
+                None,
+                |_| Ok(()),
+            )
+            .await;
+        Ok(route(outcome)?.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Fires a hook the engine listens to; a failure to send quarantines it.
+    async fn notify_hook(&self, name: &str, call: HookCall) -> Result<(), EngineError> {
+        if self.is_legacy() || self.is_quarantined() || !self.hooks().iter().any(|h| h == name) {
+            return Ok(());
+        }
+        let outcome = self
+            .guarded(
+                EngineMethod::Hook,
+                || self.inner.notify_hook(name, call),
+                None,
+                |_| Ok(()),
+            )
+            .await;
+        route(outcome)?;
+        Ok(())
     }
 
     /// Runs an engine tool. The caller (the backend's tool loop) always gets an answer for

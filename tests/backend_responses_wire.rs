@@ -17,8 +17,8 @@ use ctxbridge::backend::responses::{
     ResponsesBackendConfigError, ResponsesThreads, COMPACTED_CHAIN_PREFIX,
 };
 use ctxbridge::backend::{
-    BackendError, ResponsesBackend, ResponsesBackendConfig, ResumeThread, StartThread, ThreadId,
-    ThreadedBackend, TurnEvent, TurnRequest, Usage,
+    BackendError, CompletionRequest, ResponsesBackend, ResponsesBackendConfig, ResumeThread,
+    StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnRequest, Usage,
 };
 use responses_client::ResponsesConfig;
 use serde_json::{json, Value};
@@ -612,12 +612,16 @@ async fn unknown_compacted_thread_is_not_found() {
 #[tokio::test]
 async fn complete_is_a_one_off_unstored_request() {
     let harness = Harness::start(echo_script()).await;
-    let text = harness
+    let done = harness
         .backend()
-        .complete(Some("summarise".into()), "long text".into())
+        .complete(CompletionRequest {
+            instructions: Some("summarise".into()),
+            input: "long text".into(),
+            ..Default::default()
+        })
         .await
         .unwrap();
-    assert_eq!(text, "echo: long text");
+    assert_eq!(done.text, "echo: long text");
     let body = harness.bodies("/responses")[0].clone();
     assert_eq!(body["store"], false);
     assert_eq!(body["instructions"], "summarise");

@@ -282,6 +282,78 @@ fn retention_values() {
     assert!(stderr(&out).contains("store.retention"), "{}", stderr(&out));
 }
 
+/// An engine that rejects its configuration (`-32010` from `initialize`) is a configuration
+/// error naming the key: `turn` exits 2 with it and runs nothing, `doctor` lists it and exits 1.
+/// A Node-hosted engine's interpreter version is reported by doctor.
+#[test]
+fn engine_config_error_exits_2_and_doctor_names_the_key() {
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python {
+        eprintln!("SKIPPED: python3 is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engines/tool_engine.py");
+    let config = serde_json::json!({
+        "plugins": {
+            "slots": {"contextEngine": "tooly"},
+            "entries": {"tooly": {
+                "command": ["python3", script.display().to_string(), "config_error"],
+                "config": {"keepRecent": 0},
+            }},
+        },
+        "store": {"path": "state/state.db"},
+    });
+    write(dir.path(), "ctxbridge.json5", &config.to_string());
+
+    let out = ctxbridge(dir.path(), &["turn", "--session", "s", "hello"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("plugins.entries.tooly.config.keepRecent: must be >= 1"),
+        "{err}"
+    );
+    assert!(
+        stdout(&out).trim().is_empty(),
+        "no turn ran: {}",
+        stdout(&out)
+    );
+
+    let out = ctxbridge(dir.path(), &["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("configuration errors:"), "{text}");
+    assert!(
+        text.contains("plugins.entries.tooly.config.keepRecent: must be >= 1"),
+        "{text}"
+    );
+
+    // A Node-hosted entry: doctor runs the interpreter and reports its version.
+    let node = std::process::Command::new("node")
+        .args(["-p", "process.versions.node"])
+        .output();
+    if let Some(node) = node.ok().filter(|o| o.status.success()) {
+        let version = String::from_utf8_lossy(&node.stdout).trim().to_string();
+        let config = serde_json::json!({
+            "plugins": {"entries": {"nodey": {
+                "enabled": false,
+                "command": ["node", "host.mjs", "plugin"],
+            }}},
+        });
+        write(dir.path(), "ctxbridge.json5", &config.to_string());
+        let out = ctxbridge(dir.path(), &["doctor"]);
+        let text = stdout(&out);
+        assert!(
+            text.contains(&format!("node for nodey: {version} (node)")),
+            "{text}"
+        );
+    }
+}
+
 /// Issue 13.6: a quarantine of the selected engine recorded by an earlier run (and not
 /// cleared) makes doctor report `status: degraded` with the quarantine's operation and error
 /// and what serves instead, and exit 1 — although the engine itself loads fine now.

@@ -241,6 +241,7 @@ impl RuntimeCallbacks for DelegatingCallbacks {
     ) -> Result<LlmCompleteResult, EngineError> {
         Ok(LlmCompleteResult {
             text: "summary".into(),
+            ..Default::default()
         })
     }
 

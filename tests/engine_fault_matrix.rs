@@ -194,6 +194,7 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .maintain(MaintainParams {
                     session_id,
                     session_key,
+                    session_file: None,
                     reason: MaintainReason::Turn,
                     session_target: None,
                     runtime_settings: None,
@@ -257,6 +258,7 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .await,
         ),
         EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
+        EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
     }
 }
 

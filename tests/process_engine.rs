@@ -99,9 +99,12 @@ impl RuntimeCallbacks for RecordingCallbacks {
             .first()
             .map(AgentMessage::plain_text)
             .unwrap_or_default();
+        let request_model = request.model.clone();
         self.llm_requests.lock().unwrap().push(request);
         Ok(LlmCompleteResult {
             text: format!("LLM: {prompt}"),
+            model: request_model,
+            ..Default::default()
         })
     }
 
@@ -317,6 +320,7 @@ async fn callbacks_round_trip_through_runtime_context() {
         .maintain(MaintainParams {
             session_id: "s1".into(),
             session_key: None,
+            session_file: None,
             reason: MaintainReason::Turn,
             session_target: None,
             runtime_settings: None,
@@ -704,4 +708,155 @@ async fn quarantined_process_engine_answers_tool_calls_with_error_results() {
     );
     assert!(guarded.tools().is_empty());
     guarded.release().await;
+}
+
+/// `runtime/llmComplete` made from a tool (no lifecycle call offers callbacks) is served by
+/// the engine's host callbacks, with `systemPrompt`, `model`, `purpose` and `maxTokens` as
+/// the engine sent them, and the result's model reaches the engine.
+#[tokio::test]
+async fn llm_complete_from_a_tool_is_served_by_host_callbacks() {
+    if !python3_available() {
+        return;
+    }
+    let engine = ProcessEngine::spawn(tool_engine_config("tools"))
+        .await
+        .unwrap();
+    // Without host callbacks the request is refused and the tool reports it.
+    let refused = engine
+        .call_tool(tool_call("llm", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert!(refused.is_error);
+    assert!(
+        refused.text().contains("no runtime callbacks"),
+        "{}",
+        refused.text()
+    );
+
+    let callbacks = Arc::new(RecordingCallbacks::default());
+    engine.set_host_callbacks(callbacks.clone());
+    let answer = engine
+        .call_tool(tool_call("llm", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert!(!answer.is_error, "{}", answer.text());
+    assert_eq!(answer.text(), "LLM: hello");
+    let requests = callbacks.llm_requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].system_prompt.as_deref(), Some("be brief"));
+    assert_eq!(requests[0].model.as_deref(), Some("tiny"));
+    assert_eq!(requests[0].purpose.as_deref(), Some("tool test"));
+    assert_eq!(requests[0].max_tokens, Some(5));
+}
+
+/// `initialize` carries `stateDir`, `openclawConfig` and `model`, and the child gets
+/// `OPENCLAW_STATE_DIR`; a `-32010` answer to `initialize` is a configuration error naming
+/// the key.
+#[tokio::test]
+async fn initialize_carries_state_dir_config_and_model() {
+    if !python3_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tool_engine_config("tools");
+    config.state_dir = Some(dir.path().join("engines/tooly"));
+    config.openclaw_config =
+        Some(serde_json::json!({"plugins": {"slots": {"contextEngine": "tooly"}}}));
+    config.model = Some("gpt-test".into());
+    let engine = ProcessEngine::spawn(config).await.unwrap();
+    let seen = engine
+        .call_tool(tool_call("init_params", serde_json::json!({})))
+        .await
+        .unwrap();
+    let params: serde_json::Value = serde_json::from_str(&seen.text()).unwrap();
+    let state_dir = dir.path().join("engines/tooly").display().to_string();
+    assert_eq!(params["stateDir"], state_dir.as_str());
+    assert_eq!(
+        params["openclawConfig"]["plugins"]["slots"]["contextEngine"],
+        "tooly"
+    );
+    assert_eq!(params["model"], "gpt-test");
+    let env = engine
+        .call_tool(tool_call("env", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(env.text(), state_dir);
+
+    let err = ProcessEngine::spawn(tool_engine_config("config_error"))
+        .await
+        .unwrap_err();
+    let EngineError::InvalidConfig {
+        method,
+        issues,
+        message,
+    } = &err
+    else {
+        panic!("expected a configuration error, got {err:?}");
+    };
+    assert_eq!(*method, EngineMethod::Info);
+    assert_eq!(issues[0].key, "keepRecent");
+    assert!(
+        message.contains("plugins.entries.tooly.config"),
+        "{message}"
+    );
+}
+
+/// Hooks the engine listed are announced (`hooks`), sent as `hooks/<name>` requests (the
+/// `before_prompt_build` answer comes back) or notifications, with their event and ctx; a hook
+/// the engine did not list is not sent.
+#[tokio::test]
+async fn hooks_are_sent_as_requests_and_notifications() {
+    if !python3_available() {
+        return;
+    }
+    let engine = ProcessEngine::spawn(tool_engine_config("tools"))
+        .await
+        .unwrap();
+    assert!(engine.methods().contains(EngineMethod::Hook));
+    engine
+        .notify_hook(
+            HOOK_GATEWAY_START,
+            HookCall {
+                event: serde_json::json!({"port": null}),
+                ctx: serde_json::Value::Null,
+            },
+        )
+        .await
+        .unwrap();
+    let answer = engine
+        .call_hook(
+            HOOK_BEFORE_PROMPT_BUILD,
+            HookCall {
+                event: serde_json::json!({"prompt": "hi", "messages": []}),
+                ctx: serde_json::json!({"sessionId": "s1"}),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"prependContext": "hook context"})
+    );
+    let unlisted = engine
+        .call_hook("session_end", HookCall::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unlisted,
+        EngineError::NotImplemented {
+            method: EngineMethod::Hook
+        }
+    );
+    let seen = engine
+        .call_tool(tool_call("hooks_seen", serde_json::json!({})))
+        .await
+        .unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&seen.text()).unwrap();
+    assert_eq!(seen[0]["name"], "gateway_start");
+    assert_eq!(seen[0]["request"], false);
+    assert_eq!(seen[1]["name"], "before_prompt_build");
+    assert_eq!(seen[1]["request"], true);
+    assert_eq!(seen[1]["params"]["event"]["prompt"], "hi");
+    assert_eq!(seen[1]["params"]["ctx"]["sessionId"], "s1");
+    assert_eq!(seen.as_array().unwrap().len(), 2);
 }

@@ -350,6 +350,7 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
                 .maintain(MaintainParams {
                     session_id,
                     session_key,
+                    session_file: None,
                     reason: MaintainReason::Turn,
                     session_target: None,
                     runtime_settings: None,
@@ -404,6 +405,7 @@ async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value,
         EngineMethod::Dispose => json(engine.dispose().await),
         EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
         EngineMethod::CallTool => json(engine.call_tool(tool_call("probe", json!({}))).await),
+        EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
     }
 }
 

@@ -17,9 +17,9 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
 
 use super::{
-    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, ToolInvocation,
-    ToolSpec, TurnEvent, TurnOutcome, TurnRequest, Usage,
+    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile, Completion,
+    CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend,
+    ToolInvocation, ToolSpec, TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
 
 /// The `additionalContext` key under which a turn's rendered context goes (Codex wraps the
@@ -458,17 +458,18 @@ impl ThreadedBackend for CodexBackend {
         }
     }
 
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
+    /// An ephemeral thread with the instructions as developer instructions; Codex has no
+    /// output-token bound, so `max_tokens` is not applied.
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OP: &str = "llm.complete";
         let client = self.client(OP).await?;
+        let input = request.input;
+        let model = request.model;
         let started = client
             .thread_start(ThreadStartParams {
                 cwd: self.config.cwd.clone(),
-                developer_instructions: instructions,
+                developer_instructions: request.instructions,
+                model: model.clone(),
                 ephemeral: Some(true),
                 ..ThreadStartParams::default()
             })
@@ -482,7 +483,11 @@ impl ThreadedBackend for CodexBackend {
             .await
             .map_err(|e| map_error(OP, &started.thread_id, e))?;
         match outcome.status {
-            TurnStatus::Completed => Ok(outcome.final_text),
+            TurnStatus::Completed => Ok(Completion {
+                text: outcome.final_text,
+                model,
+                usage: None,
+            }),
             status => Err(BackendError::TurnFailed {
                 operation: OP,
                 message: outcome

@@ -17,9 +17,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    AutoCompaction, BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread,
-    StartThread, ThreadId, ThreadedBackend, ToolInvocation, ToolOutput, TurnEvent, TurnOutcome,
-    TurnRequest,
+    AutoCompaction, BackendError, BackendKind, BackendProfile, Completion, CompletionRequest,
+    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, ToolInvocation,
+    ToolOutput, TurnEvent, TurnOutcome, TurnRequest,
 };
 use crate::store::StateStore;
 
@@ -134,6 +134,9 @@ pub enum MockCall {
     },
     Complete {
         input: String,
+        instructions: Option<String>,
+        model: Option<String>,
+        max_tokens: Option<u64>,
     },
     /// A scripted tool call was executed during a turn.
     ToolCall {
@@ -596,13 +599,19 @@ impl ThreadedBackend for MockBackend {
         })
     }
 
-    async fn complete(
-        &self,
-        _instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
-        let reply = Self::reply_for(&input, 0);
-        self.lock().calls.push(MockCall::Complete { input });
-        Ok(reply)
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
+        let reply = Self::reply_for(&request.input, 0);
+        let model = request.model.clone().unwrap_or_else(|| "mock".to_string());
+        self.lock().calls.push(MockCall::Complete {
+            input: request.input,
+            instructions: request.instructions,
+            model: request.model,
+            max_tokens: request.max_tokens,
+        });
+        Ok(Completion {
+            text: reply,
+            model: Some(model),
+            usage: None,
+        })
     }
 }

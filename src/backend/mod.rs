@@ -291,6 +291,29 @@ pub struct Usage {
     pub cached_input_tokens: u64,
 }
 
+/// A one-off completion through the backend's model (`runtime/llmComplete`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CompletionRequest {
+    /// The system prompt of the completion (the caller's `systemPrompt`).
+    pub instructions: Option<String>,
+    /// The conversation, rendered as one user input.
+    pub input: String,
+    /// A model override; the backend's default model when `None`.
+    pub model: Option<String>,
+    /// The most tokens the completion may produce, where the backend can bound it.
+    pub max_tokens: Option<u64>,
+}
+
+/// What a one-off completion produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Completion {
+    pub text: String,
+    /// The model that answered, when known.
+    pub model: Option<String>,
+    /// Token usage, when reported.
+    pub usage: Option<Usage>,
+}
+
 /// The result of a manual native compaction.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NativeCompaction {
@@ -503,11 +526,7 @@ pub trait ThreadedBackend: Send + Sync {
 
     /// A one-off completion through the backend's model (`runtime/llmComplete`), outside any
     /// bound thread.
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError>;
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError>;
 
     /// Stops child processes and connections.
     async fn shutdown(&self) {}

@@ -54,8 +54,9 @@ use tokio_stream::StreamExt;
 
 use super::{
     is_overflow_message, parse_tool_arguments, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, ToolInvocation,
-    ToolOutput, ToolSpec, TurnEvent, TurnOutcome, TurnRequest, TurnTools, Usage,
+    Completion, CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId,
+    ThreadedBackend, ToolInvocation, ToolOutput, ToolSpec, TurnEvent, TurnOutcome, TurnRequest,
+    TurnTools, Usage,
 };
 
 /// The backend's name in [`BackendError::Unsupported`].
@@ -869,16 +870,15 @@ impl ThreadedBackend for ResponsesBackend {
     }
 
     /// A one-off `store: false` request outside any chain.
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
+    /// A one-off unstored request. The Responses client has no output-token bound yet, so
+    /// `max_tokens` is not applied.
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OPERATION: &str = "complete";
+        let model = request.model.unwrap_or_else(|| self.model.clone());
         let request = CreateResponse {
-            model: self.model.clone(),
-            instructions: instructions.filter(|i| !i.trim().is_empty()),
-            input: vec![InputItem::user_text(input)],
+            model: model.clone(),
+            instructions: request.instructions.filter(|i| !i.trim().is_empty()),
+            input: vec![InputItem::user_text(request.input)],
             previous_response_id: None,
             conversation: None,
             store: false,
@@ -893,7 +893,15 @@ impl ThreadedBackend for ResponsesBackend {
             .collect()
             .await
             .map_err(|e| backend_error(OPERATION, "", e))?;
-        Ok(done.text)
+        Ok(Completion {
+            text: done.text,
+            model: Some(model),
+            usage: done.usage.map(|u| Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cached_input_tokens: u.cached_tokens,
+            }),
+        })
     }
 }
 

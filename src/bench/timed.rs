@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::backend::{
-    BackendError, BackendKind, BackendProfile, NativeCompaction, ResumeThread, StartThread,
-    ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
+    BackendError, BackendKind, BackendProfile, Completion, CompletionRequest, NativeCompaction,
+    ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome, TurnRequest,
 };
 
 /// Wraps `inner`, timing every async call. The totals are process-wide for this instance: read
@@ -117,13 +117,9 @@ impl<B: ThreadedBackend> ThreadedBackend for TimedBackend<B> {
         result
     }
 
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         let started = Instant::now();
-        let result = self.inner.complete(instructions, input).await;
+        let result = self.inner.complete(request).await;
         self.record(started);
         result
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use ctxbridge_mock_model::MockModelError;
 
-use crate::app::{self, App, AppError};
+use crate::app::{self, App, AppError, EngineConfigError};
 use crate::bench::BenchError;
 use crate::config::{Config, ConfigError};
 use crate::harness::HarnessError;
@@ -100,6 +100,12 @@ pub enum CliError {
     /// The command line asks for something that cannot be done.
     #[error("{0}")]
     Usage(String),
+    /// The selected engine rejected its configuration (`plugins.entries.<id>.config`).
+    #[error("{source}")]
+    EngineConfig {
+        #[source]
+        source: EngineConfigError,
+    },
     /// The application (store, backend, engine) could not be assembled.
     #[error("open: {source}")]
     Open {
@@ -159,7 +165,7 @@ impl CliError {
     /// [`EXIT_USAGE`], everything else [`EXIT_RUNTIME_FAILURE`].
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Config(_) | CliError::Usage(_) => EXIT_USAGE,
+            CliError::Config(_) | CliError::Usage(_) | CliError::EngineConfig { .. } => EXIT_USAGE,
             CliError::Open { .. }
             | CliError::Harness { .. }
             | CliError::Store { .. }
@@ -209,10 +215,17 @@ impl CommandContext {
     }
 
     /// Opens the application `config` describes: store, backend and the selected engine.
+    /// A selected engine that rejects its configuration is a configuration error (exit 2):
+    /// nothing runs on legacy in its place, since the fix is in the config file.
     pub async fn open_app(&self, config: &Config) -> Result<App, CliError> {
-        app::open(config)
+        let app = app::open(config)
             .await
-            .map_err(|source| CliError::Open { source })
+            .map_err(|source| CliError::Open { source })?;
+        if let Some(error) = app.selected_config_error().cloned() {
+            app.harness.shutdown().await;
+            return Err(CliError::EngineConfig { source: error });
+        }
+        Ok(app)
     }
 }
 

@@ -22,7 +22,8 @@ pub struct DoctorArgs {
 /// or the state store exists and cannot be used.
 pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
-    let registry = app::registry(&config);
+    let config_errors = app::EngineConfigErrors::default();
+    let registry = app::registry_with(&config, None, &config_errors);
     let host = config.backend.host_kind();
     let engine_ids = doctor::note_engine_ids(&config, &registry);
     let persisted = match app::store_target(&config) {
@@ -44,6 +45,12 @@ pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliEr
         };
         report = report.with_codex_check(check);
     }
+    report.config_errors = config_errors
+        .all()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    report.node_checks = doctor::node_checks(&config).await;
     if args.json {
         println!("{}", report.to_json());
     } else {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::hooks::HookCall;
 use super::tools::{EngineTool, ToolCallParams, ToolCallResult};
 use super::types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
@@ -15,6 +16,7 @@ use super::types::{
     MaintainResult, OnSubagentEndedParams, PrepareSubagentSpawnParams, PrepareSubagentSpawnResult,
     RollbackSubagentSpawnParams,
 };
+use serde_json::Value;
 
 /// Every lifecycle operation, named as in the contract (and in quarantine log lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -51,6 +53,11 @@ pub enum EngineMethod {
     /// [`EngineMethod::OPTIONAL`].
     #[serde(rename = "tools/call")]
     CallTool,
+    /// `hooks/<name>`: an OpenClaw hook the engine listens to (SPEC §13). Announced only by
+    /// engines that list hooks; in neither [`EngineMethod::REQUIRED`] nor
+    /// [`EngineMethod::OPTIONAL`].
+    #[serde(rename = "hooks")]
+    Hook,
 }
 
 impl EngineMethod {
@@ -92,6 +99,7 @@ impl EngineMethod {
             EngineMethod::OnSubagentEnded => "onSubagentEnded",
             EngineMethod::Dispose => "dispose",
             EngineMethod::CallTool => "tools/call",
+            EngineMethod::Hook => "hooks",
         }
     }
 
@@ -100,7 +108,7 @@ impl EngineMethod {
         Self::REQUIRED
             .iter()
             .chain(Self::OPTIONAL.iter())
-            .chain([EngineMethod::CallTool].iter())
+            .chain([EngineMethod::CallTool, EngineMethod::Hook].iter())
             .copied()
             .find(|m| m.as_str() == name)
     }
@@ -156,6 +164,15 @@ impl MethodSet {
             .filter(|m| !self.contains(*m))
             .collect()
     }
+}
+
+/// One problem an engine found in its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigIssue {
+    /// The key, relative to the entry's `config` (`"keepRecent"`, `"a.b"`).
+    pub key: String,
+    /// What is wrong with it.
+    pub message: String,
 }
 
 /// What went wrong in an engine call. The quarantine wrapper turns every kind but
@@ -214,6 +231,17 @@ pub enum EngineError {
     Cancelled {
         /// The member that was cancelled.
         method: EngineMethod,
+    },
+    /// The engine rejected its configuration (`plugins.entries.<id>.config`); `issues` name
+    /// the offending keys. Reported as a configuration error, not only a quarantine.
+    #[error("{method}: invalid engine configuration: {message}")]
+    InvalidConfig {
+        /// The member that was called (usually `info`: the `initialize` handshake).
+        method: EngineMethod,
+        /// What the engine said (it names the keys).
+        message: String,
+        /// Each offending key with its problem.
+        issues: Vec<ConfigIssue>,
     },
     /// A host-side refusal inside a callback (e.g. a rewrite outside the allowed suffix).
     #[error("{operation} refused: {message}")]
@@ -352,6 +380,26 @@ pub trait ContextEngine: Send + Sync {
     /// lists tools announces [`EngineMethod::CallTool`] in [`ContextEngine::methods`].
     fn tools(&self) -> Vec<EngineTool> {
         Vec::new()
+    }
+
+    /// The hooks this engine listens to (`hooks/<name>`); none by default. An engine that
+    /// lists hooks announces [`EngineMethod::Hook`] in [`ContextEngine::methods`].
+    fn hooks(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs hook `name` and waits for its result (`null` or an object).
+    async fn call_hook(&self, _name: &str, _call: HookCall) -> Result<Value, EngineError> {
+        Err(EngineError::NotImplemented {
+            method: EngineMethod::Hook,
+        })
+    }
+
+    /// Fires hook `name` without waiting for a result.
+    async fn notify_hook(&self, _name: &str, _call: HookCall) -> Result<(), EngineError> {
+        Err(EngineError::NotImplemented {
+            method: EngineMethod::Hook,
+        })
     }
 
     /// Runs one of the engine's tools (`tools/call`). A result with `is_error` is the tool's

@@ -6,12 +6,17 @@
 #![warn(missing_docs)]
 
 mod engine;
+mod hooks;
 mod message;
 mod runtime;
 mod tools;
 mod types;
 
-pub use engine::{ContextEngine, EngineError, EngineMethod, MethodSet};
+pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
+pub use hooks::{
+    join_blocks, HookCall, PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_GATEWAY_START,
+    HOOK_GATEWAY_STOP, HOOK_SESSION_START,
+};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
@@ -20,11 +25,12 @@ pub use types::{
     CommitTurnParams, CommitTurnResult, CompactDetails, CompactParams, CompactResult,
     CompactionTarget, ContextEngineSelection, ContextProjection, Diagnostics, EngineInfo,
     ExecutionHost, HostOperation, HostRequirement, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, MaintainParams,
-    MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams, PrepareSubagentSpawnParams,
-    PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority, ReasonCode,
-    RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo, RuntimeMode,
-    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode, SubagentEndReason,
-    TranscriptReplacement, TranscriptRewriteRequest, TranscriptRewriteResult, TranscriptSemantics,
-    TurnMaintenanceMode, CURRENT_TURN_FENCE_V1, TURN_ADVANCEMENT_IDEMPOTENCY_V1,
+    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, LlmUsage,
+    MaintainParams, MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams,
+    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority,
+    ReasonCode, RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo,
+    RuntimeMode, RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
+    SubagentEndReason, TranscriptReplacement, TranscriptRewriteRequest, TranscriptRewriteResult,
+    TranscriptSemantics, TurnMaintenanceMode, CURRENT_TURN_FENCE_V1,
+    TURN_ADVANCEMENT_IDEMPOTENCY_V1,
 };

@@ -435,6 +435,9 @@ pub struct BootstrapParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -599,6 +602,9 @@ pub struct CompactParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -698,6 +704,9 @@ pub struct AfterTurnParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// Where the session lives (SPEC §1.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
@@ -743,6 +752,9 @@ pub struct MaintainParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
     /// What the maintenance follows.
     pub reason: MaintainReason,
     /// Where the session lives (SPEC §1.3).
@@ -795,22 +807,58 @@ pub struct TranscriptRewriteRequest {
     pub allowed_rewrite_suffix_entry_ids: Option<Vec<String>>,
 }
 
-/// `llm.complete(params)`.
+/// `llm.complete(params)` (`runtime/llmComplete`, SPEC §13). Fields this host does not use
+/// (`temperature`, `reasoning`, `responseFormat`, `agentId`, …) are kept in `extra`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LlmCompleteRequest {
+    /// The session of the call the request runs in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     /// The conversation to complete.
     pub messages: Vec<AgentMessage>,
+    /// The system prompt of the completion (the backend's instructions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// A model override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What the completion is for (logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
     /// The most tokens the completion may produce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Other fields, kept as given.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
-/// `llm.complete` result: the completion text.
+/// Token usage of a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LlmUsage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens served from the prompt cache.
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+}
+
+/// `llm.complete` result: the completion text, and the model and usage when known.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LlmCompleteResult {
     /// The completion text.
     pub text: String,
+    /// The model that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Token usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<LlmUsage>,
 }
 
 /// `commitTurn` params (SPEC §6): one accepted turn to commit durably.

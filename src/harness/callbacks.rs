@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::backend::{BackendError, ThreadId, ThreadedBackend};
+use crate::backend::{BackendError, CompletionRequest, ThreadId, ThreadedBackend};
 use crate::contract::{
     AgentMessage, CompactDetails, CompactParams, CompactResult, EngineError, LlmCompleteRequest,
-    LlmCompleteResult, RuntimeCallbacks, TranscriptRewriteRequest, TranscriptRewriteResult,
+    LlmCompleteResult, LlmUsage, RuntimeCallbacks, TranscriptRewriteRequest,
+    TranscriptRewriteResult,
 };
 use crate::store::{StateStore, TranscriptEntry};
 
@@ -27,6 +28,10 @@ pub struct HostCallbacks {
     pub(crate) delegated: Arc<AtomicBool>,
     /// Set by a successful transcript rewrite (the mirrored transcript changed).
     pub(crate) rewrote: Arc<AtomicBool>,
+    /// The session's transcript file, rewritten after a transcript rewrite.
+    pub(crate) session_file: Option<std::path::PathBuf>,
+    /// The working directory written in a rewritten session file's header.
+    pub(crate) cwd: String,
 }
 
 impl HostCallbacks {
@@ -35,6 +40,100 @@ impl HostCallbacks {
             operation: operation.to_string(),
             message: message.into(),
         }
+    }
+}
+
+/// The backend request of an `llm.complete` (pure): the messages rendered as one input, the
+/// `systemPrompt` as the backend's instructions, `model` and `maxTokens` forwarded.
+pub fn completion_request(request: &LlmCompleteRequest) -> CompletionRequest {
+    let input = request
+        .messages
+        .iter()
+        .map(|m| format!("[{}]\n{}", m.role.as_str(), m.plain_text()))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    CompletionRequest {
+        instructions: request
+            .system_prompt
+            .clone()
+            .filter(|s| !s.trim().is_empty()),
+        input,
+        model: request.model.clone().filter(|m| !m.trim().is_empty()),
+        max_tokens: request.max_tokens,
+    }
+}
+
+/// Serves an `llm.complete` through the backend's model: logs its purpose, returns text,
+/// model and usage.
+pub async fn complete_through(
+    backend: &dyn ThreadedBackend,
+    request: LlmCompleteRequest,
+) -> Result<LlmCompleteResult, EngineError> {
+    tracing::info!(
+        purpose = request.purpose.as_deref().unwrap_or(""),
+        session = request.session_id.as_deref().unwrap_or(""),
+        model = request.model.as_deref().unwrap_or(""),
+        "llm.complete for the engine"
+    );
+    let done = backend
+        .complete(completion_request(&request))
+        .await
+        .map_err(|e| EngineError::Refused {
+            operation: "llm.complete".to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(LlmCompleteResult {
+        text: done.text,
+        model: done.model,
+        usage: done.usage.map(|u| LlmUsage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cached_input_tokens: u.cached_input_tokens,
+        }),
+    })
+}
+
+/// Callbacks for engine → host requests made outside any lifecycle call (from a tool, a hook
+/// or a command, or with no session at all): only `llm.complete` is served; transcript
+/// rewrites and delegated compaction need a lifecycle call's session and are refused.
+pub struct HostLlmCallbacks {
+    pub(crate) backend: Arc<dyn ThreadedBackend>,
+}
+
+impl HostLlmCallbacks {
+    /// Callbacks completing through `backend`.
+    pub fn new(backend: Arc<dyn ThreadedBackend>) -> Self {
+        HostLlmCallbacks { backend }
+    }
+}
+
+#[async_trait]
+impl RuntimeCallbacks for HostLlmCallbacks {
+    async fn rewrite_transcript_entries(
+        &self,
+        _request: TranscriptRewriteRequest,
+    ) -> Result<TranscriptRewriteResult, EngineError> {
+        Err(HostCallbacks::refuse(
+            "rewriteTranscriptEntries",
+            "transcript rewrites are only available inside a lifecycle call",
+        ))
+    }
+
+    async fn llm_complete(
+        &self,
+        request: LlmCompleteRequest,
+    ) -> Result<LlmCompleteResult, EngineError> {
+        complete_through(self.backend.as_ref(), request).await
+    }
+
+    async fn delegate_compaction(
+        &self,
+        _params: CompactParams,
+    ) -> Result<CompactResult, EngineError> {
+        Err(HostCallbacks::refuse(
+            "delegateCompaction",
+            "delegated compaction is only available inside compact",
+        ))
     }
 }
 
@@ -123,6 +222,14 @@ impl RuntimeCallbacks for HostCallbacks {
             .replace_transcript_entries(&self.session_id, &entries)
             .map_err(|e| Self::refuse(OP, e.to_string()))?;
         self.rewrote.store(true, Ordering::SeqCst);
+        if let Some(path) = self.session_file.as_deref().filter(|p| p.exists()) {
+            super::session_file::rewrite_session_file(
+                path,
+                self.store.as_ref(),
+                &self.session_id,
+                &self.cwd,
+            );
+        }
         Ok(TranscriptRewriteResult {
             changed: true,
             bytes_freed: bytes_before.saturating_sub(bytes_after),
@@ -135,18 +242,7 @@ impl RuntimeCallbacks for HostCallbacks {
         &self,
         request: LlmCompleteRequest,
     ) -> Result<LlmCompleteResult, EngineError> {
-        let input = request
-            .messages
-            .iter()
-            .map(|m| format!("[{}]\n{}", m.role.as_str(), m.plain_text()))
-            .collect::<Vec<_>>()
-            .join("\n\n");
-        let text = self
-            .backend
-            .complete(None, input)
-            .await
-            .map_err(|e| Self::refuse("llm.complete", e.to_string()))?;
-        Ok(LlmCompleteResult { text })
+        complete_through(self.backend.as_ref(), request).await
     }
 
     async fn delegate_compaction(
@@ -185,5 +281,40 @@ impl RuntimeCallbacks for HostCallbacks {
             }),
             Err(e) => Err(Self::refuse("delegateCompaction", e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// `systemPrompt` becomes the backend's instructions, `model` and `maxTokens` are
+    /// forwarded, blank values are dropped, and the messages render as one input.
+    #[test]
+    fn completion_request_carries_system_prompt_model_and_max_tokens() {
+        let request: LlmCompleteRequest = serde_json::from_value(serde_json::json!({
+            "messages": [{"role": "user", "content": "Write the summary."}],
+            "systemPrompt": "You summarise.",
+            "model": "gpt-x",
+            "purpose": "summary",
+            "maxTokens": 200,
+            "temperature": 0.2,
+        }))
+        .unwrap();
+        assert_eq!(request.extra["temperature"], 0.2);
+        let backend = completion_request(&request);
+        assert_eq!(backend.instructions.as_deref(), Some("You summarise."));
+        assert_eq!(backend.model.as_deref(), Some("gpt-x"));
+        assert_eq!(backend.max_tokens, Some(200));
+        assert_eq!(backend.input, "[user]\nWrite the summary.");
+        let blank = LlmCompleteRequest {
+            system_prompt: Some("  ".into()),
+            model: Some(String::new()),
+            ..request
+        };
+        let backend = completion_request(&blank);
+        assert_eq!(backend.instructions, None);
+        assert_eq!(backend.model, None);
     }
 }

@@ -73,6 +73,7 @@ impl Harness {
             CompactParams {
                 session_id: session_id.to_string(),
                 session_key: Some(session_key.to_string()),
+                session_file: self.ensure_session_file(session_id),
                 session_target: self
                     .facts(session_key, session_id, thread.as_ref())
                     .session_target,

@@ -92,6 +92,7 @@ impl Harness {
                 AfterTurnParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
+                    session_file: self.ensure_session_file(session_id),
                     session_target: session_target(),
                     messages: messages.clone(),
                     pre_prompt_message_count: pre_prompt as u64,
@@ -238,6 +239,7 @@ impl Harness {
             MaintainParams {
                 session_id: session_id.to_string(),
                 session_key: Some(session_key.to_string()),
+                session_file: self.ensure_session_file(session_id),
                 reason,
                 session_target: self.facts(session_key, session_id, thread).session_target,
                 runtime_settings: Some(self.runtime_settings(serving, None)),

@@ -22,6 +22,7 @@ mod callbacks;
 mod compact;
 mod lifecycle;
 mod session;
+mod session_file;
 mod subagent;
 mod tools;
 mod turn;
@@ -36,8 +37,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
 use crate::contract::{
-    AgentMessage, CompactResult, EngineError, EngineInfo, ReasonCode, RuntimeContext, RuntimeFacts,
-    RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,
+    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, ReasonCode,
+    RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
+    SubagentContextMode, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP,
 };
 use crate::engines::LegacyEngine;
 use crate::host::requirements::HostRequirementError;
@@ -46,7 +48,7 @@ use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
 use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
 
-pub use callbacks::HostCallbacks;
+pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};
 
@@ -88,6 +90,9 @@ pub struct HarnessConfig {
     pub selection_source: SelectionSource,
     /// The working directory reported to engines.
     pub cwd: Option<String>,
+    /// Where each session's OpenClaw-format transcript file is kept (`sessionFile`, SPEC
+    /// §1.3); `None` keeps none.
+    pub session_dir: Option<std::path::PathBuf>,
     /// Where a projecting turn puts its rendered context (`projection.codexContextDelivery`);
     /// `None`: additional context when the backend keeps it across compaction, else the turn
     /// input. Backends without the channel always get the turn input.
@@ -111,6 +116,7 @@ impl Default for HarnessConfig {
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
+            session_dir: None,
             context_delivery: None,
         }
     }
@@ -693,6 +699,8 @@ impl Harness {
             allow_rewrite,
             delegated: delegated.clone(),
             rewrote: Arc::new(AtomicBool::new(false)),
+            session_file: self.session_file_path(session_id),
+            cwd: self.cfg.cwd.clone().unwrap_or_else(|| ".".to_string()),
         });
         (cb, delegated)
     }
@@ -711,7 +719,22 @@ impl Harness {
         }
     }
 
-    /// Waits (bounded) for background maintenance, disposes the engine and stops the backend.
+    /// Fires `gateway_start` (a notification, `{port: null}`: no gateway port behind the CLI)
+    /// when the engine listens to it; call once after the engine is initialised.
+    pub async fn gateway_start(&self) {
+        if self.engine.hooks().iter().any(|h| h == HOOK_GATEWAY_START) {
+            let call = HookCall {
+                event: serde_json::json!({"port": null}),
+                ctx: serde_json::json!({"agentId": self.cfg.agent_id}),
+            };
+            if let Err(e) = self.engine.notify_hook(HOOK_GATEWAY_START, call).await {
+                tracing::warn!(error = %e, "gateway_start hook failed");
+            }
+        }
+    }
+
+    /// Waits (bounded) for background maintenance, fires `gateway_stop`, disposes the engine
+    /// and stops the backend.
     pub async fn shutdown(&self) {
         self.background.close();
         if tokio::time::timeout(self.cfg.background_wait, self.background.wait())
@@ -719,6 +742,15 @@ impl Harness {
             .is_err()
         {
             tracing::warn!("background maintenance still running at shutdown; giving up waiting");
+        }
+        if self.engine.hooks().iter().any(|h| h == HOOK_GATEWAY_STOP) {
+            let call = HookCall {
+                event: serde_json::json!({"reason": "shutdown"}),
+                ctx: serde_json::json!({"agentId": self.cfg.agent_id}),
+            };
+            if let Err(e) = self.engine.call_hook(HOOK_GATEWAY_STOP, call).await {
+                tracing::warn!(error = %e, "gateway_stop hook failed");
+            }
         }
         // Quarantined engines are released too: an out-of-process one has a child to reap.
         self.engine.release().await;

@@ -15,7 +15,8 @@ use crate::backend::{
 };
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
-    EngineMethod, HostOperation, MaintainReason, PromptAuthority,
+    EngineMethod, HookCall, HostOperation, MaintainReason, PromptAuthority, PromptBuildResult,
+    HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -47,6 +48,8 @@ pub(super) struct TurnContext<'a> {
     pub(super) policy_fingerprint: String,
     /// The host's tool catalogue fingerprint (configured tools and the engine's tools).
     pub(super) tools_fingerprint: String,
+    /// The engine's `before_prompt_build` answer this turn, if it listens to the hook.
+    pub(super) prompt_build: Option<PromptBuildResult>,
     /// The engine's tools offered to the model this turn, and their executor.
     pub(super) tools: TurnTools,
     /// Where this turn's rendered context goes.
@@ -121,6 +124,8 @@ impl Harness {
         self.flush_outbox(&spec.session_key, &session_id).await;
         let stored = self.load_binding(&key).await?;
         let messages = self.session_messages(&session_id).await?;
+        // The session file starts from the transcript as it is before this turn.
+        self.ensure_session_file(&session_id);
 
         // 2. Host requirements, fail closed (the engine that would run, quarantined or not).
         let info = self.engine.info();
@@ -162,6 +167,9 @@ impl Harness {
         }
         // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
         // is not enough: a harness configured with legacy has its own legacy wrapper.
+        let prompt_build = self
+            .before_prompt_build(serving, &spec, &session_id, &assembled)
+            .await;
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
         // The engine's tools (SPEC §13): only an active engine offers any (legacy has none, a
@@ -188,6 +196,7 @@ impl Harness {
             serving,
             info: serving_info,
             engine_active,
+            prompt_build,
             context_delivery,
         };
 
@@ -287,6 +296,15 @@ impl Harness {
         if done {
             return Ok(());
         }
+        if serving.hooks().iter().any(|h| h == HOOK_SESSION_START) {
+            let call = HookCall {
+                event: serde_json::json!({"sessionId": session_id, "sessionKey": session_key}),
+                ctx: self.hook_ctx(session_key, session_id),
+            };
+            if let Err(e) = serving.call_hook(HOOK_SESSION_START, call).await {
+                tracing::warn!(error = %e, "session_start hook failed");
+            }
+        }
         let info = serving.info();
         let methods = serving.methods();
         if methods.contains(EngineMethod::Bootstrap) {
@@ -294,6 +312,7 @@ impl Harness {
                 BootstrapParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
+                    session_file: self.ensure_session_file(session_id),
                     session_target: self.facts(session_key, session_id, None).session_target,
                     runtime_settings: Some(self.runtime_settings(serving, None)),
                     runtime_context: Some(self.runtime_context(
@@ -361,6 +380,56 @@ impl Harness {
                     messages: messages.to_vec(),
                     ..Default::default()
                 }
+            }
+        }
+    }
+
+    /// The `ctx` of a session's hook call.
+    fn hook_ctx(&self, session_key: &str, session_id: &str) -> serde_json::Value {
+        serde_json::json!({
+            "agentId": self.cfg.agent_id,
+            "sessionId": session_id,
+            "sessionKey": session_key,
+            "workspaceDir": self.cfg.cwd,
+        })
+    }
+
+    /// Runs `before_prompt_build {prompt, messages}` after `assemble` when the engine listens
+    /// to it. A failed call quarantines the engine (its wrapper answers `null`); an answer
+    /// that is not the hook's result shape is logged and ignored.
+    pub(super) async fn before_prompt_build(
+        &self,
+        serving: &QuarantineEngine,
+        spec: &TurnSpec,
+        session_id: &str,
+        assembled: &AssembleResult,
+    ) -> Option<PromptBuildResult> {
+        if !serving
+            .hooks()
+            .iter()
+            .any(|h| h == HOOK_BEFORE_PROMPT_BUILD)
+        {
+            return None;
+        }
+        let call = HookCall {
+            event: serde_json::json!({"prompt": spec.prompt, "messages": assembled.messages}),
+            ctx: self.hook_ctx(&spec.session_key, session_id),
+        };
+        let value = match serving.call_hook(HOOK_BEFORE_PROMPT_BUILD, call).await {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::warn!(error = %e, "before_prompt_build hook failed");
+                return None;
+            }
+        };
+        if value.is_null() || serving.is_quarantined() {
+            return None;
+        }
+        match serde_json::from_value::<PromptBuildResult>(value) {
+            Ok(result) => Some(result),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring a malformed before_prompt_build result");
+                None
             }
         }
     }
@@ -433,6 +502,7 @@ impl Harness {
             sends_instructions_per_request: self.backend.sends_instructions_per_request(),
             token_budget: self.cfg.token_budget,
             turn_input_limit: self.backend.turn_input_limit(),
+            prompt_build: ctx.prompt_build.as_ref(),
             context_delivery: ctx.context_delivery,
             additional_context_limit: self.backend.profile().additional_context_bytes,
         });
@@ -628,6 +698,7 @@ impl Harness {
         ];
         self.record_turn_state(&ctx.session_id, &entries, binding, ctx.guard)
             .await?;
+        self.append_session_file(&ctx.session_id, &entries);
         Ok(RecordedTurn {
             turn_id,
             user,

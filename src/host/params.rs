@@ -320,6 +320,7 @@ mod tests {
         let maintain = MaintainParams {
             session_id: "s".into(),
             session_key: Some("k".into()),
+            session_file: None,
             reason: MaintainReason::Turn,
             session_target: Some(target()),
             runtime_settings: Some(RuntimeSettingsBuilder::new().build()),
@@ -337,12 +338,14 @@ mod tests {
         let bootstrap = BootstrapParams {
             session_id: "s".into(),
             session_key: Some("k".into()),
+            session_file: Some("/state/sessions/s.jsonl".into()),
             session_target: Some(target()),
             runtime_settings: None,
             runtime_context: Some(context()),
         };
         let p = project_host_params(bootstrap, &info(Some(&["sessionTarget"])));
-        assert_eq!(keys(&p), vec!["sessionId", "sessionTarget"]);
+        // `sessionFile` is not a host-added key: it always passes.
+        assert_eq!(keys(&p), vec!["sessionFile", "sessionId", "sessionTarget"]);
     }
 
     /// Ingest drops `sessionKey` only when it is not accepted.

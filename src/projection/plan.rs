@@ -18,7 +18,7 @@ use super::instructions::{
 use super::mode::EffectiveMode;
 use super::render::{render_turn_input, split_framed_input, RenderMode, RenderOptions};
 use crate::backend::{BackendKind, ContextDelivery};
-use crate::contract::{AgentMessage, AssembleResult};
+use crate::contract::{AgentMessage, AssembleResult, PromptBuildResult};
 
 /// Everything [`plan_turn`] needs to know about one turn.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +51,10 @@ pub struct PlanInput<'a> {
     pub token_budget: Option<u64>,
     /// The backend's limit on the whole turn input, in chars.
     pub turn_input_limit: usize,
+    /// The engine's `before_prompt_build` hook result, if it ran: its system context wraps the
+    /// engine's part of the developer instructions (so §9.6 drift applies to it), its context
+    /// wraps this turn's prompt. Ignored for an inactive engine.
+    pub prompt_build: Option<&'a PromptBuildResult>,
     /// Where a projecting turn puts its rendered context.
     pub context_delivery: ContextDelivery,
     /// The largest context (UTF-8 bytes) the backend passes on whole as additional context;
@@ -107,13 +111,18 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
         stored: input.stored,
         backend: input.backend,
     });
+    let hooks = input.prompt_build.filter(|_| input.engine_active);
     let addition = if input.engine_active {
         bounded.system_prompt_addition
     } else {
         None
     };
+    let engine_part = match hooks {
+        Some(h) => h.system_part(addition),
+        None => addition.map(str::to_owned),
+    };
     let effective_instructions =
-        effective_developer_instructions(input.developer_instructions, addition);
+        effective_developer_instructions(input.developer_instructions, engine_part.as_deref());
     let thread_is_new = matches!(decision.thread, ThreadChoice::New);
     let mut delivery = plan_instruction_delivery(
         effective_instructions.as_deref(),
@@ -140,14 +149,24 @@ pub fn plan_turn(input: &PlanInput<'_>) -> TurnPlan {
     } else {
         decision.render_mode()
     };
-    let messages: &[AgentMessage] = if render_mode.is_some() {
+    let mut messages: &[AgentMessage] = if render_mode.is_some() {
         bounded.messages
     } else {
         &[]
     };
+    let decorated = hooks.map(|h| h.decorate_prompt(input.prompt));
+    if decorated.is_some() {
+        // The renderer drops a trailing copy of the prompt; with a decorated prompt it would
+        // no longer recognise it, so the copy of the original prompt is dropped here.
+        if let Some((last, rest)) = messages.split_last() {
+            if last.role == crate::contract::Role::User && last.plain_text() == input.prompt {
+                messages = rest;
+            }
+        }
+    }
     let rendered = render_turn_input(
         messages,
-        input.prompt,
+        decorated.as_deref().unwrap_or(input.prompt),
         &RenderOptions {
             mode: render_mode.unwrap_or(RenderMode::PerTurn),
             token_budget: input.token_budget,
@@ -250,6 +269,7 @@ mod tests {
             sends_instructions_per_request: false,
             token_budget: None,
             turn_input_limit: CODEX_TURN_INPUT_LIMIT_CHARS,
+            prompt_build: None,
             context_delivery: ContextDelivery::TurnInput,
             additional_context_limit: crate::backend::CODEX_ADDITIONAL_CONTEXT_BYTES,
         }
@@ -503,6 +523,69 @@ mod tests {
         assert!(plan.input.ends_with(PROMPT));
         let roomy = plan_turn(&input(&result, None));
         assert!(roomy.input.chars().count() > limit);
+    }
+
+    /// `before_prompt_build` results: the system context wraps the engine's addition in the
+    /// developer instructions (a change there is drift, delivered by injection on a reused
+    /// thread), the context wraps the prompt in the turn input (also for a bare-prompt reuse);
+    /// an inactive engine's hook result is ignored.
+    #[test]
+    fn prompt_build_hook_results_wrap_instructions_and_prompt() {
+        let hook = PromptBuildResult {
+            prepend_system_context: Some("Plugin guidance.".into()),
+            prepend_context: Some("Summary: earlier.".into()),
+            ..Default::default()
+        };
+        let assembled = assembled(
+            Some(ContextProjection::thread_bootstrap("e1")),
+            Some("Addition."),
+        );
+        let first = plan_turn(&PlanInput {
+            prompt_build: Some(&hook),
+            ..input(&assembled, None)
+        });
+        assert_eq!(
+            first.effective_instructions.as_deref(),
+            Some(format!("{BASE}\n\nPlugin guidance.\n\nAddition.").as_str())
+        );
+        assert!(
+            first
+                .input
+                .ends_with(&format!("Summary: earlier.\n\n{PROMPT}")),
+            "{}",
+            first.input
+        );
+        // Reuse: the bare prompt still carries the hook's context; instructions unchanged.
+        let stored = binding_after(&first, "thr-1");
+        let reuse = plan_turn(&PlanInput {
+            prompt_build: Some(&hook),
+            ..input(&assembled, Some(&stored))
+        });
+        assert_eq!(reuse.decision.thread, reused("thr-1"));
+        assert_eq!(reuse.input, format!("Summary: earlier.\n\n{PROMPT}"));
+        assert_eq!(reuse.delivery, InstructionDelivery::Unchanged);
+        // A changed system context is drift: injected into the reused thread.
+        let changed = PromptBuildResult {
+            prepend_system_context: Some("New guidance.".into()),
+            ..hook.clone()
+        };
+        let drift = plan_turn(&PlanInput {
+            prompt_build: Some(&changed),
+            ..input(&assembled, Some(&stored))
+        });
+        assert!(
+            matches!(&drift.delivery, InstructionDelivery::Inject(text) if text.contains("New guidance.")),
+            "{:?}",
+            drift.delivery
+        );
+        // Inactive engine: ignored.
+        let inactive = plan_turn(&PlanInput {
+            engine_active: false,
+            prompt_build: Some(&hook),
+            ..input(&assembled, None)
+        });
+        assert_eq!(inactive.input, PROMPT);
+        assert_eq!(inactive.effective_instructions.as_deref(), Some(BASE));
     }
 
     /// With additional-context delivery a projecting turn's input is the bare prompt and the

@@ -33,9 +33,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::codex::ADDITIONAL_CONTEXT_KEY;
 use crate::backend::{
-    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile,
-    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
-    TurnRequest, Usage,
+    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile, Completion,
+    CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend,
+    TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
 use crate::harness::{Harness, HarnessError, TurnSpec};
 use crate::serve::router::{
@@ -448,16 +448,23 @@ impl ThreadedBackend for ServeBackend {
         })
     }
 
-    async fn complete(
-        &self,
-        instructions: Option<String>,
-        input: String,
-    ) -> Result<String, BackendError> {
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OP: &str = "llm.complete";
         let upstream = self.upstream(OP)?;
+        let CompletionRequest {
+            instructions,
+            input,
+            model,
+            ..
+        } = request;
         let mut params = json!({"ephemeral": true});
-        if let (Some(text), Some(object)) = (instructions, params.as_object_mut()) {
-            object.insert("developerInstructions".into(), Value::String(text));
+        if let Some(object) = params.as_object_mut() {
+            if let Some(text) = instructions {
+                object.insert("developerInstructions".into(), Value::String(text));
+            }
+            if let Some(model) = &model {
+                object.insert("model".into(), Value::String(model.clone()));
+            }
         }
         let started = upstream
             .request("thread/start", params)
@@ -479,7 +486,11 @@ impl ThreadedBackend for ServeBackend {
         let turn_id = result.pointer("/turn/id").and_then(Value::as_str);
         let ended = follow_turn(OP, &mut watch, turn_id, None).await?;
         if ended.status == "completed" {
-            Ok(ended.reply)
+            Ok(Completion {
+                text: ended.reply,
+                model,
+                usage: None,
+            })
         } else {
             Err(BackendError::TurnFailed {
                 operation: OP,

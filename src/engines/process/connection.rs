@@ -70,6 +70,8 @@ enum Command {
     },
     /// The caller stopped waiting (timeout, abort, dropped future).
     Cancel { id: u64 },
+    /// A notification line to write (no answer expected).
+    Notify { line: String },
     /// Close stdin, wait `grace` for the child to exit, then kill it; reply once reaped.
     Shutdown {
         grace: Duration,
@@ -95,6 +97,9 @@ enum LoopEnd {
 }
 
 type StderrTail = Arc<Mutex<VecDeque<String>>>;
+/// Callbacks serving `runtime/llmComplete` outside any lifecycle call (see
+/// [`Connection::set_host_callbacks`]).
+type HostCallbacksSlot = Arc<Mutex<Option<Arc<dyn RuntimeCallbacks>>>>;
 
 /// The caller side of the connection. Dropping it kills and reaps the child.
 pub struct Connection {
@@ -103,9 +108,16 @@ pub struct Connection {
     next_id: AtomicU64,
     /// Set by the connection task before it lets go of the request table.
     closed_reason: Arc<Mutex<Option<String>>>,
+    host_callbacks: HostCallbacksSlot,
 }
 
 impl Connection {
+    /// Callbacks for `runtime/llmComplete` requests that no lifecycle call in flight serves:
+    /// made from a tool, a hook or a command, or naming no session.
+    pub fn set_host_callbacks(&self, callbacks: Arc<dyn RuntimeCallbacks>) {
+        *lock(&self.host_callbacks) = Some(callbacks);
+    }
+
     /// Starts the tasks around a freshly spawned child (stdin, stdout, stderr piped).
     pub fn start(engine_id: String, mut child: Child) -> Result<Self, std::io::Error> {
         let missing = |what: &str| std::io::Error::other(format!("child {what} is not piped"));
@@ -119,6 +131,7 @@ impl Connection {
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let stderr_tail: StderrTail = Arc::new(Mutex::new(VecDeque::new()));
         let closed_reason = Arc::new(Mutex::new(None));
+        let host_callbacks: HostCallbacksSlot = Arc::new(Mutex::new(None));
 
         tokio::spawn(write_stdin(stdin, writer_rx));
         let stderr_task = tokio::spawn(forward_stderr(
@@ -136,6 +149,7 @@ impl Connection {
             stderr_tail,
             stderr_task: Some(stderr_task),
             closed_reason: closed_reason.clone(),
+            host_callbacks: host_callbacks.clone(),
         };
         tokio::spawn(task.run());
         Ok(Connection {
@@ -143,6 +157,7 @@ impl Connection {
             commands,
             next_id: AtomicU64::new(1),
             closed_reason,
+            host_callbacks,
         })
     }
 
@@ -199,10 +214,28 @@ impl Connection {
         guard.armed = false;
         match reply {
             Ok(Reply::Result(value)) => Ok(value),
-            Ok(Reply::Error(error)) => Err(EngineError::failed(method, error.to_string())),
+            Ok(Reply::Error(error)) => Err(protocol::engine_error_of(method, &error)),
             Ok(Reply::Dead(detail)) => Err(EngineError::Process { method, detail }),
             Err(_) => Err(self.gone(method)),
         }
+    }
+
+    /// Sends a notification (no answer). Fails only when the connection has ended.
+    pub fn notify<P: Serialize + ?Sized>(
+        &self,
+        method: EngineMethod,
+        wire_method: &str,
+        params: &P,
+    ) -> Result<(), EngineError> {
+        let line = protocol::encode_notification(wire_method, params).map_err(|e| {
+            EngineError::failed(
+                method,
+                format!("cannot encode the {wire_method} notification: {e}"),
+            )
+        })?;
+        self.commands
+            .send(Command::Notify { line })
+            .map_err(|_| self.gone(method))
     }
 
     /// Closes stdin, waits up to `grace` for the child to exit, kills it otherwise, and
@@ -268,6 +301,7 @@ struct ConnectionTask {
     stderr_tail: StderrTail,
     stderr_task: Option<JoinHandle<()>>,
     closed_reason: Arc<Mutex<Option<String>>>,
+    host_callbacks: HostCallbacksSlot,
 }
 
 impl ConnectionTask {
@@ -362,6 +396,9 @@ impl ConnectionTask {
                         .send(WriterMsg::Line(protocol::encode_cancel(id)));
                 }
             }
+            Command::Notify { line } => {
+                let _ = self.writer.send(WriterMsg::Line(line));
+            }
             Command::Shutdown { .. } => {}
         }
     }
@@ -443,7 +480,13 @@ impl ConnectionTask {
     }
 
     fn serve_callback(&self, id: Value, method: String, params: Value) {
-        let callbacks = self.callbacks_for(&params);
+        let callbacks = self.callbacks_for(&params).or_else(|| {
+            if method == protocol::METHOD_LLM_COMPLETE {
+                lock(&self.host_callbacks).clone()
+            } else {
+                None
+            }
+        });
         let writer = self.writer.clone();
         let engine_id = self.engine_id.clone();
         tokio::spawn(async move {
@@ -528,7 +571,7 @@ impl ConnectionTask {
                 Command::Shutdown { done, .. } => {
                     let _ = done.send(None);
                 }
-                Command::Cancel { .. } => {}
+                Command::Cancel { .. } | Command::Notify { .. } => {}
             }
         }
     }

@@ -35,6 +35,7 @@ pub mod protocol;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,8 +48,8 @@ use self::connection::{CallRoute, Connection};
 use crate::contract::{
     json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, EngineTool, IngestBatchParams, IngestBatchResult, IngestParams,
-    IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
+    EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
+    IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
     PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
     RuntimeContext, ToolCallParams, ToolCallResult,
 };
@@ -270,6 +271,12 @@ impl ProcessEngine {
         &self.engine_id
     }
 
+    /// Serves `runtime/llmComplete` requests made outside any lifecycle call (from a tool, a
+    /// hook or a command, or naming no session) through `callbacks`.
+    pub fn set_host_callbacks(&self, callbacks: Arc<dyn crate::contract::RuntimeCallbacks>) {
+        self.connection.set_host_callbacks(callbacks);
+    }
+
     /// The hooks the engine listed in `initialize` (`hooks/<name>`).
     pub fn hooks(&self) -> &[String] {
         &self.hooks
@@ -472,6 +479,58 @@ impl ContextEngine for ProcessEngine {
 
     fn tools(&self) -> Vec<EngineTool> {
         self.tools.clone()
+    }
+
+    fn hooks(&self) -> Vec<String> {
+        self.hooks.clone()
+    }
+
+    /// Sends the request `hooks/<name>` (only for a hook the engine listed).
+    async fn call_hook(&self, name: &str, call: HookCall) -> Result<Value, EngineError> {
+        let method = EngineMethod::Hook;
+        if !self.hooks.iter().any(|h| h == name) {
+            return Err(EngineError::NotImplemented { method });
+        }
+        let session = call
+            .ctx
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let route = CallRoute {
+            session_id: session,
+            callbacks: None,
+        };
+        let value = self
+            .connection
+            .request(
+                method,
+                &format!("hooks/{name}"),
+                &call,
+                route,
+                self.call_timeout,
+                None,
+            )
+            .await?;
+        match value {
+            Value::Null | Value::Object(_) => Ok(value),
+            other => Err(EngineError::malformed(
+                method,
+                format!(
+                    "hooks/{name} answered {}, expected null or an object",
+                    json_kind(&other)
+                ),
+            )),
+        }
+    }
+
+    /// Sends the notification `hooks/<name>` (only for a hook the engine listed).
+    async fn notify_hook(&self, name: &str, call: HookCall) -> Result<(), EngineError> {
+        let method = EngineMethod::Hook;
+        if !self.hooks.iter().any(|h| h == name) {
+            return Err(EngineError::NotImplemented { method });
+        }
+        self.connection
+            .notify(method, &format!("hooks/{name}"), &call)
     }
 
     /// Sends `tools/call`. A JSON-RPC error, a timeout, a dead process or a result that is not

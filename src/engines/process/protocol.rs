@@ -32,6 +32,9 @@ pub mod error_code {
     pub const CALLBACK_FAILED: i64 = -32000;
     /// No lifecycle call in flight offers runtime callbacks for this request.
     pub const NO_CALLBACKS: i64 = -32001;
+    /// Engine → host: the engine's configuration is invalid (`data: {kind: "config",
+    /// errors: [{key, message}]}`).
+    pub const CONFIG_ERROR: i64 = -32010;
 }
 
 /// Longest stdout line the host accepts from an engine (a whole transcript fits easily);
@@ -143,6 +146,20 @@ pub fn encode_request<P: Serialize + ?Sized>(
         method,
         params,
     })?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// A host → engine notification line (no id, no answer).
+pub fn encode_notification<P: Serialize + ?Sized>(
+    method: &str,
+    params: &P,
+) -> Result<String, serde_json::Error> {
+    let mut line = serde_json::to_string(&serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": method,
+        "params": serde_json::to_value(params)?,
+    }))?;
     line.push('\n');
     Ok(line)
 }
@@ -341,6 +358,25 @@ pub struct EngineCommand {
     pub accepts_args: bool,
 }
 
+/// The engine error for a JSON-RPC error answer: `-32010` is a configuration error with the
+/// offending keys from `data.errors`; anything else is `Failed`.
+pub fn engine_error_of(method: EngineMethod, error: &RpcError) -> crate::contract::EngineError {
+    if error.code != error_code::CONFIG_ERROR {
+        return crate::contract::EngineError::failed(method, error.to_string());
+    }
+    let issues = error
+        .data
+        .as_ref()
+        .and_then(|d| d.get("errors"))
+        .and_then(|e| serde_json::from_value::<Vec<crate::contract::ConfigIssue>>(e.clone()).ok())
+        .unwrap_or_default();
+    crate::contract::EngineError::InvalidConfig {
+        method,
+        message: error.message.clone(),
+        issues,
+    }
+}
+
 /// What `initialize` told the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitializeOutcome {
@@ -424,6 +460,11 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
         methods.insert(EngineMethod::CallTool);
     }
     let hooks: Vec<String> = decode_optional_list(&mut obj, "hooks")?;
+    if hooks.is_empty() {
+        methods.remove(EngineMethod::Hook);
+    } else {
+        methods.insert(EngineMethod::Hook);
+    }
     let commands: Vec<EngineCommand> = decode_optional_list(&mut obj, "commands")?;
     Ok(InitializeOutcome {
         info,
@@ -679,6 +720,36 @@ mod tests {
         let err = decode_initialize(json!({"info": {"id": "e", "name": "E"}, "hooks": "all"}))
             .unwrap_err();
         assert!(err.contains("`hooks`"), "{err}");
+    }
+
+    /// `-32010` answers become configuration errors carrying the offending keys; other codes
+    /// stay `Failed`.
+    #[test]
+    fn config_error_code_maps_to_invalid_config() {
+        let error = RpcError {
+            code: -32010,
+            message: "invalid config for plugin \"p\": keepRecent: must be >= 1".into(),
+            data: Some(
+                json!({"kind": "config", "errors": [{"key": "keepRecent", "message": "must be >= 1"}]}),
+            ),
+        };
+        let mapped = engine_error_of(EngineMethod::Info, &error);
+        let crate::contract::EngineError::InvalidConfig {
+            issues, message, ..
+        } = mapped
+        else {
+            panic!("{mapped:?}");
+        };
+        assert_eq!(issues[0].key, "keepRecent");
+        assert!(message.contains("keepRecent"));
+        let other = RpcError {
+            code: -32000,
+            ..error
+        };
+        assert!(matches!(
+            engine_error_of(EngineMethod::Info, &other),
+            crate::contract::EngineError::Failed { .. }
+        ));
     }
 
     /// Unit results accept null and objects only.
