@@ -752,6 +752,11 @@ async fn responses(
             events.push(sse::response_failed(&response_id, &model, &code, &message));
         }
     }
+    event_stream(&events)
+}
+
+/// A `200 text/event-stream` response carrying `events`, one SSE frame each.
+fn event_stream(events: &[Value]) -> Response {
     let frames: Vec<Result<Bytes, Infallible>> = events
         .iter()
         .map(|event| Ok(Bytes::from(sse::frame(event))))
@@ -809,19 +814,7 @@ async fn tool_call_response(
         sse::output_item_done(&item),
         sse::response_completed(&response_id, model, &item, usage),
     ];
-    let frames: Vec<Result<Bytes, Infallible>> = events
-        .iter()
-        .map(|event| Ok(Bytes::from(sse::frame(event))))
-        .collect();
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(futures::stream::iter(frames)),
-    )
-        .into_response()
+    event_stream(&events)
 }
 
 /// The unary compaction endpoint: the user messages of the conversation followed by one
