@@ -430,6 +430,30 @@ impl SqliteStore {
         })
     }
 
+    /// `record_turn`, queueing `commit` too when given: one fenced transaction.
+    fn record_turn_fenced(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        let fenced = self.write_tx("record turn", |tx| {
+            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
+            if fenced.is_none() {
+                insert_entries(tx, session_id, &encoded)?;
+                if let Some(commit) = commit {
+                    insert_outbox(tx, commit)?;
+                }
+            }
+            Ok((fenced, fenced.is_none()))
+        })?;
+        stale_check("record turn", binding_key, lease_generation, fenced)
+    }
+
     fn decode_entries(
         &self,
         session_id: &str,
@@ -738,15 +762,14 @@ impl StateStore for SqliteStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.write_tx("record turn", |tx| {
-            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
-            if fenced.is_none() {
-                insert_entries(tx, session_id, &encoded)?;
-            }
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("record turn", binding_key, lease_generation, fenced)
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            None,
+        )
     }
 
     fn record_turn_with_commit(
@@ -758,16 +781,14 @@ impl StateStore for SqliteStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.write_tx("record turn", |tx| {
-            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
-            if fenced.is_none() {
-                insert_entries(tx, session_id, &encoded)?;
-                insert_outbox(tx, commit)?;
-            }
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("record turn", binding_key, lease_generation, fenced)
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(commit),
+        )
     }
 
     fn replace_transcript_entries(
