@@ -31,8 +31,8 @@ use tokio::sync::oneshot;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
-    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
+    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;
@@ -856,18 +856,9 @@ impl StateStore for PostgresStore {
                 .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
                 .collect()
         })?;
-        rows.into_iter()
-            .map(|(entry_id, json)| {
-                let message = serde_json::from_str(&json).map_err(|e| {
-                    self.record_error(
-                        "load transcript",
-                        &format!("{session_id}/{entry_id}"),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(TranscriptEntry { entry_id, message })
-            })
-            .collect()
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
     }
 
     fn append_transcript(

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::{
-    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
-    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry,
-    TranscriptRead,
+    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor,
+    TranscriptEntry, TranscriptRead,
 };
 
 /// The schema this build writes (2: per-session transcript rewrite versions).
@@ -459,18 +459,9 @@ impl SqliteStore {
         session_id: &str,
         rows: Vec<(String, String)>,
     ) -> Result<Vec<TranscriptEntry>, StoreError> {
-        rows.into_iter()
-            .map(|(entry_id, json)| {
-                let message = serde_json::from_str(&json).map_err(|e| {
-                    self.record_error(
-                        "load transcript",
-                        &format!("{session_id}/{entry_id}"),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(TranscriptEntry { entry_id, message })
-            })
-            .collect()
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
     }
 
     fn encode_entries<'e>(
