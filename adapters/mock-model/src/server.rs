@@ -579,6 +579,14 @@ impl Shared {
     }
 }
 
+/// The 404 for a conversation id the mock does not hold.
+fn conversation_not_found(id: &str) -> Response {
+    conversation_error(
+        StatusCode::NOT_FOUND,
+        &format!("Conversation with id '{id}' not found."),
+    )
+}
+
 /// The API's error for a request about a conversation: `param: "conversation"`, no code.
 fn conversation_error(status: StatusCode, message: &str) -> Response {
     let body = json!({
@@ -920,12 +928,16 @@ async fn create_conversation(
     json_ok(&object)
 }
 
-/// Records a conversations request about `id` and answers 404 when the mock does not hold it.
+/// Records a conversations request (no body) about `id` and answers 404 when the mock does
+/// not hold it.
 async fn conversation_request(
     shared: &Shared,
-    incoming: Incoming,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
     id: &str,
 ) -> Result<RecordedRequest, Response> {
+    let incoming = Incoming::new(shared, method, uri, headers, &Bytes::new());
     let mut record = incoming.record(RequestKind::Conversations);
     record.conversation_id = Some(id.to_owned());
     if lock(&shared.conversations).contains_key(id) {
@@ -934,10 +946,7 @@ async fn conversation_request(
     }
     record.status = StatusCode::NOT_FOUND.as_u16();
     shared.remember(&record).await;
-    Err(conversation_error(
-        StatusCode::NOT_FOUND,
-        &format!("Conversation with id '{id}' not found."),
-    ))
+    Err(conversation_not_found(id))
 }
 
 /// `GET /v1/conversations/{id}`.
@@ -948,16 +957,12 @@ async fn retrieve_conversation(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     match lock(&shared.conversations).get(&id) {
         Some(conversation) => json_ok(&conversation.object(&id)),
-        None => conversation_error(
-            StatusCode::NOT_FOUND,
-            &format!("Conversation with id '{id}' not found."),
-        ),
+        None => conversation_not_found(&id),
     }
 }
 
@@ -969,8 +974,7 @@ async fn delete_conversation(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     lock(&shared.conversations).remove(&id);
@@ -985,8 +989,7 @@ async fn conversation_items(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     let items = lock(&shared.conversations)
