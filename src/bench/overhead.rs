@@ -119,12 +119,7 @@ pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchE
     let mut store_ops: Vec<OpTotals> = Vec::new();
     for mode in BenchMode::ALL {
         let backend = Arc::new(TimedBackend::new(MockBackend::new()));
-        let store = Arc::new(TimedStore::new(SqliteStore::in_memory().map_err(
-            |source| BenchError::Store {
-                operation: "open an in-memory store",
-                source,
-            },
-        )?));
+        let store = timed_memory_store()?;
         let (harness, engine) = bench_harness(
             mode,
             BenchEngineConfig::default(),
@@ -202,6 +197,15 @@ pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchE
         store_ops,
         timed_turns: samples.len(),
     })
+}
+
+/// A fresh in-memory SQLite store, timed per operation.
+fn timed_memory_store() -> Result<Arc<TimedStore<SqliteStore>>, BenchError> {
+    let store = SqliteStore::in_memory().map_err(|source| BenchError::Store {
+        operation: "open an in-memory store",
+        source,
+    })?;
+    Ok(Arc::new(TimedStore::new(store)))
 }
 
 fn us(d: Duration) -> String {
@@ -296,12 +300,7 @@ pub struct LongSessionPoint {
 /// grows with the session's length.
 pub async fn long_session(checkpoints: &[usize]) -> Result<Vec<LongSessionPoint>, BenchError> {
     let backend = Arc::new(TimedBackend::new(MockBackend::new()));
-    let store = Arc::new(TimedStore::new(SqliteStore::in_memory().map_err(
-        |source| BenchError::Store {
-            operation: "open an in-memory store",
-            source,
-        },
-    )?));
+    let store = timed_memory_store()?;
     let (harness, engine) = bench_harness(
         BenchMode::ThreadBootstrap,
         BenchEngineConfig::default(),

@@ -221,18 +221,7 @@ impl UpstreamHandle {
             params,
             reply: tx,
         });
-        if sent.is_err() {
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                "ctxbridge serve is shutting down",
-            ));
-        }
-        rx.await.unwrap_or_else(|_| {
-            Err(RpcError::new(
-                INTERNAL_ERROR,
-                "ctxbridge serve is shutting down",
-            ))
-        })
+        await_hub_reply(sent.is_ok(), rx).await
     }
 
     /// Points a session's client thread id at the backend thread now serving it (a rotation:
@@ -275,19 +264,21 @@ impl UpstreamHandle {
             params,
             reply: Some(tx),
         });
-        if sent.is_err() {
-            return Err(RpcError::new(
-                INTERNAL_ERROR,
-                "ctxbridge serve is shutting down",
-            ));
-        }
-        rx.await.unwrap_or_else(|_| {
-            Err(RpcError::new(
-                INTERNAL_ERROR,
-                "ctxbridge serve is shutting down",
-            ))
-        })
+        await_hub_reply(sent.is_ok(), rx).await
     }
+}
+
+/// The hub's reply to a request just sent (`sent`: whether the hub took it); a hub that is gone
+/// (serve shutting down) answers with an internal error.
+async fn await_hub_reply<T>(
+    sent: bool,
+    rx: oneshot::Receiver<Result<T, RpcError>>,
+) -> Result<T, RpcError> {
+    let shutting_down = || RpcError::new(INTERNAL_ERROR, "ctxbridge serve is shutting down");
+    if !sent {
+        return Err(shutting_down());
+    }
+    rx.await.unwrap_or_else(|_| Err(shutting_down()))
 }
 
 /// Messages to the hub.

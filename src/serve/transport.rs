@@ -81,16 +81,7 @@ async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
     let (mut sink, mut stream) = socket.split();
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
-    let actor = tokio::spawn(
-        client::run(
-            conn,
-            shared.max_message_bytes,
-            in_rx,
-            out_tx.clone(),
-            shared.hub.clone(),
-        )
-        .in_current_span(),
-    );
+    let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let writer = tokio::spawn(
         async move {
             while let Some(outbound) = out_rx.recv().await {
@@ -153,6 +144,25 @@ async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
     tracing::info!("serve: WebSocket client gone");
 }
 
+/// Spawns the client actor of connection `conn`: it reads `in_rx` and answers on `out_tx`.
+fn spawn_client(
+    conn: u64,
+    shared: &Shared,
+    in_rx: mpsc::Receiver<Inbound>,
+    out_tx: mpsc::UnboundedSender<Outbound>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(
+        client::run(
+            conn,
+            shared.max_message_bytes,
+            in_rx,
+            out_tx,
+            shared.hub.clone(),
+        )
+        .in_current_span(),
+    )
+}
+
 /// Serves one newline-delimited connection (unix socket or stdio).
 pub(crate) async fn serve_lines<R, W>(reader: R, mut writer: W, conn: u64, shared: Shared)
 where
@@ -161,16 +171,7 @@ where
 {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
-    let actor = tokio::spawn(
-        client::run(
-            conn,
-            shared.max_message_bytes,
-            in_rx,
-            out_tx.clone(),
-            shared.hub.clone(),
-        )
-        .in_current_span(),
-    );
+    let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let write_task = tokio::spawn(
         async move {
             while let Some(outbound) = out_rx.recv().await {

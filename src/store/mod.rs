@@ -440,6 +440,23 @@ pub enum StoreTarget {
     },
 }
 
+/// Decodes a session's stored transcript rows (`entry_id`, message JSON), in order; a row that
+/// does not decode becomes the store's record error (`record_error(key, message)`, key
+/// `session/entry`).
+fn decode_transcript_rows(
+    session_id: &str,
+    rows: Vec<(String, String)>,
+    record_error: impl Fn(&str, String) -> StoreError,
+) -> Result<Vec<TranscriptEntry>, StoreError> {
+    rows.into_iter()
+        .map(|(entry_id, json)| {
+            let message = serde_json::from_str(&json)
+                .map_err(|e| record_error(&format!("{session_id}/{entry_id}"), e.to_string()))?;
+            Ok(TranscriptEntry { entry_id, message })
+        })
+        .collect()
+}
+
 /// Opens the selected store (for a PostgreSQL one: connects and applies pending migrations).
 pub fn open_store(target: &StoreTarget) -> Result<std::sync::Arc<dyn StateStore>, StoreError> {
     Ok(match target {

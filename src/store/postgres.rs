@@ -31,8 +31,8 @@ use tokio::sync::oneshot;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
-    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
+    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;
@@ -583,6 +583,30 @@ impl PostgresStore {
             .collect()
     }
 
+    /// `record_turn`, queueing `commit` too when given: one fenced transaction.
+    fn record_turn_fenced(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        self.fenced(
+            "record turn",
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(TurnWrite {
+                session: session_id.to_string(),
+                entries: encoded,
+                commit: commit.cloned(),
+            }),
+        )
+    }
+
     /// Runs a fenced write: the binding (and, for a turn, the session's new transcript
     /// entries and queued commit) is written in one transaction, only when the session's lease
     /// generation is not newer than `lease_generation`.
@@ -790,17 +814,13 @@ impl StateStore for PostgresStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        self.fenced(
-            "record turn",
+        self.record_turn_fenced(
+            session_id,
+            entries,
             binding_key,
             binding_json,
             lease_generation,
-            Some(TurnWrite {
-                session: session_id.to_string(),
-                entries: encoded,
-                commit: None,
-            }),
+            None,
         )
     }
 
@@ -813,17 +833,13 @@ impl StateStore for PostgresStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        self.fenced(
-            "record turn",
+        self.record_turn_fenced(
+            session_id,
+            entries,
             binding_key,
             binding_json,
             lease_generation,
-            Some(TurnWrite {
-                session: session_id.to_string(),
-                entries: encoded,
-                commit: Some(commit.clone()),
-            }),
+            Some(commit),
         )
     }
 
@@ -840,18 +856,9 @@ impl StateStore for PostgresStore {
                 .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
                 .collect()
         })?;
-        rows.into_iter()
-            .map(|(entry_id, json)| {
-                let message = serde_json::from_str(&json).map_err(|e| {
-                    self.record_error(
-                        "load transcript",
-                        &format!("{session_id}/{entry_id}"),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(TranscriptEntry { entry_id, message })
-            })
-            .collect()
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
     }
 
     fn append_transcript(

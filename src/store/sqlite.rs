@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::{
-    sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError,
-    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry,
-    TranscriptRead,
+    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor,
+    TranscriptEntry, TranscriptRead,
 };
 
 /// The schema this build writes (2: per-session transcript rewrite versions).
@@ -113,7 +113,7 @@ impl Target {
 /// by triggers so every write path refreshes it (the retention sweep's clock). Additive: a
 /// database from an earlier build gets the table, and its existing keys are dated to the
 /// upgrade (see [`SqliteStore::ensure_activity`]).
-const ACTIVITY_SCHEMA: &str = "
+const ACTIVITY_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS activity (
     scope TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -121,51 +121,40 @@ CREATE TABLE IF NOT EXISTS activity (
     PRIMARY KEY (scope, key)
 );
 CREATE INDEX IF NOT EXISTS activity_idle ON activity (last_active_ms);
-CREATE TRIGGER IF NOT EXISTS activity_transcript_insert AFTER INSERT ON transcript BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_transcript_update AFTER UPDATE ON transcript BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_bootstrapped_insert AFTER INSERT ON bootstrapped BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_outbox_insert AFTER INSERT ON outbox BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_outbox_delete AFTER DELETE ON outbox BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', OLD.session_id, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_bindings_insert AFTER INSERT ON bindings BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.binding_key, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_bindings_update AFTER UPDATE ON bindings BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.binding_key, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_leases_insert AFTER INSERT ON leases BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.session, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_leases_update AFTER UPDATE ON leases BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('b', NEW.session, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_documents_insert AFTER INSERT ON documents BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('d:' || NEW.namespace, NEW.key, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-CREATE TRIGGER IF NOT EXISTS activity_documents_update AFTER UPDATE ON documents BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ('d:' || NEW.namespace, NEW.key, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
 ";
+
+/// The activity triggers, one per `(table, event, scope, key)`: after `event` on `table`, the
+/// row's `key` in `scope` (SQL expressions) is dated to `NOW_MS`.
+const ACTIVITY_TRIGGERS: &[(&str, &str, &str, &str)] = &[
+    ("transcript", "INSERT", "'s'", "NEW.session_id"),
+    ("transcript", "UPDATE", "'s'", "NEW.session_id"),
+    ("bootstrapped", "INSERT", "'s'", "NEW.session_id"),
+    ("outbox", "INSERT", "'s'", "NEW.session_id"),
+    ("outbox", "DELETE", "'s'", "OLD.session_id"),
+    ("bindings", "INSERT", "'b'", "NEW.binding_key"),
+    ("bindings", "UPDATE", "'b'", "NEW.binding_key"),
+    ("leases", "INSERT", "'b'", "NEW.session"),
+    ("leases", "UPDATE", "'b'", "NEW.session"),
+    ("documents", "INSERT", "'d:' || NEW.namespace", "NEW.key"),
+    ("documents", "UPDATE", "'d:' || NEW.namespace", "NEW.key"),
+];
+
+/// The activity table and its triggers ([`ACTIVITY_TABLE`], [`ACTIVITY_TRIGGERS`]); `NOW_MS`
+/// stands for the database clock.
+fn activity_schema() -> String {
+    let mut sql = ACTIVITY_TABLE.to_owned();
+    for (table, event, scope, key) in ACTIVITY_TRIGGERS {
+        let name = format!("activity_{table}_{}", event.to_ascii_lowercase());
+        sql.push_str(&format!(
+            "CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN
+    INSERT INTO activity (scope, key, last_active_ms) VALUES ({scope}, {key}, NOW_MS)
+    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
+END;
+"
+        ));
+    }
+    sql
+}
 
 /// The database's clock in milliseconds since the Unix epoch (substituted for `NOW_MS`).
 const SQL_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -373,7 +362,7 @@ impl SqliteStore {
                 [],
                 |r| r.get(0),
             )?;
-            tx.execute_batch(&ACTIVITY_SCHEMA.replace("NOW_MS", SQL_NOW_MS))?;
+            tx.execute_batch(&activity_schema().replace("NOW_MS", SQL_NOW_MS))?;
             if existed == 0 {
                 tx.execute_batch(&ACTIVITY_BACKFILL.replace("NOW_MS", SQL_NOW_MS))?;
             }
@@ -430,23 +419,38 @@ impl SqliteStore {
         })
     }
 
+    /// `record_turn`, queueing `commit` too when given: one fenced transaction.
+    fn record_turn_fenced(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("record turn", entries)?;
+        let fenced = self.write_tx("record turn", |tx| {
+            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
+            if fenced.is_none() {
+                insert_entries(tx, session_id, &encoded)?;
+                if let Some(commit) = commit {
+                    insert_outbox(tx, commit)?;
+                }
+            }
+            Ok((fenced, fenced.is_none()))
+        })?;
+        stale_check("record turn", binding_key, lease_generation, fenced)
+    }
+
     fn decode_entries(
         &self,
         session_id: &str,
         rows: Vec<(String, String)>,
     ) -> Result<Vec<TranscriptEntry>, StoreError> {
-        rows.into_iter()
-            .map(|(entry_id, json)| {
-                let message = serde_json::from_str(&json).map_err(|e| {
-                    self.record_error(
-                        "load transcript",
-                        &format!("{session_id}/{entry_id}"),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(TranscriptEntry { entry_id, message })
-            })
-            .collect()
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
     }
 
     fn encode_entries<'e>(
@@ -738,15 +742,14 @@ impl StateStore for SqliteStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.write_tx("record turn", |tx| {
-            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
-            if fenced.is_none() {
-                insert_entries(tx, session_id, &encoded)?;
-            }
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("record turn", binding_key, lease_generation, fenced)
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            None,
+        )
     }
 
     fn record_turn_with_commit(
@@ -758,16 +761,14 @@ impl StateStore for SqliteStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.write_tx("record turn", |tx| {
-            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
-            if fenced.is_none() {
-                insert_entries(tx, session_id, &encoded)?;
-                insert_outbox(tx, commit)?;
-            }
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("record turn", binding_key, lease_generation, fenced)
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(commit),
+        )
     }
 
     fn replace_transcript_entries(
@@ -1240,5 +1241,35 @@ mod tests {
         other.execute_batch("COMMIT").unwrap();
         let s = writer.join().unwrap().unwrap();
         assert_eq!(s.load_transcript("sess").unwrap().len(), 1);
+    }
+
+    /// Opening a store installs one activity trigger per entry of the trigger list, each
+    /// named `activity_<table>_<event>` and on its table.
+    #[test]
+    fn installs_every_activity_trigger() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let mut installed: Vec<(String, String)> = conn
+            .prepare("SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        installed.sort();
+        let mut expected: Vec<(String, String)> = ACTIVITY_TRIGGERS
+            .iter()
+            .map(|(table, event, _, _)| {
+                (
+                    format!("activity_{table}_{}", event.to_ascii_lowercase()),
+                    (*table).to_owned(),
+                )
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(installed.len(), 11);
+        assert_eq!(installed, expected);
     }
 }

@@ -579,6 +579,14 @@ impl Shared {
     }
 }
 
+/// The 404 for a conversation id the mock does not hold.
+fn conversation_not_found(id: &str) -> Response {
+    conversation_error(
+        StatusCode::NOT_FOUND,
+        &format!("Conversation with id '{id}' not found."),
+    )
+}
+
 /// The API's error for a request about a conversation: `param: "conversation"`, no code.
 fn conversation_error(status: StatusCode, message: &str) -> Response {
     let body = json!({
@@ -752,6 +760,11 @@ async fn responses(
             events.push(sse::response_failed(&response_id, &model, &code, &message));
         }
     }
+    event_stream(&events)
+}
+
+/// A `200 text/event-stream` response carrying `events`, one SSE frame each.
+fn event_stream(events: &[Value]) -> Response {
     let frames: Vec<Result<Bytes, Infallible>> = events
         .iter()
         .map(|event| Ok(Bytes::from(sse::frame(event))))
@@ -809,19 +822,7 @@ async fn tool_call_response(
         sse::output_item_done(&item),
         sse::response_completed(&response_id, model, &item, usage),
     ];
-    let frames: Vec<Result<Bytes, Infallible>> = events
-        .iter()
-        .map(|event| Ok(Bytes::from(sse::frame(event))))
-        .collect();
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(futures::stream::iter(frames)),
-    )
-        .into_response()
+    event_stream(&events)
 }
 
 /// The unary compaction endpoint: the user messages of the conversation followed by one
@@ -927,12 +928,16 @@ async fn create_conversation(
     json_ok(&object)
 }
 
-/// Records a conversations request about `id` and answers 404 when the mock does not hold it.
+/// Records a conversations request (no body) about `id` and answers 404 when the mock does
+/// not hold it.
 async fn conversation_request(
     shared: &Shared,
-    incoming: Incoming,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
     id: &str,
 ) -> Result<RecordedRequest, Response> {
+    let incoming = Incoming::new(shared, method, uri, headers, &Bytes::new());
     let mut record = incoming.record(RequestKind::Conversations);
     record.conversation_id = Some(id.to_owned());
     if lock(&shared.conversations).contains_key(id) {
@@ -941,10 +946,7 @@ async fn conversation_request(
     }
     record.status = StatusCode::NOT_FOUND.as_u16();
     shared.remember(&record).await;
-    Err(conversation_error(
-        StatusCode::NOT_FOUND,
-        &format!("Conversation with id '{id}' not found."),
-    ))
+    Err(conversation_not_found(id))
 }
 
 /// `GET /v1/conversations/{id}`.
@@ -955,16 +957,12 @@ async fn retrieve_conversation(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     match lock(&shared.conversations).get(&id) {
         Some(conversation) => json_ok(&conversation.object(&id)),
-        None => conversation_error(
-            StatusCode::NOT_FOUND,
-            &format!("Conversation with id '{id}' not found."),
-        ),
+        None => conversation_not_found(&id),
     }
 }
 
@@ -976,8 +974,7 @@ async fn delete_conversation(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     lock(&shared.conversations).remove(&id);
@@ -992,8 +989,7 @@ async fn conversation_items(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let incoming = Incoming::new(&shared, &method, &uri, &headers, &Bytes::new());
-    if let Err(response) = conversation_request(&shared, incoming, &id).await {
+    if let Err(response) = conversation_request(&shared, &method, &uri, &headers, &id).await {
         return response;
     }
     let items = lock(&shared.conversations)
