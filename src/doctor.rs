@@ -23,6 +23,7 @@ use crate::host::capabilities::Capability;
 use crate::host::requirements::{
     check_host_requirements, declared_operations, HostRequirementError,
 };
+use crate::host::session_file::utc_time;
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
 use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreStats, StoreTarget};
@@ -414,24 +415,10 @@ pub fn inspect_target(target: &StoreTarget, engine_ids: &[String]) -> PersistedS
 
 /// `ms` since the Unix epoch as an RFC 3339 UTC timestamp (`2023-11-14T22:13:20Z`).
 pub fn format_utc_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, day_secs) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm), for the proleptic
-    // Gregorian calendar.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = utc_time(ms);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        day_secs / 3_600,
-        day_secs % 3_600 / 60,
-        day_secs % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 

@@ -119,6 +119,7 @@ impl BenchMode {
 
 /// Why a benchmark could not run. Each variant names the operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     #[error("{operation}: {source}")]
     Harness {

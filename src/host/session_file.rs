@@ -29,10 +29,21 @@ pub fn file_name(session_id: &str) -> String {
     }
 }
 
-/// `ms` since the Unix epoch as JavaScript's `toISOString()` (`2026-01-02T03:04:05.678Z`).
-pub fn iso_timestamp(ms: u64) -> String {
+/// A UTC calendar time: year, month, day, hour, minute, second, millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UtcTime {
+    pub year: i64,
+    pub month: i64,
+    pub day: i64,
+    pub hour: u64,
+    pub minute: u64,
+    pub second: u64,
+    pub millis: u64,
+}
+
+/// `ms` since the Unix epoch as a UTC calendar time (proleptic Gregorian calendar).
+pub fn utc_time(ms: u64) -> UtcTime {
     let secs = ms / 1000;
-    let millis = ms % 1000;
     let (days, day_secs) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -43,12 +54,23 @@ pub fn iso_timestamp(ms: u64) -> String {
     let mp = (5 * doy + 2) / 153;
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    UtcTime {
+        year: yoe + era * 400 + i64::from(month <= 2),
+        month,
+        day,
+        hour: day_secs / 3_600,
+        minute: day_secs % 3_600 / 60,
+        second: day_secs % 60,
+        millis: ms % 1000,
+    }
+}
+
+/// `ms` since the Unix epoch as JavaScript's `toISOString()` (`2026-01-02T03:04:05.678Z`).
+pub fn iso_timestamp(ms: u64) -> String {
+    let t = utc_time(ms);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        day_secs / 3_600,
-        day_secs % 3_600 / 60,
-        day_secs % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year, t.month, t.day, t.hour, t.minute, t.second, t.millis
     )
 }
 
