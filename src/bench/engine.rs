@@ -20,7 +20,11 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
-use crate::contract::*;
+use crate::contract::{
+    AgentMessage, AssembleParams, AssembleResult, CompactParams, CompactResult, ContextEngine,
+    ContextProjection, EngineError, EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult,
+    IngestParams, IngestResult, MethodSet, ProjectionMode, Role,
+};
 
 /// The engine's id.
 pub const BENCH_ENGINE_ID: &str = "ctxbridge-bench";

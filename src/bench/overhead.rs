@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::timed_store::{OpTotals, TimedStore};
-use super::*;
+use super::{
+    bench_harness, bench_prompt, harness_err, percentile, BenchEngineConfig, BenchError, BenchMode,
+    TimedBackend,
+};
 use crate::backend::MockBackend;
 use crate::harness::TurnSpec;
 use crate::store::SqliteStore;

@@ -19,14 +19,20 @@ use codex_app_server_client::{locate_codex_binary, offline_overrides, TurnLimits
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
 use tokio::sync::mpsc;
 
-use super::*;
+use super::{
+    bench_harness, bench_prompt, engine, harness_err, BenchBackend, BenchEngine, BenchEngineConfig,
+    BenchError, BenchMode, BenchView, BENCH_BASE_INSTRUCTIONS, BENCH_DEVELOPER_INSTRUCTIONS,
+    BENCH_TOKEN_BUDGET,
+};
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::{MockBackend, StartThread, TurnRequest};
+use crate::backend::{MockBackend, StartThread, ThreadedBackend, TurnRequest};
+use crate::harness::Harness;
 use crate::harness::TurnSpec;
 use crate::projection::{
     effective_developer_instructions, render_turn_input, RenderMode, RenderOptions,
 };
 use crate::store::SqliteStore;
+use crate::store::StateStore;
 
 /// The session key of the scripted session.
 pub const SESSION_KEY: &str = "bench-session";

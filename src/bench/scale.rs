@@ -13,11 +13,16 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use super::*;
+use super::{
+    bench_harness, bench_prompt, harness_err, BenchEngineConfig, BenchError, BenchMode,
+    BENCH_AGENT_ID,
+};
 use crate::backend::{MockBackend, ThreadId};
 use crate::harness::TurnSpec;
+use crate::harness::{Harness, HarnessError};
 use crate::projection::{binding_key, ThreadBinding};
 use crate::store::SqliteStore;
+use crate::store::StateStore;
 
 /// Turns per session of the scale run.
 pub const TURNS_PER_SESSION: usize = 5;
