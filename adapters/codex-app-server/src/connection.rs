@@ -207,15 +207,21 @@ pub(crate) fn start(
 }
 
 /// What a bounded line read produced.
-enum Line {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A line (without its `\n`, and without a `\r` before it) is in the buffer.
     Complete,
+    /// A line longer than the bound was skipped; its length.
     TooLong(usize),
+    /// End of input.
     Eof,
 }
 
-/// Read one `\n`-terminated line into `line` without ever holding more than `max` bytes;
-/// an over-long line is consumed and reported by length.
-async fn read_bounded_line<R: AsyncRead + Unpin>(
+/// Reads one `\n`-terminated line of newline-delimited JSON-RPC into `line` without ever
+/// holding more than `max` bytes; an over-long line is consumed and reported by length. A
+/// `\r` before the `\n` is dropped. Shared by every line transport of the app-server protocol
+/// (the child's stdout here, and the unix/stdio listeners of a server speaking it).
+pub async fn read_bounded_line<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     line: &mut Vec<u8>,
     max: usize,
@@ -245,6 +251,9 @@ async fn read_bounded_line<R: AsyncRead + Unpin>(
         }
         reader.consume(consumed);
         if done {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
             return Ok(match skipped {
                 Some(len) => Line::TooLong(len),
                 None => Line::Complete,
