@@ -33,6 +33,9 @@ use ctxbridge::quarantine::{CallTimeouts, FailedOperation, QuarantineBook, Quara
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+mod support;
+use support::engine_calls::{self, fails_closed};
+
 /// How the engine fails in the method under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -107,172 +110,22 @@ const GENEROUS: Duration = Duration::from_secs(60);
 // The calls
 // ------------------------------------------------------------------------------------------
 
-fn transcript() -> Vec<AgentMessage> {
-    vec![
-        AgentMessage::user("hello").with_id("u1"),
-        AgentMessage::assistant("hi").with_id("a1"),
-    ]
+/// The `tools/call` params of the matrix's cells.
+fn lookup_call() -> ToolCallParams {
+    ToolCallParams {
+        session_id: "s".into(),
+        session_key: Some("k".into()),
+        name: "lookup".into(),
+        ..Default::default()
+    }
 }
 
-/// Calls `method` on `engine` with fixed params (the caller is agent "main", session key
-/// "k"); the result as JSON.
 async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value, EngineError> {
-    fn json<T: serde::Serialize>(r: Result<T, EngineError>) -> Result<Value, EngineError> {
-        r.map(|v| serde_json::to_value(v).unwrap())
-    }
-    let session_id = "s".to_string();
-    let session_key = Some("k".to_string());
-    match method {
-        EngineMethod::Ingest => json(
-            engine
-                .ingest(IngestParams {
-                    session_id,
-                    session_key,
-                    message: Some(AgentMessage::user("hello")),
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::IngestBatch => json(
-            engine
-                .ingest_batch(IngestBatchParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::Bootstrap => json(
-            engine
-                .bootstrap(BootstrapParams {
-                    session_id,
-                    session_key,
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Assemble => json(
-            engine
-                .assemble(AssembleParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    prompt: Some("next".into()),
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Compact => json(
-            engine
-                .compact(CompactParams {
-                    session_id,
-                    session_key: session_key.clone(),
-                    session_target: Some(SessionTarget {
-                        agent_id: Some("main".into()),
-                        session_key,
-                        ..Default::default()
-                    }),
-                    force: Some(true),
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::AfterTurn => json(
-            engine
-                .after_turn(AfterTurnParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    pre_prompt_message_count: 0,
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Maintain => json(
-            engine
-                .maintain(MaintainParams {
-                    session_id,
-                    session_key,
-                    session_file: None,
-                    reason: MaintainReason::Turn,
-                    session_target: None,
-                    runtime_settings: None,
-                    runtime_context: None,
-                })
-                .await,
-        ),
-        EngineMethod::CommitTurn => json(
-            engine
-                .commit_turn(CommitTurnParams {
-                    advancement_key: "turn-1".into(),
-                    admission: AgentMessage::user("hello"),
-                    terminal: AgentMessage::assistant("hi"),
-                    messages: transcript(),
-                    session_id,
-                    session_key,
-                    session_target: None,
-                    runtime_settings: None,
-                    runtime_context: None,
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::PrepareSubagentSpawn => json(
-            engine
-                .prepare_subagent_spawn(PrepareSubagentSpawnParams {
-                    parent_session_key: "k".into(),
-                    child_session_key: "k:child".into(),
-                    context_mode: SubagentContextMode::Fork,
-                    parent_session_id: None,
-                    child_session_id: None,
-                    ttl_ms: None,
-                    extra: Default::default(),
-                })
-                .await,
-        ),
-        EngineMethod::RollbackSubagentSpawn => json(
-            engine
-                .rollback_subagent_spawn(RollbackSubagentSpawnParams {
-                    rollback_id: "rb-1".into(),
-                })
-                .await,
-        ),
-        EngineMethod::OnSubagentEnded => json(
-            engine
-                .on_subagent_ended(OnSubagentEndedParams {
-                    child_session_key: "k:child".into(),
-                    reason: SubagentEndReason::Completed,
-                })
-                .await,
-        ),
-        EngineMethod::Dispose => json(engine.dispose().await),
-        EngineMethod::CallTool => json(
-            engine
-                .call_tool(ToolCallParams {
-                    session_id,
-                    session_key,
-                    name: "lookup".into(),
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
-        EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
-    }
+    engine_calls::call(engine, method, lookup_call()).await
 }
 
-/// What legacy answers for `method` (through a stand-in for an already quarantined engine).
 async fn legacy_answer(method: EngineMethod) -> Result<Value, EngineError> {
-    let stand_in = QuarantineEngine::quarantined("stand-in", Arc::new(QuarantineBook::new()));
-    call(&stand_in, method).await
-}
-
-fn fails_closed(method: EngineMethod) -> bool {
-    matches!(
-        method,
-        EngineMethod::Compact | EngineMethod::PrepareSubagentSpawn
-    )
+    engine_calls::legacy_answer(method, lookup_call()).await
 }
 
 /// Whether a fail-closed call's error is the fault's kind of error, naming `method`. A crash

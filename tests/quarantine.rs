@@ -18,6 +18,9 @@ use ctxbridge::registry::{EngineFactoryContext, EngineRegistry};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+mod support;
+use support::engine_calls::{self, fails_closed};
+
 /// How the faulty engine misbehaves in one method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -263,13 +266,6 @@ const GUARDED: [EngineMethod; 12] = [
     EngineMethod::Dispose,
 ];
 
-fn transcript() -> Vec<AgentMessage> {
-    vec![
-        AgentMessage::user("hello").with_id("u1"),
-        AgentMessage::assistant("hi").with_id("a1"),
-    ]
-}
-
 fn compact_params(abort: Option<CancellationToken>) -> CompactParams {
     CompactParams {
         session_id: "s".into(),
@@ -285,128 +281,8 @@ fn compact_params(abort: Option<CancellationToken>) -> CompactParams {
     }
 }
 
-/// Calls `method` on `engine` with standard params; the result as JSON.
 async fn call(engine: &dyn ContextEngine, method: EngineMethod) -> Result<Value, EngineError> {
-    let session_id = "s".to_string();
-    let session_key = Some("k".to_string());
-    fn json<T: serde::Serialize>(r: Result<T, EngineError>) -> Result<Value, EngineError> {
-        r.map(|v| serde_json::to_value(v).unwrap())
-    }
-    match method {
-        EngineMethod::Ingest => json(
-            engine
-                .ingest(IngestParams {
-                    session_id,
-                    session_key,
-                    message: Some(AgentMessage::user("hello")),
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::IngestBatch => json(
-            engine
-                .ingest_batch(IngestBatchParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::Bootstrap => json(
-            engine
-                .bootstrap(BootstrapParams {
-                    session_id,
-                    session_key,
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Assemble => json(
-            engine
-                .assemble(AssembleParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    prompt: Some("next".into()),
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Compact => json(engine.compact(compact_params(None)).await),
-        EngineMethod::AfterTurn => json(
-            engine
-                .after_turn(AfterTurnParams {
-                    session_id,
-                    session_key,
-                    messages: transcript(),
-                    pre_prompt_message_count: 0,
-                    ..Default::default()
-                })
-                .await,
-        ),
-        EngineMethod::Maintain => json(
-            engine
-                .maintain(MaintainParams {
-                    session_id,
-                    session_key,
-                    session_file: None,
-                    reason: MaintainReason::Turn,
-                    session_target: None,
-                    runtime_settings: None,
-                    runtime_context: None,
-                })
-                .await,
-        ),
-        EngineMethod::CommitTurn => json(
-            engine
-                .commit_turn(CommitTurnParams {
-                    advancement_key: "turn-1".into(),
-                    admission: AgentMessage::user("hello"),
-                    terminal: AgentMessage::assistant("hi"),
-                    messages: transcript(),
-                    session_id,
-                    session_key,
-                    session_target: None,
-                    runtime_settings: None,
-                    runtime_context: None,
-                    is_heartbeat: None,
-                })
-                .await,
-        ),
-        EngineMethod::PrepareSubagentSpawn => json(
-            engine
-                .prepare_subagent_spawn(PrepareSubagentSpawnParams {
-                    parent_session_key: "k".into(),
-                    child_session_key: "k:child".into(),
-                    context_mode: SubagentContextMode::Fork,
-                    parent_session_id: None,
-                    child_session_id: None,
-                    ttl_ms: None,
-                    extra: Default::default(),
-                })
-                .await,
-        ),
-        EngineMethod::RollbackSubagentSpawn => json(
-            engine
-                .rollback_subagent_spawn(RollbackSubagentSpawnParams {
-                    rollback_id: "rb-1".into(),
-                })
-                .await,
-        ),
-        EngineMethod::OnSubagentEnded => json(
-            engine
-                .on_subagent_ended(OnSubagentEndedParams {
-                    child_session_key: "k:child".into(),
-                    reason: SubagentEndReason::Completed,
-                })
-                .await,
-        ),
-        EngineMethod::Dispose => json(engine.dispose().await),
-        EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
-        EngineMethod::CallTool => json(engine.call_tool(tool_call("probe", json!({}))).await),
-        EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
-    }
+    engine_calls::call(engine, method, tool_call("probe", json!({}))).await
 }
 
 fn tool_call(name: &str, arguments: Value) -> ToolCallParams {
@@ -430,17 +306,8 @@ fn guarded(engine: Arc<FaultyEngine>, book: &Arc<QuarantineBook>) -> QuarantineE
     )
 }
 
-/// What legacy answers for `method` (a stand-in for an already quarantined engine).
 async fn legacy_answer(method: EngineMethod) -> Result<Value, EngineError> {
-    let stand_in = QuarantineEngine::quarantined("stand-in", Arc::new(QuarantineBook::new()));
-    call(&stand_in, method).await
-}
-
-fn fails_closed(method: EngineMethod) -> bool {
-    matches!(
-        method,
-        EngineMethod::Compact | EngineMethod::PrepareSubagentSpawn
-    )
+    engine_calls::legacy_answer(method, tool_call("probe", json!({}))).await
 }
 
 /// Every guarded method × error, panic, timeout and malformed result: the engine is
