@@ -862,6 +862,15 @@ mod tests {
         assert_eq!(lines(b"0123456789abcdef", 4).await, vec![Err(16)]);
     }
 
+    /// A `\r` before the `\n` is dropped (line transports of clients may send CRLF).
+    #[tokio::test]
+    async fn bounded_lines_drop_a_carriage_return() {
+        assert_eq!(
+            lines(b"short\r\n{\"a\":1}\r\n", 12).await,
+            vec![Ok("short".to_owned()), Ok("{\"a\":1}".to_owned())]
+        );
+    }
+
     /// Only JSON objects are messages; blank lines, other JSON and garbage are skipped.
     #[test]
     fn only_json_objects_are_messages() {
