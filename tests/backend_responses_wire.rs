@@ -626,6 +626,27 @@ async fn complete_is_a_one_off_unstored_request() {
     assert_eq!(body["store"], false);
     assert_eq!(body["instructions"], "summarise");
     assert!(body.get("previous_response_id").is_none());
+    assert!(
+        body.get("max_output_tokens").is_none(),
+        "no bound asked, none sent: {body}"
+    );
+}
+
+/// complete()'s `max_tokens` (llm.complete `maxTokens`) goes out as `max_output_tokens`.
+#[tokio::test]
+async fn complete_sends_max_tokens_as_max_output_tokens() {
+    let harness = Harness::start(echo_script()).await;
+    harness
+        .backend()
+        .complete(CompletionRequest {
+            input: "long text".into(),
+            max_tokens: Some(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let body = harness.bodies("/responses")[0].clone();
+    assert_eq!(body["max_output_tokens"], 120, "{body}");
 }
 
 /// A model override given at thread start is used by its turns as the chain advances.

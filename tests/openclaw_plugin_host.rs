@@ -268,6 +268,10 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
             Some("You summarise conversations. Keep names, numbers, decisions and open questions. Answer with the summary only."),
             "llm.complete's systemPrompt is the request's instructions"
         );
+        assert_eq!(
+            r.body["max_output_tokens"], 200,
+            "llm.complete's maxTokens (the plugin's summaryMaxTokens) is max_output_tokens"
+        );
     }
     let turns: Vec<_> = requests.iter().filter(|r| r.store).collect();
     assert_eq!(turns.len(), 3);

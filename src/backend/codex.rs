@@ -458,10 +458,18 @@ impl ThreadedBackend for CodexBackend {
         }
     }
 
-    /// An ephemeral thread with the instructions as developer instructions; Codex has no
-    /// output-token bound, so `max_tokens` is not applied.
+    /// An ephemeral thread with the instructions as developer instructions. `max_tokens` is
+    /// not applied: the app-server protocol has no per-thread or per-turn output-token bound
+    /// (`thread/start` and `turn/start` take none, and Codex's Responses requests carry no
+    /// `max_output_tokens`), so it is logged and dropped.
     async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OP: &str = "llm.complete";
+        if let Some(max_tokens) = request.max_tokens {
+            tracing::info!(
+                max_tokens,
+                "llm.complete maxTokens is not applied on the Codex backend (the app-server has no output-token bound)"
+            );
+        }
         let client = self.client(OP).await?;
         let input = request.input;
         let model = request.model;

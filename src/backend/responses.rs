@@ -311,6 +311,7 @@ fn turn_request(
         },
         store: true,
         tools: function_tools(&request.tools.specs),
+        max_output_tokens: None,
     }
 }
 
@@ -869,9 +870,8 @@ impl ThreadedBackend for ResponsesBackend {
         })
     }
 
-    /// A one-off `store: false` request outside any chain.
-    /// A one-off unstored request. The Responses client has no output-token bound yet, so
-    /// `max_tokens` is not applied.
+    /// A one-off `store: false` request outside any chain; `max_tokens` is sent as
+    /// `max_output_tokens`.
     async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
         const OPERATION: &str = "complete";
         let model = request.model.unwrap_or_else(|| self.model.clone());
@@ -883,6 +883,7 @@ impl ThreadedBackend for ResponsesBackend {
             conversation: None,
             store: false,
             tools: Vec::new(),
+            max_output_tokens: request.max_tokens,
         };
         let stream = self
             .client

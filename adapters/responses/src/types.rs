@@ -73,6 +73,9 @@ pub struct CreateResponse {
     /// omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Value>,
+    /// The most tokens the response may produce (`max_output_tokens`); omitted when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
 }
 
 /// A conversation object (`POST /conversations`, `GET /conversations/{id}`).
@@ -212,6 +215,7 @@ mod tests {
             conversation: None,
             store: true,
             tools: Vec::new(),
+            max_output_tokens: None,
         };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),
@@ -237,6 +241,11 @@ mod tests {
         let wire = serde_json::to_value(&in_conversation).unwrap();
         assert_eq!(wire["conversation"], "conv_1");
         assert!(wire.get("previous_response_id").is_none());
+        let bounded = CreateResponse {
+            max_output_tokens: Some(200),
+            ..in_conversation
+        };
+        assert_eq!(serde_json::to_value(&bounded).unwrap()["max_output_tokens"], 200);
     }
 
     /// The text of a message output item is its output_text parts; other items have none.
