@@ -29,6 +29,7 @@ use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
 use crate::store::{
     open_store, PostgresOptions, RetentionSweeper, StateStore, StoreError, StoreTarget,
+    SweepListener,
     SWEEP_INTERVAL,
 };
 
@@ -436,9 +437,9 @@ impl App {
 /// Opens the store, builds the backend, resolves the selected engine and returns the harness.
 pub async fn open(config: &Config) -> Result<App, AppError> {
     let store = open_store(&store_target(config)?)?;
-    let sweeper = retention_sweeper(config, store.clone());
-    let mut app = open_with_store(config, store).await?;
-    app.sweeper = sweeper;
+    let mut app = open_with_store(config, store.clone()).await?;
+    // The sweep fires `session_end` on the engine for the sessions it removes.
+    app.sweeper = retention_sweeper_with(config, store, Some(app.harness.sweep_listener()));
     Ok(app)
 }
 
@@ -446,12 +447,22 @@ pub async fn open(config: &Config) -> Result<App, AppError> {
 /// idle sessions' bindings, transcripts, bootstrap marks and the mock backend's threads go; an
 /// undelivered commit never does. Call inside a tokio runtime.
 pub fn retention_sweeper(config: &Config, store: Arc<dyn StateStore>) -> Option<RetentionSweeper> {
+    retention_sweeper_with(config, store, None)
+}
+
+/// As [`retention_sweeper`], telling `listener` what each sweep removed.
+pub fn retention_sweeper_with(
+    config: &Config,
+    store: Arc<dyn StateStore>,
+    listener: Option<SweepListener>,
+) -> Option<RetentionSweeper> {
     let retention = config.store.retention.duration()?;
-    Some(RetentionSweeper::spawn(
+    Some(RetentionSweeper::spawn_with_listener(
         store,
         retention,
         SWEEP_INTERVAL,
         vec![crate::backend::mock::THREADS_NAMESPACE.to_string()],
+        listener,
     ))
 }
 

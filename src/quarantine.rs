@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::{
-    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    AfterTurnParams, AssembleParams, CommandCallParams, CommandReply, EngineCommand, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
     EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
     IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
@@ -1003,6 +1003,53 @@ impl ContextEngine for QuarantineEngine {
             .await;
         route(outcome)?;
         Ok(())
+    }
+
+    /// The wrapped engine's commands; none once quarantined (legacy registers none).
+    fn commands(&self) -> Vec<EngineCommand> {
+        if self.is_legacy() || self.is_quarantined() {
+            return Vec::new();
+        }
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.commands())) {
+            Ok(commands) => commands,
+            Err(payload) => {
+                self.trip(
+                    FailedOperation::Method(EngineMethod::CallCommand),
+                    format!("commands() panicked: {}", panic_message(payload.as_ref())),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Runs a command the engine registered. A command is run by the user, not by a turn: its
+    /// failure (error, timeout, malformed reply, panic) is the user's answer and does not
+    /// quarantine the engine. A command the engine does not list, or any command once the
+    /// engine is quarantined, is refused unsent.
+    async fn call_command(&self, params: CommandCallParams) -> Result<CommandReply, EngineError> {
+        let method = EngineMethod::CallCommand;
+        if self.is_legacy() || self.is_quarantined() {
+            return Err(EngineError::failed(
+                method,
+                format!(
+                    "/{} is not available: context engine \"{}\" is quarantined",
+                    params.name, self.engine_id
+                ),
+            ));
+        }
+        if !self.commands().iter().any(|c| c.name == params.name) {
+            return Err(EngineError::NotImplemented { method });
+        }
+        match AssertUnwindSafe(self.inner.call_command(params))
+            .catch_unwind()
+            .await
+        {
+            Ok(result) => result,
+            Err(payload) => Err(EngineError::Panicked {
+                method,
+                message: panic_message(payload.as_ref()),
+            }),
+        }
     }
 
     /// Runs an engine tool. The caller (the backend's tool loop) always gets an answer for

@@ -161,6 +161,10 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         })
     }
 
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
+        self.inner.delete_session(session_id)
+    }
+
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
         self.timed(StoreOp::DeleteBinding, |s| s.delete_binding(binding_key))
     }

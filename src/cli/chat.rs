@@ -1,5 +1,6 @@
 //! `ctxbridge chat --session KEY`: an interactive session, one turn per line; `/compact`
-//! compacts, `/quit` leaves.
+//! compacts, `/reset` resets the session, `/NAME ARGS` runs a command the context engine
+//! registered (its reply is printed), `/quit` leaves. Any other line is a prompt.
 
 use std::io::BufRead;
 
@@ -7,6 +8,7 @@ use clap::Args;
 
 use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
 use crate::cli::turn::{reply_printer, Stdout};
+use crate::contract::parse_command_line;
 use crate::harness::TurnSpec;
 
 /// `ctxbridge chat` arguments.
@@ -25,8 +27,13 @@ pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliErro
     let mut stdin = std::io::stdin().lock();
     let out = Stdout::default();
     out.write(&format!(
-        "ctxbridge chat — session {:?}; /compact, /quit\n",
-        args.session
+        "ctxbridge chat — session {:?}; /compact, /reset, /quit{}\n",
+        args.session,
+        app.harness
+            .commands()
+            .iter()
+            .map(|c| format!(", /{}", c.name))
+            .collect::<String>()
     ));
     let mut code = EXIT_OK;
     let mut raw = Vec::new();
@@ -65,6 +72,37 @@ pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliErro
                     code = EXIT_RUNTIME_FAILURE;
                 }
             },
+            "/reset" => match app.harness.reset_session(&args.session).await {
+                Ok(r) => out.write(&format!(
+                    "[reset: {} messages ended; next session {}]\n",
+                    r.message_count, r.next_session_id
+                )),
+                Err(e) => {
+                    out.write(&format!("[reset failed: {e}]\n"));
+                    code = EXIT_RUNTIME_FAILURE;
+                }
+            },
+            command
+                if parse_command_line(command).is_some_and(|(name, _)| {
+                    app.harness.commands().iter().any(|c| c.name == name)
+                }) =>
+            {
+                let Some((name, cmd_args)) = parse_command_line(command) else {
+                    continue;
+                };
+                match app.harness.run_command(&args.session, name, cmd_args).await {
+                    Ok(reply) => {
+                        out.write(&format!("{}\n", reply.display()));
+                        if reply.is_error() {
+                            code = EXIT_RUNTIME_FAILURE;
+                        }
+                    }
+                    Err(e) => {
+                        out.write(&format!("[/{name} failed: {e}]\n"));
+                        code = EXIT_RUNTIME_FAILURE;
+                    }
+                }
+            }
             prompt => {
                 let (tx, printer) = reply_printer(true, out.clone());
                 let result = app

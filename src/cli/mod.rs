@@ -8,11 +8,13 @@
 
 pub mod bench;
 pub mod chat;
+pub mod command;
 pub mod compact;
 pub mod context;
 pub mod demo;
 pub mod doctor;
 pub mod mock_model;
+pub mod reset;
 pub mod serve;
 pub mod turn;
 
@@ -46,8 +48,13 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Run one turn of a session (state persists between invocations).
     Turn(turn::TurnArgs),
-    /// Interactive session: one turn per line; `/compact` runs manual compaction.
+    /// Interactive session: one turn per line; `/compact` runs manual compaction, `/reset`
+    /// resets the session, `/NAME ARGS` runs a command the context engine registered.
     Chat(chat::ChatArgs),
+    /// Reset a session (fires `before_reset` and `session_end`; the next turn starts anew).
+    Reset(reset::ResetArgs),
+    /// Run a command the context engine registered (`commands/call`) and print its reply.
+    Command(command::CommandArgs),
     /// Manual compaction of a session.
     Compact(compact::CompactArgs),
     /// Scripted multi-turn session on the embedded mock backend with the sample engine.
@@ -69,6 +76,8 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Doctor(args) => doctor::run(&context, args).await,
         Command::Turn(args) => turn::run(&context, args).await,
         Command::Chat(args) => chat::run(&context, args).await,
+        Command::Reset(args) => reset::run(&context, args).await,
+        Command::Command(args) => command::run(&context, args).await,
         Command::Compact(args) => compact::run(&context, args).await,
         Command::Demo(args) => demo::run(&context, args).await,
         Command::MockModel(args) => mock_model::run(&context, args).await,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::commands::{CommandCallParams, CommandReply, EngineCommand};
 use super::hooks::HookCall;
 use super::tools::{EngineTool, ToolCallParams, ToolCallResult};
 use super::types::{
@@ -58,6 +59,11 @@ pub enum EngineMethod {
     /// [`EngineMethod::OPTIONAL`].
     #[serde(rename = "hooks")]
     Hook,
+    /// `commands/call`: run one of the engine's slash commands (SPEC §13). Announced only by
+    /// engines that list commands; in neither [`EngineMethod::REQUIRED`] nor
+    /// [`EngineMethod::OPTIONAL`].
+    #[serde(rename = "commands/call")]
+    CallCommand,
 }
 
 impl EngineMethod {
@@ -100,6 +106,7 @@ impl EngineMethod {
             EngineMethod::Dispose => "dispose",
             EngineMethod::CallTool => "tools/call",
             EngineMethod::Hook => "hooks",
+            EngineMethod::CallCommand => "commands/call",
         }
     }
 
@@ -108,7 +115,14 @@ impl EngineMethod {
         Self::REQUIRED
             .iter()
             .chain(Self::OPTIONAL.iter())
-            .chain([EngineMethod::CallTool, EngineMethod::Hook].iter())
+            .chain(
+                [
+                    EngineMethod::CallTool,
+                    EngineMethod::Hook,
+                    EngineMethod::CallCommand,
+                ]
+                .iter(),
+            )
             .copied()
             .find(|m| m.as_str() == name)
     }
@@ -399,6 +413,19 @@ pub trait ContextEngine: Send + Sync {
     async fn notify_hook(&self, _name: &str, _call: HookCall) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::Hook,
+        })
+    }
+
+    /// The slash commands this engine registered (SPEC §13); none by default. An engine that
+    /// lists commands announces [`EngineMethod::CallCommand`] in [`ContextEngine::methods`].
+    fn commands(&self) -> Vec<EngineCommand> {
+        Vec::new()
+    }
+
+    /// Runs one of the engine's commands (`commands/call`) and returns its reply.
+    async fn call_command(&self, _params: CommandCallParams) -> Result<CommandReply, EngineError> {
+        Err(EngineError::NotImplemented {
+            method: EngineMethod::CallCommand,
         })
     }
 

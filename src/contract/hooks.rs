@@ -10,8 +10,35 @@ pub const HOOK_GATEWAY_START: &str = "gateway_start";
 pub const HOOK_GATEWAY_STOP: &str = "gateway_stop";
 /// Before a session's first `bootstrap` (`{sessionId, sessionKey?}`).
 pub const HOOK_SESSION_START: &str = "session_start";
+/// When a session is reset (`ctxbridge reset`, `/reset` in chat), before its state is dropped:
+/// `{sessionFile?, messages?, reason?}` (OpenClaw's `PluginHookBeforeResetEvent`).
+pub const HOOK_BEFORE_RESET: &str = "before_reset";
+/// When a session ends (reset, or removed by the retention sweep): `{sessionId, sessionKey?,
+/// messageCount, durationMs?, reason?, sessionFile?, transcriptArchived?, nextSessionId?}`
+/// (OpenClaw's `PluginHookSessionEndEvent`).
+pub const HOOK_SESSION_END: &str = "session_end";
 /// After `assemble`, every turn (`{prompt, messages}`); answers [`PromptBuildResult`].
 pub const HOOK_BEFORE_PROMPT_BUILD: &str = "before_prompt_build";
+
+/// Why a session ended (`session_end`'s `reason`; a subset of OpenClaw's
+/// `PluginHookSessionEndReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEndReason {
+    /// The session was reset (`/reset`, `ctxbridge reset`).
+    Reset,
+    /// The session was idle longer than `store.retention` and its state was swept.
+    Idle,
+}
+
+impl SessionEndReason {
+    /// The wire value (`"reset"`, `"idle"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionEndReason::Reset => "reset",
+            SessionEndReason::Idle => "idle",
+        }
+    }
+}
 
 /// The params of a `hooks/<name>` call: the hook's event and its context.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+mod commands;
 mod engine;
 mod hooks;
 mod message;
@@ -12,10 +13,12 @@ mod runtime;
 mod tools;
 mod types;
 
+pub use commands::{parse_command_line, CommandCallParams, CommandReply, EngineCommand};
 pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
 pub use hooks::{
-    join_blocks, HookCall, PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_GATEWAY_START,
-    HOOK_GATEWAY_STOP, HOOK_SESSION_START,
+    join_blocks, HookCall, PromptBuildResult, SessionEndReason, HOOK_BEFORE_PROMPT_BUILD,
+    HOOK_BEFORE_RESET, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP, HOOK_SESSION_END,
+    HOOK_SESSION_START,
 };
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;

@@ -22,6 +22,7 @@ mod callbacks;
 mod compact;
 mod lifecycle;
 mod session;
+mod session_end;
 mod session_file;
 mod subagent;
 mod tools;
@@ -50,6 +51,7 @@ use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
 
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
+pub use session_end::{fire_swept_session_ends, ResetReport};
 use session::{SessionGuard, SessionLocks};
 
 /// The default session lease TTL (renewed every third of it while a turn runs).

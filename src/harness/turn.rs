@@ -385,7 +385,7 @@ impl Harness {
     }
 
     /// The `ctx` of a session's hook call.
-    fn hook_ctx(&self, session_key: &str, session_id: &str) -> serde_json::Value {
+    pub(super) fn hook_ctx(&self, session_key: &str, session_id: &str) -> serde_json::Value {
         serde_json::json!({
             "agentId": self.cfg.agent_id,
             "sessionId": session_id,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 use crate::contract::AgentMessage;
 
 use super::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, SweepReport,
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, SweepReport, SweptSession,
     SweepRequest, TranscriptEntry,
 };
 
@@ -566,6 +566,10 @@ pub fn retention_sweep(store: &dyn StateStore) {
             bindings: 1,
             leases: 1,
             documents: 1,
+            swept_sessions: vec![SweptSession {
+                session_id: "old".into(),
+                transcript_entries: 2,
+            }],
         },
         "{at}: what the sweep removed"
     );

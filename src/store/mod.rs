@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::contract::AgentMessage;
 
 pub use postgres::{redact_url, PostgresOptions, PostgresStore};
-pub use retention::{idle_before_ms, sweep_once, RetentionSweeper, SWEEP_BATCH, SWEEP_INTERVAL};
+pub use retention::{
+    idle_before_ms, sweep_once, RetentionSweeper, SweepListener, SWEEP_BATCH, SWEEP_INTERVAL,
+};
 pub use sqlite::SqliteStore;
 
 /// Errors of the state store. Each names the file and the operation.
@@ -240,6 +242,18 @@ pub struct SweepReport {
     pub leases: u64,
     /// Documents removed.
     pub documents: u64,
+    /// The swept session ids, each with the transcript entries it had (for `session_end`).
+    pub swept_sessions: Vec<SweptSession>,
+}
+
+/// One session a retention sweep removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SweptSession {
+    /// The session id.
+    pub session_id: String,
+    /// The transcript entries it had.
+    pub transcript_entries: u64,
 }
 
 impl SweepReport {
@@ -252,6 +266,8 @@ impl SweepReport {
         self.bindings += other.bindings;
         self.leases += other.leases;
         self.documents += other.documents;
+        self.swept_sessions
+            .extend(other.swept_sessions.iter().cloned());
     }
 }
 
@@ -297,6 +313,9 @@ pub trait StateStore: Send + Sync {
         lease_generation: u64,
     ) -> Result<(), StoreError>;
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError>;
+    /// Removes a session's transcript and bootstrap marks (a reset); queued outbox rows stay.
+    /// Returns how many transcript entries went.
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError>;
 
     /// Appends a finished turn's transcript entries and writes the session's binding in one
     /// atomic step (fenced like [`StateStore::save_binding`]): the thread binding and the

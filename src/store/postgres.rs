@@ -32,7 +32,7 @@ use tokio_postgres::{NoTls, Row};
 
 use super::{
     decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession, TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;
@@ -806,6 +806,24 @@ impl StateStore for PostgresStore {
         })
     }
 
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
+        let id = session_id.to_string();
+        self.run("delete session", move |client| async move {
+            // One statement: every data-modifying CTE runs, atomically.
+            let row = client
+                .query_one(
+                    "WITH t AS (DELETE FROM ctxbridge_transcript WHERE session_id = $1 RETURNING 1),
+                          b AS (DELETE FROM ctxbridge_bootstrapped WHERE session_id = $1 RETURNING 1),
+                          a AS (DELETE FROM ctxbridge_activity WHERE scope = 's' AND key = $1 RETURNING 1)
+                     SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM b), (SELECT count(*) FROM a)",
+                    &[&id],
+                )
+                .await?;
+            let entries: i64 = row.try_get(0)?;
+            Ok(u64::try_from(entries).unwrap_or(0))
+        })
+    }
+
     fn record_turn(
         &self,
         session_id: &str,
@@ -1167,12 +1185,17 @@ impl StateStore for PostgresStore {
                 match scope.as_str() {
                     "s" => {
                         report.sessions += 1;
-                        report.transcript_entries += tx
+                        let entries = tx
                             .execute(
                                 "DELETE FROM ctxbridge_transcript WHERE session_id = $1",
                                 &[&key],
                             )
                             .await?;
+                        report.transcript_entries += entries;
+                        report.swept_sessions.push(SweptSession {
+                            session_id: key.clone(),
+                            transcript_entries: entries,
+                        });
                         report.bootstrap_marks += tx
                             .execute(
                                 "DELETE FROM ctxbridge_bootstrapped WHERE session_id = $1",

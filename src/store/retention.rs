@@ -73,6 +73,11 @@ pub fn sweep_once(
     total
 }
 
+/// Told what each tick removed (when it removed anything), after the store calls; the
+/// harness fires `session_end` for the swept sessions through it.
+pub type SweepListener =
+    Arc<dyn Fn(SweepReport) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// The running sweep task; dropping it stops the task.
 #[derive(Debug)]
 pub struct RetentionSweeper {
@@ -89,6 +94,17 @@ impl RetentionSweeper {
         interval: Duration,
         document_namespaces: Vec<String>,
     ) -> RetentionSweeper {
+        Self::spawn_with_listener(store, retention, interval, document_namespaces, None)
+    }
+
+    /// As [`RetentionSweeper::spawn`], telling `listener` what each tick removed.
+    pub fn spawn_with_listener(
+        store: Arc<dyn StateStore>,
+        retention: Duration,
+        interval: Duration,
+        document_namespaces: Vec<String>,
+        listener: Option<SweepListener>,
+    ) -> RetentionSweeper {
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -100,8 +116,14 @@ impl RetentionSweeper {
                     sweep_once(&*store, retention, &namespaces)
                 })
                 .await;
-                if let Err(error) = swept {
-                    tracing::warn!(%error, "retention sweep task failed");
+                match swept {
+                    Ok(report) if report.keys > 0 => {
+                        if let Some(listener) = &listener {
+                            listener(report).await;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "retention sweep task failed"),
                 }
             }
         });

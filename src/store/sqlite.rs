@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use super::{
     decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession, TranscriptCursor,
     TranscriptEntry, TranscriptRead,
 };
 
@@ -671,6 +671,21 @@ impl StateStore for SqliteStore {
         })
     }
 
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
+        self.with_conn("delete session", |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let entries = tx
+                .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
+                .execute(params![session_id])? as u64;
+            tx.prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
+                .execute(params![session_id])?;
+            tx.prepare_cached("DELETE FROM activity WHERE scope = 's' AND key = ?1")?
+                .execute(params![session_id])?;
+            tx.commit()?;
+            Ok(entries)
+        })
+    }
+
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
         let rows: Vec<(String, String)> = self.with_reader("load transcript", |conn| {
             let mut stmt = conn.prepare_cached(
@@ -1022,9 +1037,14 @@ impl StateStore for SqliteStore {
                 match scope.as_str() {
                     "s" => {
                         report.sessions += 1;
-                        report.transcript_entries += tx
+                        let entries = tx
                             .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
                             .execute(params![key])? as u64;
+                        report.transcript_entries += entries;
+                        report.swept_sessions.push(SweptSession {
+                            session_id: key.clone(),
+                            transcript_entries: entries,
+                        });
                         report.bootstrap_marks += tx
                             .prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
                             .execute(params![key])? as u64;

@@ -154,6 +154,14 @@ pub async fn call(
         EngineMethod::CallTool => json(engine.call_tool(tool).await),
         EngineMethod::Info => Ok(serde_json::to_value(engine.info()).unwrap()),
         EngineMethod::Hook => engine.call_hook("probe", HookCall::default()).await,
+        EngineMethod::CallCommand => json(
+            engine
+                .call_command(CommandCallParams {
+                    name: "probe".into(),
+                    ..Default::default()
+                })
+                .await,
+        ),
     }
 }
 

@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
 use crate::contract::{
-    json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    json_kind, AfterTurnParams, CommandCallParams, CommandReply, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
     CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
     EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
     IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
@@ -280,11 +280,6 @@ impl ProcessEngine {
     /// The hooks the engine listed in `initialize` (`hooks/<name>`).
     pub fn hooks(&self) -> &[String] {
         &self.hooks
-    }
-
-    /// The commands the engine listed in `initialize` (`commands/call`).
-    pub fn commands(&self) -> &[protocol::EngineCommand] {
-        &self.commands
     }
 
     /// The child's process id (while it was running).
@@ -531,6 +526,33 @@ impl ContextEngine for ProcessEngine {
         }
         self.connection
             .notify(method, &format!("hooks/{name}"), &call)
+    }
+
+    fn commands(&self) -> Vec<protocol::EngineCommand> {
+        self.commands.clone()
+    }
+
+    /// Sends `commands/call`; the result must be null (an empty reply) or an object.
+    async fn call_command(&self, params: CommandCallParams) -> Result<CommandReply, EngineError> {
+        let method = EngineMethod::CallCommand;
+        let route = CallRoute {
+            session_id: params.session_id.clone(),
+            callbacks: None,
+        };
+        let value = self
+            .send(method, &params, route, self.call_timeout, None)
+            .await?;
+        match value {
+            Value::Null => Ok(CommandReply(Value::Object(Default::default()))),
+            Value::Object(_) => Ok(CommandReply(value)),
+            other => Err(EngineError::malformed(
+                method,
+                format!(
+                    "commands/call answered {}, expected null or an object",
+                    json_kind(&other)
+                ),
+            )),
+        }
     }
 
     /// Sends `tools/call`. A JSON-RPC error, a timeout, a dead process or a result that is not

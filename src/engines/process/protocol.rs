@@ -2,7 +2,7 @@
 //! encoding and classification, the `initialize` exchange and the rule that turns its
 //! `methods` list into a [`MethodSet`]. Pure: no I/O here.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::contract::{json_kind, EngineInfo, EngineMethod, EngineTool, MethodSet};
@@ -347,16 +347,7 @@ pub struct InitializeParams<'a> {
     pub model: Option<&'a str>,
 }
 
-/// A slash command an engine registered (`initialize` result `commands[]`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EngineCommand {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(default)]
-    pub accepts_args: bool,
-}
+pub use crate::contract::EngineCommand;
 
 /// The engine error for a JSON-RPC error answer: `-32010` is a configuration error with the
 /// offending keys from `data.errors`; anything else is `Failed`.
@@ -466,6 +457,11 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
         methods.insert(EngineMethod::Hook);
     }
     let commands: Vec<EngineCommand> = decode_optional_list(&mut obj, "commands")?;
+    if commands.is_empty() {
+        methods.remove(EngineMethod::CallCommand);
+    } else {
+        methods.insert(EngineMethod::CallCommand);
+    }
     Ok(InitializeOutcome {
         info,
         methods,
