@@ -17,8 +17,8 @@ pub struct CommandArgs {
     pub json: bool,
     /// The command's name (with or without its leading `/`).
     pub name: String,
-    /// The command's arguments (joined with spaces).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    /// The command's arguments (joined with spaces; put `--` before arguments that start
+    /// with `-`).
     pub args: Vec<String>,
 }
 
