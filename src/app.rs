@@ -29,8 +29,7 @@ use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
 use crate::store::{
     open_store, PostgresOptions, RetentionSweeper, StateStore, StoreError, StoreTarget,
-    SweepListener,
-    SWEEP_INTERVAL,
+    SweepListener, SWEEP_INTERVAL,
 };
 
 /// The owner of engines declared in the configuration file.

@@ -26,12 +26,12 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::{
-    AfterTurnParams, AssembleParams, CommandCallParams, CommandReply, EngineCommand, AssembleResult, BootstrapParams, BootstrapResult,
-    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
-    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
-    ToolCallParams, ToolCallResult,
+    AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommandCallParams, CommandReply, CommitTurnParams, CommitTurnResult, CompactParams,
+    CompactResult, ContextEngine, EngineCommand, EngineError, EngineInfo, EngineMethod, EngineTool,
+    HookCall, IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
+    MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams, ToolCallParams, ToolCallResult,
 };
 use crate::engines::{LegacyEngine, LEGACY_ENGINE_ID};
 

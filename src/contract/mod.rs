@@ -17,8 +17,7 @@ pub use commands::{parse_command_line, CommandCallParams, CommandReply, EngineCo
 pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
 pub use hooks::{
     join_blocks, HookCall, PromptBuildResult, SessionEndReason, HOOK_BEFORE_PROMPT_BUILD,
-    HOOK_BEFORE_RESET, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP, HOOK_SESSION_END,
-    HOOK_SESSION_START,
+    HOOK_BEFORE_RESET, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP, HOOK_SESSION_END, HOOK_SESSION_START,
 };
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use runtime::RuntimeCallbacks;

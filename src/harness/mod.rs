@@ -51,8 +51,8 @@ use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
 
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
-pub use session_end::{fire_swept_session_ends, ResetReport};
 use session::{SessionGuard, SessionLocks};
+pub use session_end::{fire_swept_session_ends, ResetReport};
 
 /// The default session lease TTL (renewed every third of it while a turn runs).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);

@@ -137,7 +137,10 @@ impl Harness {
         let session_id = self.session_id(session_key)?;
         let params = CommandCallParams {
             name: name.to_string(),
-            args: args.map(str::trim).filter(|a| !a.is_empty()).map(str::to_string),
+            args: args
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string),
             session_id: Some(session_id),
             session_key: Some(session_key.to_string()),
         };
@@ -173,9 +176,7 @@ impl Harness {
             .map(|e| e.message)
             .collect::<Vec<_>>();
         let hooks = self.engine.hooks();
-        let session_file = self
-            .session_file_path(&session_id)
-            .filter(|p| p.exists());
+        let session_file = self.session_file_path(&session_id).filter(|p| p.exists());
         let ctx = self.hook_ctx(session_key, &session_id);
         if hooks.iter().any(|h| h == HOOK_BEFORE_RESET) {
             let mut event = json!({"messages": messages, "reason": "reset"});

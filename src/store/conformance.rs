@@ -12,8 +12,8 @@ use std::sync::{Arc, Barrier};
 use crate::contract::AgentMessage;
 
 use super::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, SweepReport, SweptSession,
-    SweepRequest, TranscriptEntry,
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, SweepReport,
+    SweepRequest, SweptSession, TranscriptEntry,
 };
 
 /// One single-store check: panics when the store breaks the guarantee.

@@ -32,7 +32,8 @@ use tokio_postgres::{NoTls, Row};
 
 use super::{
     decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession, TranscriptEntry,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession,
+    TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;

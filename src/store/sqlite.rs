@@ -16,8 +16,8 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use super::{
     decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession, TranscriptCursor,
-    TranscriptEntry, TranscriptRead,
+    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession,
+    TranscriptCursor, TranscriptEntry, TranscriptRead,
 };
 
 /// The schema this build writes (2: per-session transcript rewrite versions).

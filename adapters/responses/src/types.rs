@@ -245,7 +245,10 @@ mod tests {
             max_output_tokens: Some(200),
             ..in_conversation
         };
-        assert_eq!(serde_json::to_value(&bounded).unwrap()["max_output_tokens"], 200);
+        assert_eq!(
+            serde_json::to_value(&bounded).unwrap()["max_output_tokens"],
+            200
+        );
     }
 
     /// The text of a message output item is its output_text parts; other items have none.

@@ -46,12 +46,13 @@ use tokio_util::sync::CancellationToken;
 
 use self::connection::{CallRoute, Connection};
 use crate::contract::{
-    json_kind, AfterTurnParams, CommandCallParams, CommandReply, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, ContextEngine, EngineError,
-    EngineInfo, EngineMethod, EngineTool, HookCall, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, MaintainParams, MaintainResult, MethodSet, OnSubagentEndedParams,
-    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
-    RuntimeContext, ToolCallParams, ToolCallResult,
+    json_kind, AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
+    CommandCallParams, CommandReply, CommitTurnParams, CommitTurnResult, CompactParams,
+    CompactResult, ContextEngine, EngineError, EngineInfo, EngineMethod, EngineTool, HookCall,
+    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
+    MaintainResult, MethodSet, OnSubagentEndedParams, PrepareSubagentSpawnParams,
+    PrepareSubagentSpawnResult, RollbackSubagentSpawnParams, RuntimeContext, ToolCallParams,
+    ToolCallResult,
 };
 use crate::host::capabilities::Capability;
 
