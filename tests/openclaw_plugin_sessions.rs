@@ -374,6 +374,67 @@ async fn retention_sweep_fires_session_end() {
     assert_eq!(end["ctx"]["sessionId"], "old", "{end}");
 }
 
+/// The session-summary plugin, unchanged: its `/summary` command (run by `ctxbridge command`)
+/// shows the summary its `assemble` wrote for the session; `ctxbridge reset` makes its
+/// `session_end` handler forget the ended session (its rows leave the plugin's SQLite
+/// database), and the command then runs in the new, empty session.
+#[test]
+fn summary_plugin_command_and_session_end_on_reset() {
+    let Some(node) = node_at_least((22, 5), "summary_plugin_command_and_session_end_on_reset")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = summary_config(&node, json!({"kind": "mock"}));
+    config["plugins"]["entries"]["session-summary"]["config"]["keepRecent"] = json!(2);
+    write_config(dir.path(), &config);
+    for prompt in ["My name is Ada.", "I live in Paris.", "Where do I live?"] {
+        turn(dir.path(), "demo", prompt);
+    }
+    let summary = |dir: &Path| {
+        let out = ctxbridge(dir, &["command", "summary", "--session", "demo"], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = summary(dir.path());
+    assert!(
+        before.starts_with("mock reply ") && before.contains("Write the summary."),
+        "{before}"
+    );
+    assert!(before.contains("(covers "), "{before}");
+
+    let db = dir
+        .path()
+        .join(".ctxbridge/engines/session-summary/home/.session-summary/summary.sqlite");
+    let rows = |table: &str| -> i64 {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(
+            &format!("SELECT count(*) FROM {table} WHERE session_id = 'demo'"),
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(rows("messages") >= 6);
+    assert_eq!(rows("summaries"), 1);
+
+    let out = ctxbridge(dir.path(), &["reset", "--session", "demo"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rows("messages"), 0, "session_end forgot the session");
+    assert_eq!(rows("summaries"), 0, "session_end forgot its summary");
+    assert_eq!(summary(dir.path()), "no summary yet (0 subagents)\n");
+}
+
 /// `backend` for the real Codex app-server in `dir`, offline against `mock`.
 fn codex_backend(binary: &Path, dir: &Path, mock: &MockModelServer) -> Value {
     let mut overrides = serde_json::Map::new();

@@ -74,6 +74,7 @@ conformance_tests!(
     outbox_delivers_once,
     quarantine_records,
     bootstrap_marks,
+    delete_session,
     lease_lifecycle,
     documents,
     retention_sweep,

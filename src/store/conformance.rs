@@ -38,6 +38,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("outbox_delivers_once", outbox_delivers_once),
     ("quarantine_records", quarantine_records),
     ("bootstrap_marks", bootstrap_marks),
+    ("delete_session", delete_session),
     ("lease_lifecycle", lease_lifecycle),
     ("documents", documents),
     ("retention_sweep", retention_sweep),
@@ -432,6 +433,27 @@ pub fn bootstrap_marks(store: &dyn StateStore) {
     assert!(!store.is_bootstrapped("s", "other").unwrap(), "{at}");
     assert!(!store.is_bootstrapped("other", "e").unwrap(), "{at}");
     assert!(store.mark_bootstrapped("other", "e").unwrap(), "{at}");
+}
+
+/// Deleting a session (a reset) removes its transcript and bootstrap marks and says how many
+/// entries went; its queued outbox rows and other sessions stay; an unknown session is 0.
+pub fn delete_session(store: &dyn StateStore) {
+    let at = store.location();
+    store
+        .append_transcript("s", &[entry("1", "x"), entry("2", "y")])
+        .unwrap();
+    store.mark_bootstrapped("s", "e").unwrap();
+    store.enqueue_outbox(&outbox_row("s", "turn-1")).unwrap();
+    store.append_transcript("other", &[entry("1", "z")]).unwrap();
+    assert_eq!(store.delete_session("s").unwrap(), 2, "{at}");
+    assert!(ids(store, "s").is_empty(), "{at}: transcript kept");
+    assert!(!store.is_bootstrapped("s", "e").unwrap(), "{at}: mark kept");
+    assert_eq!(store.pending_outbox("s").unwrap().len(), 1, "{at}");
+    assert_eq!(ids(store, "other"), ["1"], "{at}: another session touched");
+    assert_eq!(store.stats().unwrap().transcript_entries, 1, "{at}");
+    assert_eq!(store.delete_session("missing").unwrap(), 0, "{at}");
+    store.append_transcript("s", &[entry("3", "again")]).unwrap();
+    assert_eq!(ids(store, "s"), ["3"], "{at}: the id is usable again");
 }
 
 /// Leases: the first acquisition has generation 1; the holder renews with the next generation;

@@ -691,6 +691,7 @@ mod tests {
         assert!(ok.methods.contains(EngineMethod::CallTool));
         assert_eq!(ok.hooks, vec!["before_prompt_build".to_string()]);
         assert!(ok.commands[0].accepts_args);
+        assert!(ok.methods.contains(EngineMethod::CallCommand));
 
         let none = decode_initialize(json!({
             "info": {"id": "e", "name": "E"},
@@ -699,6 +700,7 @@ mod tests {
         .unwrap();
         assert!(none.tools.is_empty());
         assert!(!none.methods.contains(EngineMethod::CallTool));
+        assert!(!none.methods.contains(EngineMethod::CallCommand));
         assert!(none.unknown_methods.is_empty());
 
         let err = decode_initialize(json!({
