@@ -444,7 +444,9 @@ pub fn delete_session(store: &dyn StateStore) {
         .unwrap();
     store.mark_bootstrapped("s", "e").unwrap();
     store.enqueue_outbox(&outbox_row("s", "turn-1")).unwrap();
-    store.append_transcript("other", &[entry("1", "z")]).unwrap();
+    store
+        .append_transcript("other", &[entry("1", "z")])
+        .unwrap();
     assert_eq!(store.delete_session("s").unwrap(), 2, "{at}");
     assert!(ids(store, "s").is_empty(), "{at}: transcript kept");
     assert!(!store.is_bootstrapped("s", "e").unwrap(), "{at}: mark kept");
@@ -452,7 +454,9 @@ pub fn delete_session(store: &dyn StateStore) {
     assert_eq!(ids(store, "other"), ["1"], "{at}: another session touched");
     assert_eq!(store.stats().unwrap().transcript_entries, 1, "{at}");
     assert_eq!(store.delete_session("missing").unwrap(), 0, "{at}");
-    store.append_transcript("s", &[entry("3", "again")]).unwrap();
+    store
+        .append_transcript("s", &[entry("3", "again")])
+        .unwrap();
     assert_eq!(ids(store, "s"), ["3"], "{at}: the id is usable again");
 }
 

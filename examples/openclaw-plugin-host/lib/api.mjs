@@ -33,7 +33,7 @@ const UNSERVED_API_MEMBERS = [
   "registerHook", "registerHttpRoute", "registerHostedMediaResolver", "registerWidgetPresenter",
   "registerMcpServerConnectionResolver", "registerChannel", "registerGatewayMethod",
   "registerGatewayAccessPolicy", "registerBoardWidgetContentKind", "registerSessionCatalog",
-  "registerCli", "registerNodeCliFeature", "registerReload", "registerNodeHostCommand",
+  "registerNodeCliFeature", "registerReload", "registerNodeHostCommand",
   "registerNodeInvokePolicy", "registerSecurityAuditCollector", "registerGatewayDiscoveryService",
   "registerCliBackend", "registerTextTransforms", "registerConfigMigration",
   "registerMigrationProvider", "registerAutoEnableProbe", "registerProvider",
@@ -70,6 +70,7 @@ export function makeRegistry() {
     commands: new Map(), // name -> definition
     hooks: new Map(), // hookName -> [{handler, priority, order}]
     services: [], // OpenClawPluginService
+    cli: [], // {registrar, opts}: kept, never run (no `openclaw` CLI here)
   };
 }
 
@@ -266,6 +267,14 @@ export function makeApi(ctx) {
         throw new Error("registerCommand: expected {name, description, handler}");
       }
       registry.commands.set(command.name.replace(/^\//, ""), command);
+    },
+    // OpenClaw runs CLI registrars only in its own command-line program, never in the gateway
+    // that serves context engines; this host has no such program, so it keeps them unrun.
+    registerCli(registrar, opts = {}) {
+      if (typeof registrar !== "function") throw new Error("registerCli: expected a registrar function");
+      registry.cli.push({ registrar, opts });
+      const names = Array.isArray(opts?.commands) ? ` (${opts.commands.join(", ")})` : "";
+      logger.info(`CLI commands${names} registered; this host has no CLI, so they are not offered`);
     },
     registerService(service) {
       if (!service || typeof service.start !== "function") throw new Error("registerService: expected {id, start, stop?}");

@@ -3,6 +3,10 @@
 // package when it is installed where the plugin can resolve it, and this host's small
 // implementation of those helpers (./sdk/) otherwise. Any other `openclaw/…` subpath that is
 // not installed fails to load with "not supported by this host: <specifier>".
+//
+// A TypeScript module importing a sibling by its compiled name (`./client.js` from
+// `index.ts`, the TypeScript convention) gets the `.ts` file when no `.js` file is there, as
+// OpenClaw's own TypeScript loader resolves it.
 
 const SHIMS = new Map([
   ["openclaw", "./sdk/index.mjs"],
@@ -12,7 +16,27 @@ const SHIMS = new Map([
   ["openclaw/plugin-sdk/context-engine", "./sdk/index.mjs"],
 ]);
 
+const TS_PARENT = /\.[cm]?ts$/;
+const JS_SPECIFIER = /^\.{1,2}\/.*\.([cm]?)js$/;
+
+async function resolveTypeScriptSibling(specifier, context, nextResolve) {
+  try {
+    return await nextResolve(specifier, context);
+  } catch (error) {
+    if (error?.code !== "ERR_MODULE_NOT_FOUND") throw error;
+    const ts = specifier.replace(/\.([cm]?)js$/, ".$1ts");
+    try {
+      return await nextResolve(ts, context);
+    } catch {
+      throw error;
+    }
+  }
+}
+
 export async function resolve(specifier, context, nextResolve) {
+  if (context.parentURL && TS_PARENT.test(new URL(context.parentURL).pathname) && JS_SPECIFIER.test(specifier)) {
+    return resolveTypeScriptSibling(specifier, context, nextResolve);
+  }
   if (specifier !== "openclaw" && !specifier.startsWith("openclaw/")) return nextResolve(specifier, context);
   try {
     return await nextResolve(specifier, context);

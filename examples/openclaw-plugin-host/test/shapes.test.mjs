@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { after, test } from "node:test";
 
-import { initializeParams, scratch, startHost, stopAll } from "./harness.mjs";
+import { initializeParams, nodeVersion, pinnedNode, scratch, startHost, stopAll } from "./harness.mjs";
 
 after(stopAll);
 
@@ -141,4 +141,21 @@ test("the api surface of the published SDK is present at load", async () => {
   const assembled = await host.call("assemble", { sessionId: "s", messages: [] });
   assert.deepEqual(JSON.parse(assembled.systemPromptAddition), []);
   await host.close();
+});
+
+/** A TypeScript entry importing its sibling as "./helper.js" loads (the sibling resolves to helper.ts), and `registerCli` is accepted without running the registrar. */
+test("TypeScript plugin: .js sibling imports resolve to .ts; registerCli is kept, not run", async (t) => {
+  const node = pinnedNode();
+  const [major, minor] = nodeVersion(node);
+  if (major < 22 || (major === 22 && minor < 18)) {
+    t.skip(`Node ${major}.${minor} does not strip TypeScript types by default (run npm ci here for the pinned Node)`);
+    return;
+  }
+  const dir = scratch("ts");
+  const host = startHost({ plugin: fixture("ts-plugin/index.ts"), node, cwd: dir });
+  const init = await host.call("initialize", initializeParams("ts-plugin"));
+  assert.equal(init.info.id, "ts-plugin");
+  const assembled = await host.call("assemble", { sessionId: "s", messages: [] });
+  assert.equal(assembled.systemPromptAddition, "helper.ts loaded; 1 CLI registrars accepted");
+  assert.equal(await host.close(), 0);
 });

@@ -395,9 +395,18 @@ impl ContextEngine for ProcessEngine {
         self.call(EngineMethod::Ingest, &params, route).await
     }
 
+    /// A result without `estimatedTokens` (OpenClaw does not require it) gets ctxbridge's
+    /// estimate ([`protocol::fill_estimated_tokens`]).
     async fn assemble(&self, params: AssembleParams) -> Result<AssembleResult, EngineError> {
+        let method = EngineMethod::Assemble;
         let route = call_route(&params.session_id, params.runtime_context.as_ref());
-        self.call(EngineMethod::Assemble, &params, route).await
+        let mut value = self
+            .send(method, &params, route, self.call_timeout, None)
+            .await?;
+        if protocol::fill_estimated_tokens(&mut value) {
+            tracing::debug!(engine = %self.engine_id, "assemble gave no estimatedTokens; estimated from its messages");
+        }
+        decode_result(method, value)
     }
 
     async fn compact(&self, params: CompactParams) -> Result<CompactResult, EngineError> {

@@ -349,6 +349,38 @@ pub struct InitializeParams<'a> {
 
 pub use crate::contract::EngineCommand;
 
+/// Fills in an `assemble` result's missing `estimatedTokens` (absent or null): OpenClaw does
+/// not check it and published plugins leave it out, so ctxbridge estimates it itself, as a
+/// quarter of the characters of the messages' text (rounded up). Returns whether it did.
+pub fn fill_estimated_tokens(result: &mut Value) -> bool {
+    let Some(obj) = result.as_object_mut() else {
+        return false;
+    };
+    if !obj.get("estimatedTokens").map_or(true, Value::is_null) {
+        return false;
+    }
+    let Some(messages) = obj.get("messages").and_then(Value::as_array) else {
+        return false;
+    };
+    let text_chars = |v: &Value| v.as_str().map_or(0, |s| s.chars().count());
+    let chars: usize = messages
+        .iter()
+        .map(|m| {
+            let content = match m.get("content") {
+                Some(Value::Array(parts)) => parts.iter().map(|p| text_chars(&p["text"])).sum(),
+                Some(other) => text_chars(other),
+                None => 0,
+            };
+            content + m.get("summary").map_or(0, text_chars)
+        })
+        .sum();
+    obj.insert(
+        "estimatedTokens".into(),
+        Value::from(chars.div_ceil(4) as u64),
+    );
+    true
+}
+
 /// The engine error for a JSON-RPC error answer: `-32010` is a configuration error with the
 /// offending keys from `data.errors`; anything else is `Failed`.
 pub fn engine_error_of(method: EngineMethod, error: &RpcError) -> crate::contract::EngineError {
@@ -673,6 +705,28 @@ mod tests {
         assert!(err.contains("methods"), "{err}");
         let err = decode_initialize(json!({"info": {}, "protocolVersion": 2})).unwrap_err();
         assert!(err.contains("protocolVersion"), "{err}");
+    }
+
+    /// A missing or null `estimatedTokens` is a quarter of the messages' text characters
+    /// (string content, text parts, summaries); a given one, or a result without messages, is
+    /// left alone.
+    #[test]
+    fn missing_estimated_tokens_is_estimated() {
+        let mut r = json!({"messages": [
+            {"role": "user", "content": "12345678"},
+            {"role": "assistant", "content": [{"type": "text", "text": "abc"}, {"type": "image"}]},
+            {"role": "compactionSummary", "summary": "xy"},
+        ]});
+        assert!(fill_estimated_tokens(&mut r));
+        assert_eq!(r["estimatedTokens"], 4);
+        let mut null = json!({"messages": [], "estimatedTokens": null});
+        assert!(fill_estimated_tokens(&mut null));
+        assert_eq!(null["estimatedTokens"], 0);
+        let mut given = json!({"messages": [], "estimatedTokens": 7});
+        assert!(!fill_estimated_tokens(&mut given));
+        assert_eq!(given["estimatedTokens"], 7);
+        let mut no_messages = json!({"systemPromptAddition": "x"});
+        assert!(!fill_estimated_tokens(&mut no_messages));
     }
 
     /// `tools`, `hooks` and `commands` of the `initialize` result are kept; `tools/call` is a
