@@ -46,9 +46,16 @@ async fn start() -> Option<Env> {
 }
 
 /// A server on the state (store, Codex home) kept in `dir`; the sample engine keeps a window
-/// of 2 messages and summarises `chunk` at a time.
+/// of 2 messages and summarises `chunk` at a time. The projection goes in the turn input
+/// (set explicitly: on Codex 0.171.0 the default is additional context).
 async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle {
-    serve_with(dir, mock, chunk, json!({})).await
+    serve_with(
+        dir,
+        mock,
+        chunk,
+        json!({"codexContextDelivery": "turn-input"}),
+    )
+    .await
 }
 
 /// As [`serve_in`] with a `projection` section.
@@ -507,11 +514,12 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
     env.handle.shutdown().await;
 }
 
-/// With `projection.codexContextDelivery: "additional-context"` a projecting turn reaches the
-/// model as the bare prompt plus the context in a separate (developer) item, so Codex's own
-/// user message holds only the user's words.
+/// With no `projection.codexContextDelivery` configured, serve passes the upstream's version
+/// (0.171.0, from its `initialize` userAgent) to the harness, whose default there is
+/// additional context: a projecting turn reaches the model as the bare prompt plus the context
+/// in a developer item, so Codex's own user message holds only the user's words.
 #[tokio::test(flavor = "multi_thread")]
-async fn additional_context_delivery_keeps_the_user_message_clean() {
+async fn additional_context_is_the_default_on_codex_0_171() {
     if locate_codex_binary().is_none() {
         eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
         return;
@@ -520,8 +528,7 @@ async fn additional_context_delivery_keeps_the_user_message_clean() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let projection = json!({"codexContextDelivery": "additional-context"});
-    let handle = serve_with(dir.path(), &mock, 2, projection).await;
+    let handle = serve_with(dir.path(), &mock, 2, json!({})).await;
     let env = Env { handle, mock, dir };
     let mut c = Client::connect(&env.url()).await;
     c.initialize().await;
@@ -534,13 +541,189 @@ async fn additional_context_delivery_keeps_the_user_message_clean() {
     let request = request_for(&env.mock.response_requests(), "three");
     assert_eq!(request.last_user_text().unwrap(), "three", "bare prompt");
     assert!(
-        request.body_contains("summarised"),
-        "the context reached the model"
+        request
+            .conversation_texts("developer")
+            .iter()
+            .any(|t| t.contains(CONTEXT) && t.contains("<ctxbridge>")),
+        "the context reached the model as a developer item: {:?}",
+        request.conversation_texts("developer")
     );
     assert_eq!(
         projections_in(&request),
         0,
         "no projection in a user message"
+    );
+    env.handle.shutdown().await;
+}
+
+/// The user-message texts of a list of turns, in order.
+fn user_texts(turns: &[Value]) -> Vec<String> {
+    turns
+        .iter()
+        .flat_map(|turn| turn["items"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["type"] == "userMessage")
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|part| part["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// After two rotations (turns 3 and 4 start new backend threads), `thread/read` and
+/// `thread/turns/list` of the client id show the conversation as the user had it: every
+/// prompt once, in order, no projection text, under the client's id; the earlier threads'
+/// turns come from the transcript, the current thread's from Codex; pages follow
+/// `limit`, `sortDirection` and the cursors given.
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_show_the_conversation_across_rotations() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    let prompts = [
+        "hello there",
+        "second message",
+        "third message",
+        "fourth message",
+    ];
+    for (i, prompt) in prompts.iter().enumerate() {
+        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the session rotated");
+
+    let read = c
+        .call(
+            json!("r"),
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    assert_eq!(read["result"]["thread"]["id"], thread, "{read}");
+    let turns = read["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{read}"));
+    assert_eq!(user_texts(turns), prompts, "{read}");
+    assert!(!read.to_string().contains(CONTEXT), "{read}");
+    let replies = turns
+        .iter()
+        .filter(|t| {
+            t["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["type"] == "agentMessage")
+        })
+        .count();
+    assert_eq!(replies, 4, "every turn shows its reply: {read}");
+    let bare = c
+        .call(json!("r2"), "thread/read", json!({"threadId": thread}))
+        .await;
+    assert_eq!(bare["result"]["thread"]["id"], thread, "{bare}");
+    assert!(
+        bare["result"]["thread"]["turns"]
+            .as_array()
+            .map_or(true, Vec::is_empty),
+        "no turns without includeTurns: {bare}"
+    );
+
+    // Newest first by default, two at a time.
+    let first = c
+        .call(
+            json!("p1"),
+            "thread/turns/list",
+            json!({"threadId": thread, "limit": 2}),
+        )
+        .await;
+    let page = first["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{first}"));
+    assert_eq!(user_texts(page), ["fourth message", "third message"]);
+    let next = first["result"]["nextCursor"].clone();
+    assert!(next.is_string(), "{first}");
+    let second = c
+        .call(
+            json!("p2"),
+            "thread/turns/list",
+            json!({"threadId": thread, "limit": 2, "cursor": next}),
+        )
+        .await;
+    let page = second["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{second}"));
+    assert_eq!(user_texts(page), ["second message", "hello there"]);
+    assert!(second["result"]["nextCursor"].is_null(), "{second}");
+    let ascending = c
+        .call(
+            json!("p3"),
+            "thread/turns/list",
+            json!({"threadId": thread, "sortDirection": "asc"}),
+        )
+        .await;
+    let page = ascending["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ascending}"));
+    assert_eq!(user_texts(page), prompts);
+    assert!(!ascending.to_string().contains(CONTEXT), "{ascending}");
+    env.handle.shutdown().await;
+}
+
+/// A backend thread started by rotation gets the client's thread settings: the client
+/// started its thread with its own `cwd`, `approvalPolicy`, `sandbox` and a `config` override
+/// that turns the environment context on; after the rotation (third turn) the model request
+/// of the new thread carries that environment context with the client's cwd.
+#[tokio::test(flavor = "multi_thread")]
+async fn rotated_threads_inherit_the_client_settings() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let workdir = tempfile::tempdir().unwrap();
+    let cwd = workdir.path().canonicalize().unwrap().display().to_string();
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let started = c
+        .call(
+            json!(1),
+            "thread/start",
+            json!({
+                "baseInstructions": "You are a test model.",
+                "cwd": cwd,
+                "approvalPolicy": "on-request",
+                "sandbox": "workspace-write",
+                "config": {"include_environment_context": true, "include_permissions_instructions": true},
+            }),
+        )
+        .await;
+    let thread = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
+        let (_, done) = c.turn(id, &thread, text).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the third turn rotated");
+    let requests = env.mock.response_requests();
+    let first = request_for(&requests, "one");
+    assert!(
+        first.body_contains(&cwd),
+        "the client's own thread has its cwd"
+    );
+    let rotated = request_for(&requests, "three");
+    assert!(
+        !rotated
+            .conversation_texts("user")
+            .iter()
+            .any(|t| t == "one"),
+        "a new backend thread"
+    );
+    assert!(
+        rotated.body_contains(&cwd),
+        "the rotated thread has the client's cwd and environment context"
+    );
+    assert!(
+        rotated.body_contains("on-request") || rotated.body_contains("workspace-write"),
+        "the rotated thread has the client's permissions"
     );
     env.handle.shutdown().await;
 }

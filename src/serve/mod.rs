@@ -31,6 +31,7 @@ use crate::store::StateStore;
 mod client;
 pub mod command;
 mod framing;
+mod history;
 pub mod listen;
 pub mod router;
 pub mod sessions;
