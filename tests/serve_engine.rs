@@ -727,3 +727,184 @@ async fn rotated_threads_inherit_the_client_settings() {
     );
     env.handle.shutdown().await;
 }
+
+/// A `codex app-server --listen URL` started by the test (offline, mock model), as an operator
+/// would run it for `backend.url`.
+struct RunningCodex {
+    child: tokio::process::Child,
+    /// The URL it listens on (`ws://127.0.0.1:PORT` as it reports it, or `unix://PATH`).
+    url: String,
+}
+
+impl RunningCodex {
+    /// Starts it listening on `listen` with its state in `home`; waits until it accepts.
+    async fn start(listen: &str, home: &Path, mock: &MockModelServer) -> RunningCodex {
+        let binary = locate_codex_binary().unwrap();
+        let args = codex_app_server_client::AppServerConfig::new(home.to_path_buf())
+            .with_command([
+                binary.display().to_string(),
+                "app-server".into(),
+                "--listen".into(),
+                listen.into(),
+            ])
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .args();
+        std::fs::create_dir_all(home).unwrap();
+        let mut child = tokio::process::Command::new(&binary)
+            .args(args)
+            .env("CODEX_HOME", home)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let url = if let Some(path) = listen.strip_prefix("unix://") {
+            tokio::time::timeout(PATIENCE, async {
+                while tokio::net::UnixStream::connect(path).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("the app-server's socket never accepted");
+            listen.to_owned()
+        } else {
+            // It reports the bound port on stderr: `listening on: ws://127.0.0.1:PORT`.
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+            let url = tokio::time::timeout(PATIENCE, async {
+                while let Some(line) = lines.next_line().await.unwrap() {
+                    if let Some(at) = line.find("listening on: ") {
+                        return line[at + "listening on: ".len()..].trim().to_owned();
+                    }
+                }
+                panic!("the app-server exited without listening");
+            })
+            .await
+            .expect("the app-server never reported its address");
+            // Keep draining stderr so it never blocks on a full pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            url
+        };
+        RunningCodex { child, url }
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// `backend.url` in front of an app-server that already runs (`--listen ws://` and
+/// `unix://`): serve spawns nothing; when that app-server goes away and comes back on the same
+/// address, the next turn reconnects and resumes the session's thread (its history intact:
+/// the model sees the earlier turns verbatim and gets the bare prompt); a later epoch change
+/// rotates the session onto a new thread of the same app-server. (Window 2, chunks of 4:
+/// turns 1–3 share the first epoch, turn 4 rotates.)
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_url_uses_a_running_app_server_and_reconnects() {
+    if locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("codex.sock");
+    for (name, listen) in [
+        ("ws", "ws://127.0.0.1:0".to_owned()),
+        ("unix", format!("unix://{}", socket.display())),
+    ] {
+        let home = dir.path().join(format!("codex-home-{name}"));
+        let codex = RunningCodex::start(&listen, &home, &mock).await;
+        let state = dir.path().join(format!("state-{name}"));
+        let config = json!({
+            "plugins": {
+                "slots": {"contextEngine": "sample-summary"},
+                "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 4}}}
+            },
+            "backend": {"kind": "codex", "url": codex.url, "command": []},
+            "store": {"path": state.join("state.db")},
+            "projection": {"codexContextDelivery": "turn-input"},
+        });
+        let config = Config::parse(&config.to_string(), "test.json5").unwrap();
+        let args = ServeArgs {
+            listen: "ws://127.0.0.1:0".into(),
+            ws_auth: None,
+            ws_token_file: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        };
+        let handle = serve::start(options(&config, &args).await.unwrap())
+            .await
+            .unwrap();
+        let mut c = Client::connect(&format!("ws://{}", handle.local_addr.unwrap())).await;
+        c.initialize().await;
+        let thread = c.start_thread(json!(1), false).await;
+        let prompt = |n: &str| format!("{name} {n}");
+        for (i, n) in ["one", "two"].into_iter().enumerate() {
+            let (_, done) = c.turn(&format!("t{i}"), &thread, &prompt(n)).await;
+            assert_eq!(
+                done["params"]["turn"]["status"], "completed",
+                "{name}: {done}"
+            );
+        }
+
+        // The app-server goes away and comes back on the same address.
+        let address = codex.url.clone();
+        codex.stop().await;
+        let codex = RunningCodex::start(&address, &home, &mock).await;
+        assert_eq!(codex.url, address);
+        let three = prompt("three");
+        let mut outcome = None;
+        // The loss may only be noticed by the request that meets it; the next one reconnects.
+        for attempt in 0..2 {
+            let answer = c
+                .call(
+                    json!(format!("r{attempt}")),
+                    "turn/start",
+                    json!({"threadId": thread, "input": [{"type": "text", "text": three}]}),
+                )
+                .await;
+            if answer.get("result").is_some() {
+                outcome = Some(c.until("turn/completed").await);
+                break;
+            }
+            eprintln!("{name}: attempt {attempt} met the lost connection: {answer}");
+        }
+        let done = outcome.unwrap_or_else(|| panic!("{name}: no turn after the reconnect"));
+        assert_eq!(
+            done["params"]["turn"]["status"], "completed",
+            "{name}: {done}"
+        );
+        assert_eq!(done["params"]["threadId"], thread);
+        let request = request_for(&mock.response_requests(), &three);
+        assert_eq!(
+            request.last_user_text().unwrap(),
+            three,
+            "{name}: bare prompt"
+        );
+        assert!(
+            request
+                .conversation_texts("user")
+                .iter()
+                .any(|t| *t == prompt("one")),
+            "{name}: the resumed thread kept its history"
+        );
+
+        // The next epoch rotates onto a new thread of the same app-server.
+        let four = prompt("four");
+        let (_, done) = c.turn("t4", &thread, &four).await;
+        assert_eq!(
+            done["params"]["turn"]["status"], "completed",
+            "{name}: {done}"
+        );
+        assert_eq!(done["params"]["threadId"], thread);
+        let request = request_for(&mock.response_requests(), &four);
+        assert!(
+            request.last_user_text().unwrap().contains(CONTEXT),
+            "{name}: the fourth turn rotated onto a projected thread"
+        );
+        handle.shutdown().await;
+        codex.stop().await;
+    }
+}

@@ -26,6 +26,7 @@ use std::time::Duration;
 use codex_app_server_client::AppServerConfig;
 use tokio::sync::{oneshot, watch};
 
+use crate::config::BackendUrl;
 use crate::store::StateStore;
 
 mod client;
@@ -62,8 +63,11 @@ pub struct ServeOptions {
     pub auth: Option<CapabilityToken>,
     /// Client messages over this size are refused (WebSocket: close 1009).
     pub max_message_bytes: usize,
-    /// How the upstream `codex app-server` child is started.
+    /// How the upstream `codex app-server` child is started (without `backend_url`; its
+    /// message limit and request timeout apply to a `backend_url` connection too).
     pub upstream: AppServerConfig,
+    /// An already running app-server to connect to instead of starting a child.
+    pub backend_url: Option<BackendUrl>,
     /// Where the thread-id map is kept (memory only without one).
     pub store: Option<Arc<dyn StateStore>>,
     /// What serves session requests.
@@ -99,6 +103,7 @@ impl ServeOptions {
             auth: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             upstream,
+            backend_url: None,
             store: None,
             sessions: Arc::new(PassThroughSessions),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -165,11 +170,15 @@ impl ServeHandle {
 pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     check_exposure(&options.listen, options.auth.as_ref())?;
     let threads = ThreadMap::new(options.store.clone());
-    let (hub, hub_task) = router::start(
-        Arc::new(upstream::ChildConnector(options.upstream.clone())),
-        threads,
-        options.sessions.clone(),
-    );
+    let connector: Arc<dyn upstream::Connector> = match &options.backend_url {
+        Some(url) => Arc::new(upstream::UrlConnector::new(
+            url.clone(),
+            options.upstream.max_line_bytes,
+            options.upstream.request_timeout,
+        )),
+        None => Arc::new(upstream::ChildConnector(options.upstream.clone())),
+    };
+    let (hub, hub_task) = router::start(connector, threads, options.sessions.clone());
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,
