@@ -669,9 +669,10 @@ async fn reads_show_the_conversation_across_rotations() {
 }
 
 /// A backend thread started by rotation gets the client's thread settings: the client
-/// started its thread with its own `cwd`, `approvalPolicy`, `sandbox` and a `config` override
-/// that turns the environment context on; after the rotation (third turn) the model request
-/// of the new thread carries that environment context with the client's cwd.
+/// started its thread with its own `cwd`, `approvalPolicy`, `sandbox` and `config` overrides
+/// that turn the environment context and permissions instructions on (serve's Codex has them
+/// off); after the rotation (third turn) the model request of the new thread carries the
+/// client's cwd, sandbox mode and approval policy as on the client's own thread.
 #[tokio::test(flavor = "multi_thread")]
 async fn rotated_threads_inherit_the_client_settings() {
     let Some(env) = start().await else {
@@ -721,10 +722,18 @@ async fn rotated_threads_inherit_the_client_settings() {
         rotated.body_contains(&cwd),
         "the rotated thread has the client's cwd and environment context"
     );
-    assert!(
-        rotated.body_contains("on-request") || rotated.body_contains("workspace-write"),
-        "the rotated thread has the client's permissions"
-    );
+    // Codex words them in its permissions instructions: the sandbox mode by name, and
+    // on-request approval as how to ask for escalation (never-approval has no such part).
+    for setting in ["`sandbox_mode` is `workspace-write`", "require_escalated"] {
+        assert!(
+            first.body_contains(setting),
+            "the client's own thread has {setting}"
+        );
+        assert!(
+            rotated.body_contains(setting),
+            "the rotated thread has the client's {setting}"
+        );
+    }
     env.handle.shutdown().await;
 }
 
