@@ -1,6 +1,6 @@
 //! `ctxbridge serve`: ctxbridge as a Codex app-server (SPEC §16). Clients speak the app-server
-//! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` child shared by
-//! all of them.
+//! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` shared by all of
+//! them: a child it starts, or one that already runs (`backend.url`).
 //!
 //! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
 //! processor routing each request, an outgoing side owning server→client requests):
@@ -15,7 +15,10 @@
 //!   turn on [`ServeBackend`], the shared upstream as a threaded backend.
 //! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
 //!   the pure rewriting of relayed messages.
-//! - `upstream`: starting the `codex app-server` child and its raw JSON-RPC connection.
+//! - `upstream`: starting the `codex app-server` child, or connecting to a running one
+//!   (`backend.url`), and the raw JSON-RPC connection.
+//! - `history`: a session's conversation across its backend threads, as `thread/read` and
+//!   `thread/turns/list` show it.
 //! - `framing`: bounded newline-delimited reading.
 
 use std::net::SocketAddr;

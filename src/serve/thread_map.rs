@@ -479,4 +479,35 @@ mod tests {
         assert_eq!(reopened.client_of("b"), "c");
         assert_eq!(reopened.backend_of("unknown"), "unknown");
     }
+
+    /// A session's settings are its `thread/start`'s thread fields; a resume overlays the
+    /// fields it sets; both survive a restart through the store.
+    #[test]
+    fn settings_are_recorded_and_overlaid() {
+        let start = serde_json::json!({
+            "cwd": "/w", "approvalPolicy": "on-request", "config": {"a": 1},
+            "ephemeral": false, "threadSource": "user", "developerInstructions": "x", "model": null
+        });
+        let settings = thread_settings(&start);
+        assert_eq!(
+            Value::Object(settings.clone()),
+            serde_json::json!({"cwd": "/w", "approvalPolicy": "on-request", "config": {"a": 1}})
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> =
+            Arc::new(crate::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+        let mut map = ThreadMap::new(Some(store.clone()));
+        map.record_settings("c", settings, false).unwrap();
+        let resume = serde_json::json!({"threadId": "c", "cwd": "/v", "excludeTurns": true});
+        map.record_settings("c", thread_settings(&resume), true)
+            .unwrap();
+        let mut reopened = ThreadMap::new(Some(store));
+        assert_eq!(
+            reopened.settings("c").map(Value::Object),
+            Some(
+                serde_json::json!({"cwd": "/v", "approvalPolicy": "on-request", "config": {"a": 1}})
+            )
+        );
+        assert_eq!(reopened.settings("other"), None);
+    }
 }

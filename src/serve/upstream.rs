@@ -1,5 +1,7 @@
-//! The upstream: one `codex app-server` child shared by every client connection, spoken to in
-//! raw JSON-RPC (any method passes through, so no typed client sits in between).
+//! The upstream: one `codex app-server` shared by every client connection, spoken to in raw
+//! JSON-RPC (any method passes through, so no typed client sits in between): a child started
+//! here ([`ChildConnector`]) or an app-server that already runs ([`UrlConnector`],
+//! `backend.url`: a WebSocket over TCP or over a unix socket, as Codex's `--listen` offers).
 //!
 //! [`spawn`] starts the child as the Codex backend does (command, `-c` overrides, `CODEX_HOME`),
 //! performs ctxbridge's own `initialize`/`initialized` handshake and hands back a [`Live`]
