@@ -50,6 +50,10 @@ pub enum AppError {
         "store: store.url is required with store.kind \"postgres\" (postgres://user@host:5432/db)"
     )]
     MissingStoreUrl,
+    /// `backend.url` outside `serve`: the Codex backend of the other commands starts its own
+    /// app-server child.
+    #[error("backend: backend.url ({url}) is used by `ctxbridge serve` only; the other commands start their own `codex app-server` (remove backend.url, or run the turn through serve)")]
+    BackendUrlNeedsServe { url: String },
     /// The Responses backend could not be built from its configuration.
     #[error("backend: {source}")]
     Responses {
@@ -320,6 +324,11 @@ pub fn codex_backend_config(
     config: &Config,
     codex: &crate::config::CodexBackendConfig,
 ) -> Result<CodexBackendConfig, AppError> {
+    if let Some(url) = &codex.url {
+        return Err(AppError::BackendUrlNeedsServe {
+            url: url.to_string(),
+        });
+    }
     let mut command = codex.command.clone();
     // `codex` installed by `npm ci` lives in node_modules, not on PATH.
     if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {

@@ -46,9 +46,16 @@ async fn start() -> Option<Env> {
 }
 
 /// A server on the state (store, Codex home) kept in `dir`; the sample engine keeps a window
-/// of 2 messages and summarises `chunk` at a time.
+/// of 2 messages and summarises `chunk` at a time. The projection goes in the turn input
+/// (set explicitly: on Codex 0.171.0 the default is additional context).
 async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle {
-    serve_with(dir, mock, chunk, json!({})).await
+    serve_with(
+        dir,
+        mock,
+        chunk,
+        json!({"codexContextDelivery": "turn-input"}),
+    )
+    .await
 }
 
 /// As [`serve_in`] with a `projection` section.
@@ -507,11 +514,12 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
     env.handle.shutdown().await;
 }
 
-/// With `projection.codexContextDelivery: "additional-context"` a projecting turn reaches the
-/// model as the bare prompt plus the context in a separate (developer) item, so Codex's own
-/// user message holds only the user's words.
+/// With no `projection.codexContextDelivery` configured, serve passes the upstream's version
+/// (0.171.0, from its `initialize` userAgent) to the harness, whose default there is
+/// additional context: a projecting turn reaches the model as the bare prompt plus the context
+/// in a developer item, so Codex's own user message holds only the user's words.
 #[tokio::test(flavor = "multi_thread")]
-async fn additional_context_delivery_keeps_the_user_message_clean() {
+async fn additional_context_is_the_default_on_codex_0_171() {
     if locate_codex_binary().is_none() {
         eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
         return;
@@ -520,8 +528,7 @@ async fn additional_context_delivery_keeps_the_user_message_clean() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let projection = json!({"codexContextDelivery": "additional-context"});
-    let handle = serve_with(dir.path(), &mock, 2, projection).await;
+    let handle = serve_with(dir.path(), &mock, 2, json!({})).await;
     let env = Env { handle, mock, dir };
     let mut c = Client::connect(&env.url()).await;
     c.initialize().await;
@@ -534,8 +541,12 @@ async fn additional_context_delivery_keeps_the_user_message_clean() {
     let request = request_for(&env.mock.response_requests(), "three");
     assert_eq!(request.last_user_text().unwrap(), "three", "bare prompt");
     assert!(
-        request.body_contains("summarised"),
-        "the context reached the model"
+        request
+            .conversation_texts("developer")
+            .iter()
+            .any(|t| t.contains(CONTEXT) && t.contains("<ctxbridge>")),
+        "the context reached the model as a developer item: {:?}",
+        request.conversation_texts("developer")
     );
     assert_eq!(
         projections_in(&request),
@@ -543,4 +554,366 @@ async fn additional_context_delivery_keeps_the_user_message_clean() {
         "no projection in a user message"
     );
     env.handle.shutdown().await;
+}
+
+/// The user-message texts of a list of turns, in order.
+fn user_texts(turns: &[Value]) -> Vec<String> {
+    turns
+        .iter()
+        .flat_map(|turn| turn["items"].as_array().cloned().unwrap_or_default())
+        .filter(|item| item["type"] == "userMessage")
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|part| part["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// After two rotations (turns 3 and 4 start new backend threads), `thread/read` and
+/// `thread/turns/list` of the client id show the conversation as the user had it: every
+/// prompt once, in order, no projection text, under the client's id; the earlier threads'
+/// turns come from the transcript, the current thread's from Codex; pages follow
+/// `limit`, `sortDirection` and the cursors given.
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_show_the_conversation_across_rotations() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    let prompts = [
+        "hello there",
+        "second message",
+        "third message",
+        "fourth message",
+    ];
+    for (i, prompt) in prompts.iter().enumerate() {
+        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the session rotated");
+
+    let read = c
+        .call(
+            json!("r"),
+            "thread/read",
+            json!({"threadId": thread, "includeTurns": true}),
+        )
+        .await;
+    assert_eq!(read["result"]["thread"]["id"], thread, "{read}");
+    let turns = read["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{read}"));
+    assert_eq!(user_texts(turns), prompts, "{read}");
+    assert!(!read.to_string().contains(CONTEXT), "{read}");
+    let replies = turns
+        .iter()
+        .filter(|t| {
+            t["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["type"] == "agentMessage")
+        })
+        .count();
+    assert_eq!(replies, 4, "every turn shows its reply: {read}");
+    let bare = c
+        .call(json!("r2"), "thread/read", json!({"threadId": thread}))
+        .await;
+    assert_eq!(bare["result"]["thread"]["id"], thread, "{bare}");
+    assert!(
+        bare["result"]["thread"]["turns"]
+            .as_array()
+            .map_or(true, Vec::is_empty),
+        "no turns without includeTurns: {bare}"
+    );
+
+    // Newest first by default, two at a time.
+    let first = c
+        .call(
+            json!("p1"),
+            "thread/turns/list",
+            json!({"threadId": thread, "limit": 2}),
+        )
+        .await;
+    let page = first["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{first}"));
+    assert_eq!(user_texts(page), ["fourth message", "third message"]);
+    let next = first["result"]["nextCursor"].clone();
+    assert!(next.is_string(), "{first}");
+    let second = c
+        .call(
+            json!("p2"),
+            "thread/turns/list",
+            json!({"threadId": thread, "limit": 2, "cursor": next}),
+        )
+        .await;
+    let page = second["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{second}"));
+    assert_eq!(user_texts(page), ["second message", "hello there"]);
+    assert!(second["result"]["nextCursor"].is_null(), "{second}");
+    let ascending = c
+        .call(
+            json!("p3"),
+            "thread/turns/list",
+            json!({"threadId": thread, "sortDirection": "asc"}),
+        )
+        .await;
+    let page = ascending["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ascending}"));
+    assert_eq!(user_texts(page), prompts);
+    assert!(!ascending.to_string().contains(CONTEXT), "{ascending}");
+    env.handle.shutdown().await;
+}
+
+/// A backend thread started by rotation gets the client's thread settings: the client
+/// started its thread with its own `cwd`, `approvalPolicy`, `sandbox` and `config` overrides
+/// that turn the environment context and permissions instructions on (serve's Codex has them
+/// off); after the rotation (third turn) the model request of the new thread carries the
+/// client's cwd, sandbox mode and approval policy as on the client's own thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn rotated_threads_inherit_the_client_settings() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let workdir = tempfile::tempdir().unwrap();
+    let cwd = workdir.path().canonicalize().unwrap().display().to_string();
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let started = c
+        .call(
+            json!(1),
+            "thread/start",
+            json!({
+                "baseInstructions": "You are a test model.",
+                "cwd": cwd,
+                "approvalPolicy": "on-request",
+                "sandbox": "workspace-write",
+                "config": {"include_environment_context": true, "include_permissions_instructions": true},
+            }),
+        )
+        .await;
+    let thread = started["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
+        let (_, done) = c.turn(id, &thread, text).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the third turn rotated");
+    let requests = env.mock.response_requests();
+    let first = request_for(&requests, "one");
+    assert!(
+        first.body_contains(&cwd),
+        "the client's own thread has its cwd"
+    );
+    let rotated = request_for(&requests, "three");
+    assert!(
+        !rotated
+            .conversation_texts("user")
+            .iter()
+            .any(|t| t == "one"),
+        "a new backend thread"
+    );
+    assert!(
+        rotated.body_contains(&cwd),
+        "the rotated thread has the client's cwd and environment context"
+    );
+    // Codex words them in its permissions instructions: the sandbox mode by name, and
+    // on-request approval as how to ask for escalation (never-approval has no such part).
+    for setting in ["`sandbox_mode` is `workspace-write`", "require_escalated"] {
+        assert!(
+            first.body_contains(setting),
+            "the client's own thread has {setting}"
+        );
+        assert!(
+            rotated.body_contains(setting),
+            "the rotated thread has the client's {setting}"
+        );
+    }
+    env.handle.shutdown().await;
+}
+
+/// A `codex app-server --listen URL` started by the test (offline, mock model), as an operator
+/// would run it for `backend.url`.
+struct RunningCodex {
+    child: tokio::process::Child,
+    /// The URL it listens on (`ws://127.0.0.1:PORT` as it reports it, or `unix://PATH`).
+    url: String,
+}
+
+impl RunningCodex {
+    /// Starts it listening on `listen` with its state in `home`; waits until it accepts.
+    async fn start(listen: &str, home: &Path, mock: &MockModelServer) -> RunningCodex {
+        let binary = locate_codex_binary().unwrap();
+        let args = codex_app_server_client::AppServerConfig::new(home.to_path_buf())
+            .with_command([
+                binary.display().to_string(),
+                "app-server".into(),
+                "--listen".into(),
+                listen.into(),
+            ])
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .args();
+        std::fs::create_dir_all(home).unwrap();
+        let mut child = tokio::process::Command::new(&binary)
+            .args(args)
+            .env("CODEX_HOME", home)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let url = if let Some(path) = listen.strip_prefix("unix://") {
+            tokio::time::timeout(PATIENCE, async {
+                while tokio::net::UnixStream::connect(path).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("the app-server's socket never accepted");
+            listen.to_owned()
+        } else {
+            // It reports the bound port on stderr: `listening on: ws://127.0.0.1:PORT`.
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+            let url = tokio::time::timeout(PATIENCE, async {
+                while let Some(line) = lines.next_line().await.unwrap() {
+                    if let Some(at) = line.find("listening on: ") {
+                        return line[at + "listening on: ".len()..].trim().to_owned();
+                    }
+                }
+                panic!("the app-server exited without listening");
+            })
+            .await
+            .expect("the app-server never reported its address");
+            // Keep draining stderr so it never blocks on a full pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            url
+        };
+        RunningCodex { child, url }
+    }
+
+    async fn stop(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// `backend.url` in front of an app-server that already runs (`--listen ws://` and
+/// `unix://`): serve spawns nothing; when that app-server goes away and comes back on the same
+/// address, the next turn reconnects and resumes the session's thread (its history intact:
+/// the model sees the earlier turns verbatim and gets the bare prompt); a later epoch change
+/// rotates the session onto a new thread of the same app-server. (Window 2, chunks of 4:
+/// turns 1–3 share the first epoch, turn 4 rotates.)
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_url_uses_a_running_app_server_and_reconnects() {
+    if locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("codex.sock");
+    for (name, listen) in [
+        ("ws", "ws://127.0.0.1:0".to_owned()),
+        ("unix", format!("unix://{}", socket.display())),
+    ] {
+        let home = dir.path().join(format!("codex-home-{name}"));
+        let codex = RunningCodex::start(&listen, &home, &mock).await;
+        let state = dir.path().join(format!("state-{name}"));
+        let config = json!({
+            "plugins": {
+                "slots": {"contextEngine": "sample-summary"},
+                "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 4}}}
+            },
+            "backend": {"kind": "codex", "url": codex.url, "command": []},
+            "store": {"path": state.join("state.db")},
+            "projection": {"codexContextDelivery": "turn-input"},
+        });
+        let config = Config::parse(&config.to_string(), "test.json5").unwrap();
+        let args = ServeArgs {
+            listen: "ws://127.0.0.1:0".into(),
+            ws_auth: None,
+            ws_token_file: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        };
+        let handle = serve::start(options(&config, &args).await.unwrap())
+            .await
+            .unwrap();
+        let mut c = Client::connect(&format!("ws://{}", handle.local_addr.unwrap())).await;
+        c.initialize().await;
+        let thread = c.start_thread(json!(1), false).await;
+        let prompt = |n: &str| format!("{name} {n}");
+        for (i, n) in ["one", "two"].into_iter().enumerate() {
+            let (_, done) = c.turn(&format!("t{i}"), &thread, &prompt(n)).await;
+            assert_eq!(
+                done["params"]["turn"]["status"], "completed",
+                "{name}: {done}"
+            );
+        }
+
+        // The app-server goes away and comes back on the same address.
+        let address = codex.url.clone();
+        codex.stop().await;
+        let codex = RunningCodex::start(&address, &home, &mock).await;
+        assert_eq!(codex.url, address);
+        let three = prompt("three");
+        let mut outcome = None;
+        // The loss may only be noticed by the request that meets it; the next one reconnects.
+        for attempt in 0..2 {
+            let answer = c
+                .call(
+                    json!(format!("r{attempt}")),
+                    "turn/start",
+                    json!({"threadId": thread, "input": [{"type": "text", "text": three}]}),
+                )
+                .await;
+            if answer.get("result").is_some() {
+                outcome = Some(c.until("turn/completed").await);
+                break;
+            }
+            eprintln!("{name}: attempt {attempt} met the lost connection: {answer}");
+        }
+        let done = outcome.unwrap_or_else(|| panic!("{name}: no turn after the reconnect"));
+        assert_eq!(
+            done["params"]["turn"]["status"], "completed",
+            "{name}: {done}"
+        );
+        assert_eq!(done["params"]["threadId"], thread);
+        let request = request_for(&mock.response_requests(), &three);
+        assert_eq!(
+            request.last_user_text().unwrap(),
+            three,
+            "{name}: bare prompt"
+        );
+        assert!(
+            request
+                .conversation_texts("user")
+                .iter()
+                .any(|t| *t == prompt("one")),
+            "{name}: the resumed thread kept its history"
+        );
+
+        // The next epoch rotates onto a new thread of the same app-server.
+        let four = prompt("four");
+        let (_, done) = c.turn("t4", &thread, &four).await;
+        assert_eq!(
+            done["params"]["turn"]["status"], "completed",
+            "{name}: {done}"
+        );
+        assert_eq!(done["params"]["threadId"], thread);
+        let request = request_for(&mock.response_requests(), &four);
+        assert!(
+            request.last_user_text().unwrap().contains(CONTEXT),
+            "{name}: the fourth turn rotated onto a projected thread"
+        );
+        handle.shutdown().await;
+        codex.stop().await;
+    }
 }

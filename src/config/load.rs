@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
-    AgentConfig, BackendConfig, Config, MockBackendConfig, PluginsConfig, ProjectionConfig,
-    ServeConfig, StoreConfig, StoreKind,
+    AgentConfig, BackendConfig, CodexBackendConfig, Config, MockBackendConfig, PluginsConfig,
+    ProjectionConfig, ServeConfig, StoreConfig, StoreKind,
 };
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -165,7 +165,11 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
         "mock" => {
             deserialize_at::<MockBackendConfig>(rest, &backend_path).map(|_| BackendConfig::Mock)
         }
-        "codex" => deserialize_at(rest, &backend_path).map(BackendConfig::Codex),
+        "codex" => {
+            let codex: CodexBackendConfig = deserialize_at(rest, &backend_path)?;
+            check_backend_url(&codex)?;
+            Ok(BackendConfig::Codex(codex))
+        }
         "responses" => deserialize_at(rest, &backend_path).map(BackendConfig::Responses),
         other => Err(UnlocatedError {
             path: vec![
@@ -178,6 +182,33 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
             source: None,
         }),
     }
+}
+
+/// With `backend.url` the app-server already runs: the keys that only shape a spawned child
+/// (`config`, `codexHome`) would be silently ignored, so they are refused.
+fn check_backend_url(codex: &CodexBackendConfig) -> Result<(), UnlocatedError> {
+    let Some(url) = &codex.url else {
+        return Ok(());
+    };
+    let refuse = |key: &str, what: &str| {
+        UnlocatedError {
+        path: vec![
+            PathSegment::Key("backend".into()),
+            PathSegment::Key(key.into()),
+        ],
+        message: format!(
+            "{what} only applies to an app-server ctxbridge spawns; backend.url ({url}) names one that already runs, so configure it where it is started"
+        ),
+        source: None,
+    }
+    };
+    if !codex.config.is_empty() {
+        return Err(refuse("config", "`config` (its -c overrides)"));
+    }
+    if codex.codex_home.is_some() {
+        return Err(refuse("codexHome", "`codexHome`"));
+    }
+    Ok(())
 }
 
 /// Deserializes `value` as `T`, reporting errors with their key path under `prefix`.
@@ -490,6 +521,44 @@ mod tests {
         );
         let src = "{ backend: { kind: 'mock', model: 'm' } }";
         assert!(err(src).starts_with("ctxbridge.json5:1:28: backend.model: unknown field `model`"));
+    }
+
+    /// `backend.url` takes ws://HOST:PORT or unix://PATH; anything else, and the keys that
+    /// only shape a spawned child beside it, are refused with the key and the reason.
+    #[test]
+    fn backend_url_is_checked() {
+        use crate::config::BackendUrl;
+        let url_of = |src: &str| match Config::parse(src, "c.json5").unwrap().backend {
+            BackendConfig::Codex(codex) => codex.url,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            url_of("{ backend: { kind: 'codex', url: 'ws://127.0.0.1:4500' } }"),
+            Some(BackendUrl::Ws("ws://127.0.0.1:4500/".into()))
+        );
+        assert_eq!(
+            url_of("{ backend: { kind: 'codex', url: 'unix:///run/codex.sock' } }"),
+            Some(BackendUrl::Unix("/run/codex.sock".into()))
+        );
+        assert_eq!(url_of("{ backend: { kind: 'codex' } }"), None);
+        for (url, says) in [
+            ("ws://127.0.0.1", "names no port"),
+            ("wss://example.com:443", "wss:// is not supported"),
+            ("http://127.0.0.1:80", "unsupported scheme `http`"),
+            ("unix://", "needs the socket's path"),
+            ("127.0.0.1:4500", "expected ws://HOST:PORT or unix://PATH"),
+        ] {
+            let e = err(&format!("{{ backend: {{ kind: 'codex', url: '{url}' }} }}"));
+            assert!(e.contains("backend.url") && e.contains(says), "{url}: {e}");
+        }
+        let e =
+            err("{ backend: { kind: 'codex', url: 'ws://127.0.0.1:1', config: { model: 'm' } } }");
+        assert!(
+            e.contains("backend.config") && e.contains("already runs"),
+            "{e}"
+        );
+        let e = err("{ backend: { kind: 'codex', url: 'ws://127.0.0.1:1', codexHome: 'h' } }");
+        assert!(e.contains("backend.codexHome"), "{e}");
     }
 
     /// Unknown keys are rejected with their path and the key's position, but free-form maps

@@ -17,9 +17,9 @@ mod schema;
 
 pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
-    AgentConfig, BackendConfig, CodexBackendConfig, CodexConfigValue, CodexContextDelivery, Config,
-    DeveloperInstructionDrift, EngineSlot, EngineThreads, PluginEntry, PluginsConfig,
-    ProjectionConfig, ResponsesBackendConfig, ResponsesThreadKind, Retention, RetentionError,
-    ServeConfig, SlotsConfig, StoreConfig, StoreKind, DEFAULT_AGENT_ID, DEFAULT_RETENTION,
-    DEFAULT_STORE_PATH,
+    AgentConfig, BackendConfig, BackendUrl, CodexBackendConfig, CodexConfigValue,
+    CodexContextDelivery, Config, DeveloperInstructionDrift, EngineSlot, EngineThreads,
+    PluginEntry, PluginsConfig, ProjectionConfig, ResponsesBackendConfig, ResponsesThreadKind,
+    Retention, RetentionError, ServeConfig, SlotsConfig, StoreConfig, StoreKind, DEFAULT_AGENT_ID,
+    DEFAULT_RETENTION, DEFAULT_STORE_PATH,
 };

@@ -170,6 +170,80 @@ pub struct CodexBackendConfig {
     /// The most reply text (UTF-8 bytes) a turn may produce. Default 16777216 (16 MiB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_reply_bytes: Option<u64>,
+    /// An already running app-server (`codex app-server --listen ws://…|unix://…`) to use
+    /// instead of spawning `command` (`serve` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<BackendUrl>,
+}
+
+/// `backend.url`: where an already running Codex app-server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendUrl {
+    /// `ws://HOST:PORT[/PATH]`: a WebSocket, one JSON-RPC message per text frame.
+    Ws(String),
+    /// `unix://PATH`: a unix socket (Codex speaks the same WebSocket protocol over it).
+    Unix(PathBuf),
+}
+
+impl BackendUrl {
+    /// Parses and checks a `backend.url` value; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<BackendUrl, String> {
+        if let Some(path) = text.strip_prefix("unix://") {
+            if path.is_empty() {
+                return Err(format!(
+                    "`{text}`: a unix:// URL needs the socket's path (unix:///run/codex.sock)"
+                ));
+            }
+            return Ok(BackendUrl::Unix(PathBuf::from(path)));
+        }
+        let url = url::Url::parse(text).map_err(|e| {
+            format!("`{text}` is not a URL ({e}); expected ws://HOST:PORT or unix://PATH")
+        })?;
+        match url.scheme() {
+            "ws" => {}
+            "wss" => {
+                return Err(format!(
+                    "`{text}`: wss:// is not supported (the Codex app-server listens on plain ws:// on loopback; reach a remote one through an SSH tunnel)"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "`{text}`: unsupported scheme `{other}`; expected ws://HOST:PORT or unix://PATH"
+                ))
+            }
+        }
+        if url.host_str().map_or(true, str::is_empty) {
+            return Err(format!("`{text}`: the URL names no host"));
+        }
+        if url.port().is_none() {
+            return Err(format!(
+                "`{text}`: the URL names no port (the app-server prints it: `listening on: ws://127.0.0.1:PORT`)"
+            ));
+        }
+        Ok(BackendUrl::Ws(url.to_string()))
+    }
+}
+
+impl fmt::Display for BackendUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendUrl::Ws(url) => f.write_str(url),
+            BackendUrl::Unix(path) => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+impl Serialize for BackendUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        BackendUrl::parse(&text).map_err(de::Error::custom)
+    }
 }
 
 impl Default for CodexBackendConfig {
@@ -181,6 +255,7 @@ impl Default for CodexBackendConfig {
             idle_timeout_ms: None,
             turn_timeout_ms: None,
             max_reply_bytes: None,
+            url: None,
         }
     }
 }

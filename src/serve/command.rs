@@ -74,11 +74,11 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
         return Err(ServeSetupError::NotCodex);
     };
     let mut command = codex.command.clone();
-    if command.is_empty() {
+    if command.is_empty() && codex.url.is_none() {
         return Err(ServeSetupError::EmptyCommand);
     }
     // `codex` installed by `npm ci` lives in node_modules, not on PATH.
-    if command[0] == "codex" && which_codex_missing() {
+    if command.first().is_some_and(|p| p == "codex") && which_codex_missing() {
         if let Some(binary) = locate_codex_binary() {
             command[0] = binary.display().to_string();
         }
@@ -111,6 +111,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     }
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
     let mut options = ServeOptions::new(listen, upstream);
+    options.backend_url = codex.url.clone();
     options.auth = auth;
     options.max_message_bytes = args.max_message_bytes;
     let slot = config.engine_slot();

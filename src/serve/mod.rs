@@ -1,6 +1,6 @@
 //! `ctxbridge serve`: ctxbridge as a Codex app-server (SPEC §16). Clients speak the app-server
-//! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` child shared by
-//! all of them.
+//! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` shared by all of
+//! them: a child it starts, or one that already runs (`backend.url`).
 //!
 //! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
 //! processor routing each request, an outgoing side owning server→client requests):
@@ -15,7 +15,10 @@
 //!   turn on [`ServeBackend`], the shared upstream as a threaded backend.
 //! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
 //!   the pure rewriting of relayed messages.
-//! - `upstream`: starting the `codex app-server` child and its raw JSON-RPC connection.
+//! - `upstream`: starting the `codex app-server` child, or connecting to a running one
+//!   (`backend.url`), and the raw JSON-RPC connection.
+//! - `history`: a session's conversation across its backend threads, as `thread/read` and
+//!   `thread/turns/list` show it.
 //! - `framing`: bounded newline-delimited reading.
 
 use std::net::SocketAddr;
@@ -26,11 +29,13 @@ use std::time::Duration;
 use codex_app_server_client::AppServerConfig;
 use tokio::sync::{oneshot, watch};
 
+use crate::config::BackendUrl;
 use crate::store::StateStore;
 
 mod client;
 pub mod command;
 mod framing;
+mod history;
 pub mod listen;
 pub mod router;
 pub mod sessions;
@@ -61,8 +66,11 @@ pub struct ServeOptions {
     pub auth: Option<CapabilityToken>,
     /// Client messages over this size are refused (WebSocket: close 1009).
     pub max_message_bytes: usize,
-    /// How the upstream `codex app-server` child is started.
+    /// How the upstream `codex app-server` child is started (without `backend_url`; its
+    /// message limit and request timeout apply to a `backend_url` connection too).
     pub upstream: AppServerConfig,
+    /// An already running app-server to connect to instead of starting a child.
+    pub backend_url: Option<BackendUrl>,
     /// Where the thread-id map is kept (memory only without one).
     pub store: Option<Arc<dyn StateStore>>,
     /// What serves session requests.
@@ -98,6 +106,7 @@ impl ServeOptions {
             auth: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             upstream,
+            backend_url: None,
             store: None,
             sessions: Arc::new(PassThroughSessions),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -164,11 +173,15 @@ impl ServeHandle {
 pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     check_exposure(&options.listen, options.auth.as_ref())?;
     let threads = ThreadMap::new(options.store.clone());
-    let (hub, hub_task) = router::start(
-        Arc::new(upstream::ChildConnector(options.upstream.clone())),
-        threads,
-        options.sessions.clone(),
-    );
+    let connector: Arc<dyn upstream::Connector> = match &options.backend_url {
+        Some(url) => Arc::new(upstream::UrlConnector::new(
+            url.clone(),
+            options.upstream.max_line_bytes,
+            options.upstream.request_timeout,
+        )),
+        None => Arc::new(upstream::ChildConnector(options.upstream.clone())),
+    };
+    let (hub, hub_task) = router::start(connector, threads, options.sessions.clone());
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,

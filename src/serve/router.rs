@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
+use crate::serve::thread_map::{thread_of, thread_settings, Direction, ThreadMap};
 use crate::serve::upstream::{Connector, Live, UpstreamEvent};
 
 /// A client connection's number, unique in this process.
@@ -100,6 +100,10 @@ pub enum SessionOp {
     CompactStart,
     /// `thread/resume`: the session's thread is (re)attached.
     Resume,
+    /// `thread/read`: the session's conversation (across its backend threads).
+    Read,
+    /// `thread/turns/list`: a page of the session's turns (across its backend threads).
+    TurnsList,
 }
 
 impl SessionOp {
@@ -109,6 +113,8 @@ impl SessionOp {
             "turn/start" => Some(SessionOp::TurnStart),
             "thread/compact/start" => Some(SessionOp::CompactStart),
             "thread/resume" => Some(SessionOp::Resume),
+            "thread/read" => Some(SessionOp::Read),
+            "thread/turns/list" => Some(SessionOp::TurnsList),
             _ => None,
         }
     }
@@ -119,6 +125,8 @@ impl SessionOp {
             SessionOp::TurnStart => "turn/start",
             SessionOp::CompactStart => "thread/compact/start",
             SessionOp::Resume => "thread/resume",
+            SessionOp::Read => "thread/read",
+            SessionOp::TurnsList => "thread/turns/list",
         }
     }
 }
@@ -171,7 +179,9 @@ impl SessionTurns for PassThroughSessions {
         request: SessionRequest,
         upstream: UpstreamHandle,
     ) -> Result<Value, RpcError> {
-        if request.needs_resume && request.op != SessionOp::Resume {
+        if request.needs_resume
+            && matches!(request.op, SessionOp::TurnStart | SessionOp::CompactStart)
+        {
             upstream
                 .request(
                     "thread/resume",
@@ -256,6 +266,29 @@ impl UpstreamHandle {
         });
     }
 
+    /// The upstream's `initialize` result (its `userAgent` names its Codex version). Starts the
+    /// upstream if none runs.
+    pub async fn upstream_info(&self) -> Result<Value, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::UpstreamInfo { reply: tx });
+        await_hub_reply(sent.is_ok(), rx).await
+    }
+
+    /// The thread settings a session's client gave (`thread/start`, overlaid by its later
+    /// `thread/resume`s; see [`crate::serve::thread_map::thread_settings`]), empty when none
+    /// are known.
+    pub async fn session_settings(&self, client_thread_id: &str) -> Map<String, Value> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::SessionSettings {
+            client: client_thread_id.to_owned(),
+            reply: tx,
+        });
+        if sent.is_err() {
+            return Map::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
     /// One request; the upstream's result or error. Starts the upstream if none runs.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -338,6 +371,15 @@ pub enum HubMsg {
     /// Show a user's own input in the next turn's `userMessage` items
     /// ([`UpstreamHandle::show_user_input`]).
     ShowUserInput { thread: String, input: Value },
+    /// The upstream's `initialize` result ([`UpstreamHandle::upstream_info`]).
+    UpstreamInfo {
+        reply: oneshot::Sender<Result<Value, RpcError>>,
+    },
+    /// A session's recorded thread settings ([`UpstreamHandle::session_settings`]).
+    SessionSettings {
+        client: String,
+        reply: oneshot::Sender<Map<String, Value>>,
+    },
     /// A session request served by the seam finished.
     SessionDone {
         conn: ConnId,
@@ -373,6 +415,8 @@ struct Pending {
     origin: Origin,
     /// `thread/start` / `thread/fork` with `ephemeral: true`.
     ephemeral: bool,
+    /// A client's non-ephemeral `thread/start`: its thread settings, recorded for the session.
+    settings: Option<Map<String, Value>>,
 }
 
 struct Client {
@@ -528,6 +572,16 @@ impl Hub {
                     self.forward(method, params, Origin::Internal(reply), false)
                         .await;
                 }
+                HubMsg::UpstreamInfo { reply } => {
+                    let outcome = self
+                        .ensure_live()
+                        .await
+                        .map(|live| live.initialize_result.clone());
+                    let _ = reply.send(outcome);
+                }
+                HubMsg::SessionSettings { client, reply } => {
+                    let _ = reply.send(self.threads.settings(&client).unwrap_or_default());
+                }
                 HubMsg::ShowUserInput { thread, input } => {
                     self.user_inputs.insert(thread, input);
                 }
@@ -647,6 +701,7 @@ impl Hub {
                         method: "turn/interrupt".to_owned(),
                         origin: Origin::Internal(None),
                         ephemeral: false,
+                        settings: None,
                     },
                 );
                 live.send(&json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread, "turnId": turn}}));
@@ -783,6 +838,13 @@ impl Hub {
         }
         if let (Some(op), Some(thread)) = (SessionOp::of(&method), &thread) {
             if !self.threads.is_ephemeral(thread) {
+                if op == SessionOp::Resume {
+                    let client = self.threads.client_of(thread);
+                    let settings = thread_settings(&params);
+                    if let Err(error) = self.threads.record_settings(&client, settings, true) {
+                        tracing::warn!(%client, %error, "serve: could not record the thread settings of a resume");
+                    }
+                }
                 let request = SessionRequest {
                     op,
                     client_thread_id: self.threads.client_of(thread),
@@ -809,11 +871,30 @@ impl Hub {
             }
         }
         let ephemeral = params.get("ephemeral").and_then(Value::as_bool) == Some(true);
-        self.forward(method, params, Origin::Client { conn, id }, ephemeral)
-            .await;
+        let settings = (method == "thread/start" && !ephemeral).then(|| thread_settings(&params));
+        self.forward_with(
+            method,
+            params,
+            Origin::Client { conn, id },
+            ephemeral,
+            settings,
+        )
+        .await;
     }
 
     async fn forward(&mut self, method: String, params: Value, origin: Origin, ephemeral: bool) {
+        self.forward_with(method, params, origin, ephemeral, None)
+            .await;
+    }
+
+    async fn forward_with(
+        &mut self,
+        method: String,
+        params: Value,
+        origin: Origin,
+        ephemeral: bool,
+        settings: Option<Map<String, Value>>,
+    ) {
         let upstream_id = self.next_id;
         self.next_id += 1;
         let outcome = match self.ensure_live().await {
@@ -831,6 +912,7 @@ impl Hub {
                         method,
                         origin,
                         ephemeral,
+                        settings,
                     },
                 );
             }
@@ -961,6 +1043,13 @@ impl Hub {
                                 self.threads.mark_ephemeral(&thread);
                             } else if let Err(error) = self.threads.bind(&thread, &thread) {
                                 tracing::warn!(%thread, %error, "serve: could not record the new thread");
+                            }
+                            if let Some(settings) = pending.settings.clone() {
+                                if let Err(error) =
+                                    self.threads.record_settings(&thread, settings, false)
+                                {
+                                    tracing::warn!(%thread, %error, "serve: could not record the thread settings");
+                                }
                             }
                             self.subscribe(*conn, &thread);
                         }

@@ -20,14 +20,24 @@
 //! instructions by injection); a later backend thread (an epoch change, drift under `rotate`,
 //! overflow recovery) is bound to the client id in the thread map, hidden from lists.
 //!
-//! Delivery of the projection: in the turn input (the harness's rendered input). The relayed
-//! `userMessage` items of the turn show the client's own input instead (the router swaps them);
-//! Codex's stored history (`thread/read`, `thread/turns/list`) still holds the projected text.
+//! A rotation's new backend thread gets the client's thread settings (its `thread/start`,
+//! overlaid by later `thread/resume`s: cwd, model, sandbox, approval policy, config, base
+//! instructions, …) with the developer instructions the harness computes.
+//!
+//! Delivery of the projection: per `projection.codexContextDelivery`; unset, the upstream's
+//! version decides as for the Codex backend (additional context from 0.171.0). In the turn
+//! input, the relayed `userMessage` items of the turn show the client's own input instead (the
+//! router swaps them). `thread/read`, `thread/resume` and `thread/turns/list` of a session show
+//! the conversation as the user had it ([`crate::serve::history`]): the earlier backend
+//! threads' turns rebuilt from the transcript, then the current thread's, framed inputs cut
+//! back to the user's request.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use codex_app_server_client::AdditionalContext;
+use codex_app_server_client::{
+    keeps_additional_context_across_compaction, AdditionalContext, CodexVersion,
+};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -38,6 +48,7 @@ use crate::backend::{
     TurnEvent, TurnOutcome, TurnRequest, Usage,
 };
 use crate::harness::{Harness, HarnessError, TurnSpec};
+use crate::serve::history::{self, PageRequest, SessionHistory};
 use crate::serve::router::{
     ConnId, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle, INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -61,6 +72,8 @@ struct TurnScope {
     adopt: Mutex<Option<String>>,
     /// Where the upstream's answer to the `turn/start` (or `thread/compact/start`) goes.
     accepted: Mutex<Option<oneshot::Sender<Value>>>,
+    /// The harness serving the session (a rotation records where the transcript stood).
+    harness: Arc<Harness>,
 }
 
 impl TurnScope {
@@ -275,6 +288,25 @@ impl ThreadedBackend for ServeBackend {
         BackendProfile::CODEX
     }
 
+    /// The connected Codex's version (its `initialize` userAgent) decides, as for the Codex
+    /// backend: from 0.171.0 a turn's additional context survives compaction.
+    async fn keeps_additional_context(&self) -> bool {
+        let Ok(upstream) = self.upstream("initialize") else {
+            return false;
+        };
+        match upstream.upstream_info().await {
+            Ok(info) => info
+                .get("userAgent")
+                .and_then(Value::as_str)
+                .and_then(CodexVersion::from_user_agent)
+                .is_some_and(|version| keeps_additional_context_across_compaction(&version)),
+            Err(error) => {
+                tracing::warn!(error = %error.message, "serve: no upstream version; context goes in the turn input");
+                false
+            }
+        }
+    }
+
     /// The session's first thread is the client's own (adopted: the instructions are
     /// injected); later ones are started here and hidden from clients.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
@@ -287,15 +319,28 @@ impl ThreadedBackend for ServeBackend {
             return Ok(ThreadId(thread));
         }
         let upstream = self.upstream(OP)?;
-        let mut params = serde_json::Map::new();
+        // A rotation: the new thread gets what the client set for its thread (cwd, model,
+        // sandbox, approval policy, config, base instructions, …) and the developer
+        // instructions the harness computed.
+        let mut params = match TurnScope::current() {
+            Some(scope) => upstream.session_settings(&scope.client_thread_id).await,
+            None => serde_json::Map::new(),
+        };
         if let Some(text) = request.base_instructions {
-            params.insert("baseInstructions".into(), Value::String(text));
+            params
+                .entry("baseInstructions")
+                .or_insert(Value::String(text));
         }
-        if let Some(text) = request.developer_instructions {
-            params.insert("developerInstructions".into(), Value::String(text));
+        match request.developer_instructions {
+            Some(text) => {
+                params.insert("developerInstructions".into(), Value::String(text));
+            }
+            None => {
+                params.remove("developerInstructions");
+            }
         }
         if let Some(model) = request.model {
-            params.insert("model".into(), Value::String(model));
+            params.entry("model").or_insert(Value::String(model));
         }
         let result = upstream
             .request(OP, Value::Object(params))
@@ -308,6 +353,9 @@ impl ThreadedBackend for ServeBackend {
                 operation: OP,
                 message: format!("no thread id in {result}"),
             })?;
+        if let Some(scope) = TurnScope::current() {
+            scope.record_rotation(thread);
+        }
         Ok(ThreadId(thread.to_owned()))
     }
 
@@ -560,6 +608,149 @@ impl EngineSessions {
     }
 }
 
+/// A session's rotation history ([`SessionHistory`]) as stored (empty when none or
+/// unreadable).
+fn load_history(harness: &Harness, session: &str) -> Result<SessionHistory, RpcError> {
+    let internal = |e: String| RpcError::new(INTERNAL_ERROR, e);
+    let Some(json) = harness
+        .store()
+        .load_document(history::NAMESPACE, session)
+        .map_err(|e| internal(format!("loading the history of thread {session}: {e}")))?
+    else {
+        return Ok(SessionHistory::default());
+    };
+    serde_json::from_str(&json).map_err(|e| {
+        internal(format!(
+            "the history of thread {session} is unreadable: {e}"
+        ))
+    })
+}
+
+impl TurnScope {
+    /// Records that the session's backend thread `thread` starts where its transcript stands
+    /// now (the harness holds the session's lease while it starts a thread, so the previous
+    /// turn is committed and this one is not yet).
+    fn record_rotation(&self, thread: &str) {
+        let session = &self.client_thread_id;
+        let recorded = self
+            .harness
+            .transcript(session)
+            .map_err(|e| crate::serve::error_chain(&e))
+            .and_then(|transcript| {
+                let mut history = load_history(&self.harness, session).map_err(|e| e.message)?;
+                history.threads.insert(thread.to_owned(), transcript.len());
+                let json = serde_json::to_string(&history).map_err(|e| e.to_string())?;
+                self.harness
+                    .store()
+                    .save_document(history::NAMESPACE, session, &json)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(error) = recorded {
+            tracing::warn!(%session, %thread, %error, "serve: could not record the session's rotation; reads show only its current backend thread");
+        }
+    }
+}
+
+impl EngineSessions {
+    /// The session's turns on backend threads before `backend` (its current one), rebuilt
+    /// from the transcript; none when the session never moved.
+    fn earlier_turns(&self, session: &str, backend: &str) -> Result<Vec<Value>, RpcError> {
+        let history = load_history(&self.harness, session)?;
+        let Some(&earlier_messages) = history.threads.get(backend) else {
+            return Ok(Vec::new());
+        };
+        let transcript = self
+            .harness
+            .transcript(session)
+            .map_err(|e| RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&e)))?;
+        let earlier = &transcript[..earlier_messages.min(transcript.len())];
+        Ok(history::transcript_turns(session, earlier))
+    }
+
+    /// The thread object of a `thread/read` or `thread/resume` answer as the client had it:
+    /// its turns (when present) preceded by the earlier threads' and showing the user's own
+    /// input; its preview the user's first words. `with_turns`: the request asked for turns.
+    fn present_thread(
+        &self,
+        request: &SessionRequest,
+        with_turns: bool,
+        result: &mut Value,
+    ) -> Result<(), RpcError> {
+        let Some(thread) = result.get_mut("thread") else {
+            return Ok(());
+        };
+        let earlier = self.earlier_turns(&request.client_thread_id, &request.backend_thread_id)?;
+        let first_words = history::first_user_text(&earlier);
+        if let Some(turns) = thread.get_mut("turns").and_then(Value::as_array_mut) {
+            turns.iter_mut().for_each(history::show_own_input);
+            if with_turns {
+                turns.splice(0..0, earlier);
+            }
+        }
+        history::show_own_preview(thread, first_words);
+        Ok(())
+    }
+
+    /// `thread/read`: the current backend thread's answer, presented as the client had it.
+    async fn read(
+        &self,
+        request: SessionRequest,
+        upstream: &UpstreamHandle,
+    ) -> Result<Value, RpcError> {
+        let with_turns = request.params.get("includeTurns").and_then(Value::as_bool) == Some(true);
+        let mut result = upstream
+            .request("thread/read", request.params.clone())
+            .await?;
+        self.present_thread(&request, with_turns, &mut result)?;
+        Ok(result)
+    }
+
+    /// `thread/turns/list`: relayed (turns showing the user's own input) for a session on its
+    /// first backend thread; across backend threads, every turn is gathered (earlier threads'
+    /// from the transcript, the current one's from the upstream) and paged here.
+    async fn turns_list(
+        &self,
+        request: SessionRequest,
+        upstream: &UpstreamHandle,
+    ) -> Result<Value, RpcError> {
+        const OP: &str = "thread/turns/list";
+        let earlier = self.earlier_turns(&request.client_thread_id, &request.backend_thread_id)?;
+        if earlier.is_empty() {
+            let mut result = upstream.request(OP, request.params).await?;
+            if let Some(turns) = result.get_mut("data").and_then(Value::as_array_mut) {
+                turns.iter_mut().for_each(history::show_own_input);
+            }
+            return Ok(result);
+        }
+        let page_request = PageRequest::of(&request.params);
+        let mut turns = earlier;
+        let mut cursor: Option<Value> = None;
+        loop {
+            let mut params = json!({"threadId": request.backend_thread_id, "sortDirection": "asc"});
+            if let Some(view) = request.params.get("itemsView") {
+                params["itemsView"] = view.clone();
+            }
+            if let Some(cursor) = cursor.take() {
+                params["cursor"] = cursor;
+            }
+            let result = upstream.request(OP, params).await?;
+            let mut data = result
+                .get("data")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            data.iter_mut().for_each(history::show_own_input);
+            turns.extend(data);
+            match result.get("nextCursor").filter(|c| c.is_string()) {
+                Some(next) => cursor = Some(next.clone()),
+                None => break,
+            }
+        }
+        history::page(turns, &page_request)
+            .map_err(|message| RpcError::new(INVALID_REQUEST, message))
+    }
+}
+
 /// The prompt (text items joined by newlines) and the other items of a `turn/start` input.
 fn split_input(params: &Value) -> (String, Vec<Value>) {
     let mut texts = Vec::new();
@@ -590,7 +781,15 @@ impl SessionTurns for EngineSessions {
     ) -> Result<Value, RpcError> {
         let _ = self.backend.upstream.set(upstream.clone());
         match request.op {
-            SessionOp::Resume => upstream.request("thread/resume", request.params).await,
+            SessionOp::Resume => {
+                let with_turns =
+                    request.params.get("excludeTurns").and_then(Value::as_bool) != Some(true);
+                let mut result = upstream
+                    .request("thread/resume", request.params.clone())
+                    .await?;
+                self.present_thread(&request, with_turns, &mut result)?;
+                Ok(result)
+            }
             SessionOp::TurnStart => {
                 let session = request.client_thread_id.clone();
                 let bound =
@@ -608,6 +807,7 @@ impl SessionTurns for EngineSessions {
                     extra_items,
                     adopt: Mutex::new(adopt),
                     accepted: Mutex::new(None),
+                    harness: self.harness.clone(),
                 };
                 let harness = self.harness.clone();
                 self.run_scoped(
@@ -618,6 +818,8 @@ impl SessionTurns for EngineSessions {
                 )
                 .await
             }
+            SessionOp::Read => self.read(request, &upstream).await,
+            SessionOp::TurnsList => self.turns_list(request, &upstream).await,
             SessionOp::CompactStart => {
                 let session = request.client_thread_id.clone();
                 let scope = TurnScope {
@@ -627,6 +829,7 @@ impl SessionTurns for EngineSessions {
                     extra_items: Vec::new(),
                     adopt: Mutex::new(None),
                     accepted: Mutex::new(None),
+                    harness: self.harness.clone(),
                 };
                 let harness = self.harness.clone();
                 self.run_scoped(

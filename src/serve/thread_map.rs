@@ -23,6 +23,42 @@ pub const NAMESPACE: &str = "serve.thread-map";
 /// The store documents namespace of hidden backend threads (started by ctxbridge for a
 /// session's rotation; key = backend thread id). They never appear in thread lists.
 pub const HIDDEN_NAMESPACE: &str = "serve.hidden-thread";
+/// The store documents namespace of a session's thread settings: what the client gave
+/// `thread/start`, overlaid with its later `thread/resume` settings (key = client thread id).
+/// A backend thread started by rotation gets them.
+pub const SETTINGS_NAMESPACE: &str = "serve.thread-settings";
+
+/// The fields of `thread/start` / `thread/resume` params that describe the thread itself (and
+/// that a backend thread started by rotation inherits); ids, history and bookkeeping fields
+/// (`threadId`, `ephemeral`, `excludeTurns`, `threadSource`, …) are not settings, nor are
+/// `developerInstructions`: a rotated thread gets the ones the harness computes.
+const SETTING_FIELDS: &[&str] = &[
+    "cwd",
+    "model",
+    "modelProvider",
+    "serviceTier",
+    "approvalPolicy",
+    "approvalsReviewer",
+    "sandbox",
+    "config",
+    "baseInstructions",
+    "personality",
+    "serviceName",
+];
+
+/// The thread settings in `params` (`thread/start` or `thread/resume`): the non-null
+/// [`SETTING_FIELDS`].
+pub fn thread_settings(params: &Value) -> serde_json::Map<String, Value> {
+    SETTING_FIELDS
+        .iter()
+        .filter_map(|field| {
+            params
+                .get(*field)
+                .filter(|v| !v.is_null())
+                .map(|v| ((*field).to_owned(), v.clone()))
+        })
+        .collect()
+}
 
 /// Which way a message travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +85,8 @@ pub struct ThreadMap {
     ephemeral: HashSet<String>,
     /// Backend threads ctxbridge started itself (cache of [`HIDDEN_NAMESPACE`]).
     hidden: HashSet<String>,
+    /// Cache of [`SETTINGS_NAMESPACE`].
+    settings: HashMap<String, serde_json::Map<String, Value>>,
 }
 
 impl std::fmt::Debug for ThreadMap {
@@ -69,6 +107,7 @@ impl ThreadMap {
             to_client: HashMap::new(),
             ephemeral: HashSet::new(),
             hidden: HashSet::new(),
+            settings: HashMap::new(),
         }
     }
 
@@ -114,6 +153,60 @@ impl ThreadMap {
         }
         self.to_client.insert(backend.to_owned(), client.to_owned());
         Ok(())
+    }
+
+    /// Records a session's thread settings ([`thread_settings`] of its `thread/start`), or
+    /// overlays later ones (a `thread/resume`) on what is stored. Nothing without a store
+    /// but the in-memory copy.
+    pub fn record_settings(
+        &mut self,
+        client: &str,
+        settings: serde_json::Map<String, Value>,
+        overlay: bool,
+    ) -> Result<(), StoreError> {
+        if overlay && settings.is_empty() {
+            return Ok(());
+        }
+        let mut merged = if overlay {
+            self.settings(client).unwrap_or_default()
+        } else {
+            serde_json::Map::new()
+        };
+        merged.extend(settings);
+        if let Some(store) = &self.store {
+            store.save_document(
+                SETTINGS_NAMESPACE,
+                client,
+                &Value::Object(merged.clone()).to_string(),
+            )?;
+        }
+        self.settings.insert(client.to_owned(), merged);
+        Ok(())
+    }
+
+    /// A session's recorded thread settings (memory, then store).
+    pub fn settings(&mut self, client: &str) -> Option<serde_json::Map<String, Value>> {
+        if let Some(settings) = self.settings.get(client) {
+            return Some(settings.clone());
+        }
+        let store = self.store.as_ref()?;
+        match store.load_document(SETTINGS_NAMESPACE, client) {
+            Ok(Some(json)) => match serde_json::from_str::<serde_json::Map<String, Value>>(&json) {
+                Ok(settings) => {
+                    self.settings.insert(client.to_owned(), settings.clone());
+                    Some(settings)
+                }
+                Err(error) => {
+                    tracing::warn!(%client, %error, "serve: unreadable thread settings; ignored");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(%client, %error, "serve: loading thread settings failed");
+                None
+            }
+        }
     }
 
     /// Marks an ephemeral thread (pure pass-through, never stored).
@@ -385,5 +478,36 @@ mod tests {
         assert_eq!(reopened.backend_of("c"), "b");
         assert_eq!(reopened.client_of("b"), "c");
         assert_eq!(reopened.backend_of("unknown"), "unknown");
+    }
+
+    /// A session's settings are its `thread/start`'s thread fields; a resume overlays the
+    /// fields it sets; both survive a restart through the store.
+    #[test]
+    fn settings_are_recorded_and_overlaid() {
+        let start = serde_json::json!({
+            "cwd": "/w", "approvalPolicy": "on-request", "config": {"a": 1},
+            "ephemeral": false, "threadSource": "user", "developerInstructions": "x", "model": null
+        });
+        let settings = thread_settings(&start);
+        assert_eq!(
+            Value::Object(settings.clone()),
+            serde_json::json!({"cwd": "/w", "approvalPolicy": "on-request", "config": {"a": 1}})
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn StateStore> =
+            Arc::new(crate::store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+        let mut map = ThreadMap::new(Some(store.clone()));
+        map.record_settings("c", settings, false).unwrap();
+        let resume = serde_json::json!({"threadId": "c", "cwd": "/v", "excludeTurns": true});
+        map.record_settings("c", thread_settings(&resume), true)
+            .unwrap();
+        let mut reopened = ThreadMap::new(Some(store));
+        assert_eq!(
+            reopened.settings("c").map(Value::Object),
+            Some(
+                serde_json::json!({"cwd": "/v", "approvalPolicy": "on-request", "config": {"a": 1}})
+            )
+        );
+        assert_eq!(reopened.settings("other"), None);
     }
 }

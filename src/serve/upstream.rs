@@ -1,5 +1,7 @@
-//! The upstream: one `codex app-server` child shared by every client connection, spoken to in
-//! raw JSON-RPC (any method passes through, so no typed client sits in between).
+//! The upstream: one `codex app-server` shared by every client connection, spoken to in raw
+//! JSON-RPC (any method passes through, so no typed client sits in between): a child started
+//! here ([`ChildConnector`]) or an app-server that already runs ([`UrlConnector`],
+//! `backend.url`: a WebSocket over TCP or over a unix socket, as Codex's `--listen` offers).
 //!
 //! [`spawn`] starts the child as the Codex backend does (command, `-c` overrides, `CODEX_HOME`),
 //! performs ctxbridge's own `initialize`/`initialized` handshake and hands back a [`Live`]
@@ -13,11 +15,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use codex_app_server_client::AppServerConfig;
+use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+use crate::config::BackendUrl;
 use crate::serve::framing::{read_bounded_line, Line};
 
 /// How many stderr lines are kept to explain a death.
@@ -49,6 +55,13 @@ pub enum UpstreamError {
         program: String,
         #[source]
         source: std::io::Error,
+    },
+    /// The running app-server of `backend.url` could not be reached.
+    #[error("upstream codex app-server at {url}: connecting failed")]
+    Connect {
+        url: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The handshake failed (error answer, death or timeout).
     #[error("upstream codex app-server `{program}`: initialize failed: {reason}")]
@@ -107,8 +120,8 @@ impl Live {
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// How the router obtains an upstream connection: a `codex app-server` child
-/// ([`ChildConnector`]) in production; an in-memory peer in the router's tests; an already
-/// running app-server (`backend.url`) would be another implementation.
+/// ([`ChildConnector`]), or an already running app-server (`backend.url`, [`UrlConnector`]);
+/// an in-memory peer in the router's tests.
 #[async_trait::async_trait]
 pub(crate) trait Connector: Send + Sync {
     /// A new, initialized connection; its events end with one `Closed`.
@@ -197,7 +210,7 @@ pub(crate) async fn spawn(
         return Err(handshake_error("child stdio is not piped"));
     };
     let tail: Tail = Arc::default();
-    let (event_tx, mut events) = mpsc::unbounded_channel();
+    let (event_tx, events) = mpsc::unbounded_channel();
     let (writer, writer_rx) = mpsc::unbounded_channel();
     let (keeper, keeper_rx) = mpsc::unbounded_channel();
     let label = format!("upstream codex app-server `{program}`");
@@ -208,7 +221,7 @@ pub(crate) async fn spawn(
         tail.clone(),
         label.clone(),
     ));
-    tokio::spawn(write_stdin(stdin, writer_rx));
+    tokio::spawn(write_lines(stdin, writer_rx));
     tokio::spawn(forward_stderr(stderr, tail.clone()));
     tokio::spawn(keep_child(child, keeper_rx, event_tx, tail, label));
     let live = Live {
@@ -216,15 +229,28 @@ pub(crate) async fn spawn(
         writer,
         keeper,
     };
-    live.send(&json!({
-        "id": HANDSHAKE_ID,
+    handshake(live, events, config.request_timeout, |reason| {
+        handshake_error(reason)
+    })
+    .await
+}
+
+/// ctxbridge's own `initialize`/`initialized` on a fresh connection. On failure the connection
+/// is dropped (a child killed, a socket closed) and `error` names why.
+async fn handshake(
+    live: Live,
+    mut events: mpsc::UnboundedReceiver<UpstreamEvent>,
+    timeout: Duration,
+    error: impl Fn(&str) -> UpstreamError,
+) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+    live.send(&json!({        "id": HANDSHAKE_ID,
         "method": "initialize",
         "params": {
             "clientInfo": {"name": "ctxbridge", "version": env!("CARGO_PKG_VERSION")},
             "capabilities": {"experimentalApi": true},
         },
     }));
-    let answer = tokio::time::timeout(config.request_timeout, async {
+    let answer = tokio::time::timeout(timeout, async {
         while let Some(event) = events.recv().await {
             match event {
                 UpstreamEvent::Message(message)
@@ -249,16 +275,16 @@ pub(crate) async fn spawn(
         Ok(Ok(message)) => message,
         Ok(Err(reason)) => {
             live.kill();
-            return Err(handshake_error(&reason));
+            return Err(error(&reason));
         }
         Err(_) => {
             live.kill();
-            return Err(handshake_error("no answer in time"));
+            return Err(error("no answer in time"));
         }
     };
-    if let Some(error) = message.get("error") {
+    if let Some(answer) = message.get("error") {
         live.kill();
-        return Err(handshake_error(&error.to_string()));
+        return Err(error(&answer.to_string()));
     }
     let mut live = live;
     live.initialize_result = message.get("result").cloned().unwrap_or(Value::Null);
@@ -376,10 +402,12 @@ fn tail_summary(tail: &Tail) -> String {
     }
 }
 
-async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<String>) {
+/// Writes queued lines into a child's stdin; when the queue closes, shuts it (EOF asks the
+/// child to exit).
+async fn write_lines<W: AsyncWrite + Unpin>(mut out: W, mut rx: mpsc::UnboundedReceiver<String>) {
     while let Some(line) = rx.recv().await {
-        let written = match stdin.write_all(line.as_bytes()).await {
-            Ok(()) => stdin.flush().await,
+        let written = match out.write_all(line.as_bytes()).await {
+            Ok(()) => out.flush().await,
             Err(error) => Err(error),
         };
         if let Err(error) = written {
@@ -388,6 +416,183 @@ async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::UnboundedReceiver<Stri
             return;
         }
     }
+    let _ = out.shutdown().await;
+}
+
+/// Connects to an app-server that already runs (`backend.url`): nothing is spawned or killed;
+/// a lost connection is reported like a child's death and the router connects again on the
+/// next need (its threads are resumed then).
+pub(crate) struct UrlConnector {
+    url: BackendUrl,
+    max_message_bytes: usize,
+    timeout: Duration,
+}
+
+impl UrlConnector {
+    /// A connector for `url`; messages over `max_message_bytes` are refused (a line skipped, a
+    /// WebSocket message ends the connection), the handshake waits at most `timeout`.
+    pub(crate) fn new(url: BackendUrl, max_message_bytes: usize, timeout: Duration) -> Self {
+        UrlConnector {
+            url,
+            max_message_bytes,
+            timeout,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Connector for UrlConnector {
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), UpstreamError> {
+        let url = self.url.to_string();
+        let label = format!("upstream codex app-server at {url}");
+        let connect_error =
+            |source: Box<dyn std::error::Error + Send + Sync>| UpstreamError::Connect {
+                url: url.clone(),
+                source,
+            };
+        let (event_tx, events) = mpsc::unbounded_channel();
+        let (writer, writer_rx) = mpsc::unbounded_channel();
+        let (keeper, keeper_rx) = mpsc::unbounded_channel();
+        let config = WebSocketConfig {
+            max_message_size: Some(self.max_message_bytes),
+            max_frame_size: Some(self.max_message_bytes),
+            ..WebSocketConfig::default()
+        };
+        // Both transports are WebSockets: Codex's `--listen unix://PATH` speaks the same
+        // WebSocket protocol over the socket (an HTTP upgrade, then one message per frame).
+        let (reader, writer_task) = match &self.url {
+            BackendUrl::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| connect_error(Box::new(e)))?;
+                let (ws, _response) = tokio_tungstenite::client_async_with_config(
+                    "ws://localhost/",
+                    stream,
+                    Some(config),
+                )
+                .await
+                .map_err(|e| connect_error(Box::new(e)))?;
+                let (sink, stream) = ws.split();
+                let reader = tokio::spawn(read_ws(stream, event_tx.clone(), label.clone()));
+                (reader, tokio::spawn(write_ws(sink, writer_rx)))
+            }
+            BackendUrl::Ws(address) => {
+                let (ws, _response) = tokio_tungstenite::connect_async_with_config(
+                    address.as_str(),
+                    Some(config),
+                    false,
+                )
+                .await
+                .map_err(|e| connect_error(Box::new(e)))?;
+                let (sink, stream) = ws.split();
+                let reader = tokio::spawn(read_ws(stream, event_tx.clone(), label.clone()));
+                (reader, tokio::spawn(write_ws(sink, writer_rx)))
+            }
+        };
+        tracing::info!(%url, generation, "serve: connected to the upstream codex app-server");
+        tokio::spawn(keep_socket(keeper_rx, reader, writer_task, event_tx, label));
+        let live = Live {
+            initialize_result: Value::Null,
+            writer,
+            keeper,
+        };
+        handshake(live, events, self.timeout, |reason| {
+            UpstreamError::Handshake {
+                program: url.clone(),
+                reason: reason.to_owned(),
+            }
+        })
+        .await
+    }
+}
+
+/// Owns a socket connection's tasks: on `Kill` (or when the connection is dropped) closes it
+/// at once; on `Shutdown` lets the writer finish and close its side first.
+async fn keep_socket(
+    mut orders: mpsc::UnboundedReceiver<Keep>,
+    reader: tokio::task::JoinHandle<()>,
+    writer: tokio::task::JoinHandle<()>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    label: String,
+) {
+    let mut waiters = Vec::new();
+    match orders.recv().await {
+        Some(Keep::Shutdown(reply)) => {
+            waiters.push(reply);
+            let _ = tokio::time::timeout(EXIT_GRACE, writer).await;
+        }
+        Some(Keep::Kill) | None => writer.abort(),
+    }
+    reader.abort();
+    let _ = events.send(UpstreamEvent::Closed(format!(
+        "{label}: the connection was closed by ctxbridge"
+    )));
+    for waiter in waiters {
+        let _ = waiter.send(());
+    }
+    while let Ok(order) = orders.try_recv() {
+        if let Keep::Shutdown(reply) = order {
+            let _ = reply.send(());
+        }
+    }
+}
+
+/// Reads JSON-RPC messages from WebSocket frames (text; binary accepted alike) until the
+/// connection ends, then reports `Closed` with the reason.
+async fn read_ws<S>(mut stream: S, tx: mpsc::UnboundedSender<UpstreamEvent>, label: String)
+where
+    S: futures::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let reason = loop {
+        let bytes = match stream.next().await {
+            Some(Ok(WsMessage::Text(text))) => text.into_bytes(),
+            Some(Ok(WsMessage::Binary(bytes))) => bytes,
+            Some(Ok(WsMessage::Close(frame))) => {
+                break match frame {
+                    Some(frame) => {
+                        format!("it closed the WebSocket ({} {})", frame.code, frame.reason)
+                    }
+                    None => "it closed the WebSocket".to_owned(),
+                }
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => break format!("reading the WebSocket failed: {error}"),
+            None => break "the WebSocket ended".to_owned(),
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(message)) => {
+                if tx.send(UpstreamEvent::Message(message)).is_err() {
+                    return;
+                }
+            }
+            _ => tracing::warn!(
+                preview = %String::from_utf8_lossy(&bytes[..bytes.len().min(200)]),
+                "serve: skipped a non-object message from the upstream"
+            ),
+        }
+    };
+    let _ = tx.send(UpstreamEvent::Closed(format!("{label}: {reason}")));
+}
+
+/// Sends queued messages as WebSocket text frames (one each); closes the WebSocket when the
+/// queue closes.
+async fn write_ws<S>(mut sink: S, mut rx: mpsc::UnboundedReceiver<String>)
+where
+    S: futures::Sink<WsMessage, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
+    while let Some(mut line) = rx.recv().await {
+        if line.ends_with('\n') {
+            line.pop();
+        }
+        if let Err(error) = sink.send(WsMessage::Text(line)).await {
+            tracing::debug!(%error, "serve: writing to the upstream failed");
+            return;
+        }
+    }
+    let _ = sink.close().await;
 }
 
 async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, tail: Tail) {

@@ -1,0 +1,323 @@
+//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read` and
+//! `thread/turns/list` of a client thread id show the turns of the session's earlier backend
+//! threads rebuilt from ctxbridge's transcript, then the current backend thread's turns, with
+//! user-message items holding the user's own input instead of a projected turn input.
+//!
+//! Everything here is pure; the engine sessions fetch the upstream's turns and the transcript.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::contract::{AgentMessage, Role};
+use crate::projection::render::split_framed_input;
+
+/// The store documents namespace of a session's rotation history (key = client thread id).
+pub const NAMESPACE: &str = "serve.session-history";
+
+/// Where each backend thread ctxbridge started for a session begins in the session's
+/// transcript: with the session on one of them, the transcript messages before its position
+/// belong to earlier backend threads.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHistory {
+    /// Backend thread id → how many transcript messages the session had when it started.
+    pub threads: BTreeMap<String, usize>,
+}
+
+/// The prefix of the cursors ctxbridge gives for a session spanning several backend threads.
+const CURSOR_PREFIX: &str = "ctxbridge:";
+
+/// Replaces a projected turn input in a turn's `userMessage` items by the user's own request
+/// (the prompt after the projection frame, SPEC §9.2); other content is kept.
+pub fn show_own_input(turn: &mut Value) {
+    let Some(items) = turn.get_mut("items").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for item in items {
+        if item.get("type").and_then(Value::as_str) != Some("userMessage") {
+            continue;
+        }
+        let Some(content) = item.get_mut("content").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for part in content {
+            let own = part
+                .get("text")
+                .and_then(Value::as_str)
+                .and_then(split_framed_input)
+                .map(|(_context, prompt)| prompt.to_owned());
+            if let (Some(own), Some(object)) = (own, part.as_object_mut()) {
+                object.insert("text".into(), Value::String(own));
+                object.insert("text_elements".into(), json!([]));
+            }
+        }
+    }
+}
+
+/// The first user-message text of `turns`.
+pub fn first_user_text(turns: &[Value]) -> Option<String> {
+    turns
+        .iter()
+        .flat_map(|turn| {
+            turn.get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .filter(|item| item.get("type").and_then(Value::as_str) == Some("userMessage"))
+        .flat_map(|item| {
+            item.get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .find_map(|part| part.get("text").and_then(Value::as_str).map(str::to_owned))
+}
+
+/// A thread object's `preview` as the user wrote it: `first_words` (the session's first
+/// request, when earlier backend threads hold it), else the preview without a projection
+/// frame.
+pub fn show_own_preview(thread: &mut Value, first_words: Option<String>) {
+    let Some(object) = thread.as_object_mut() else {
+        return;
+    };
+    let own = match first_words {
+        Some(words) => Some(words),
+        None => object
+            .get("preview")
+            .and_then(Value::as_str)
+            .and_then(split_framed_input)
+            .map(|(_context, prompt)| prompt.to_owned()),
+    };
+    if let Some(own) = own {
+        object.insert("preview".into(), Value::String(own));
+    }
+}
+
+/// The transcript messages of earlier backend threads as app-server turns: each user message
+/// opens a turn (a `userMessage` item with its text), each assistant reply adds an
+/// `agentMessage` item; other messages (tool results, summaries) are not shown. Ids are
+/// derived from the client thread id and the position, so they are stable across reads.
+pub fn transcript_turns(client_thread_id: &str, messages: &[AgentMessage]) -> Vec<Value> {
+    let mut turns: Vec<Value> = Vec::new();
+    for message in messages {
+        match message.role {
+            Role::User => {
+                let n = turns.len();
+                let id = format!("ctxbridge-{client_thread_id}-{n}");
+                turns.push(json!({
+                    "id": id,
+                    "status": "completed",
+                    "error": null,
+                    "itemsView": "full",
+                    "items": [{
+                        "type": "userMessage",
+                        "id": format!("{id}-user"),
+                        "content": [{"type": "text", "text": message.plain_text(), "text_elements": []}],
+                    }],
+                }));
+            }
+            Role::Assistant => {
+                let n = turns.len().saturating_sub(1);
+                let Some(items) = turns
+                    .last_mut()
+                    .and_then(|turn| turn.get_mut("items"))
+                    .and_then(Value::as_array_mut)
+                else {
+                    continue;
+                };
+                let id = format!("ctxbridge-{client_thread_id}-{n}-agent-{}", items.len());
+                items.push(json!({"type": "agentMessage", "id": id, "text": message.plain_text()}));
+            }
+            _ => {}
+        }
+    }
+    turns
+}
+
+/// A page request of `thread/turns/list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    /// `cursor`, as the client sent it.
+    pub cursor: Option<String>,
+    /// `limit` (none: every turn).
+    pub limit: Option<usize>,
+    /// `sortDirection: "asc"` (default descending).
+    pub ascending: bool,
+}
+
+impl PageRequest {
+    /// The page request in `thread/turns/list` params.
+    pub fn of(params: &Value) -> PageRequest {
+        PageRequest {
+            cursor: params
+                .get("cursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            limit: params
+                .get("limit")
+                .and_then(Value::as_u64)
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ascending: params.get("sortDirection").and_then(Value::as_str) == Some("asc"),
+        }
+    }
+}
+
+/// A cursor is a position between turns (`0..=len`): ascending pages start at it, descending
+/// pages end before it.
+fn cursor(position: usize) -> Value {
+    Value::String(format!("{CURSOR_PREFIX}{position}"))
+}
+
+/// One page of `turns` (oldest first) as a `thread/turns/list` result, or a message naming a
+/// cursor ctxbridge did not give.
+pub fn page(turns: Vec<Value>, request: &PageRequest) -> Result<Value, String> {
+    let len = turns.len();
+    let position = match &request.cursor {
+        None => None,
+        Some(text) => {
+            let position = text
+                .strip_prefix(CURSOR_PREFIX)
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n <= len)
+                .ok_or_else(|| {
+                    format!("thread/turns/list: cursor `{text}` is not one ctxbridge gave for this thread")
+                })?;
+            Some(position)
+        }
+    };
+    let limit = request.limit.map_or(len, |n| n.max(1));
+    let (start, end) = if request.ascending {
+        let start = position.unwrap_or(0);
+        (start, start.saturating_add(limit).min(len))
+    } else {
+        let end = position.unwrap_or(len);
+        (end.saturating_sub(limit), end)
+    };
+    let mut data: Vec<Value> = turns.into_iter().skip(start).take(end - start).collect();
+    let (next, backwards) = if request.ascending {
+        let next = (end < len).then(|| cursor(end));
+        (next, (!data.is_empty()).then(|| cursor(start + 1)))
+    } else {
+        data.reverse();
+        let next = (start > 0).then(|| cursor(start));
+        (next, (!data.is_empty()).then(|| cursor(end - 1)))
+    };
+    Ok(json!({
+        "data": data,
+        "nextCursor": next,
+        "backwardsCursor": backwards,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::projection::render::{FRAME_HEAD, FRAME_TAIL};
+
+    /// A projected turn input shows as the user's request alone; a bare one and non-text
+    /// content are untouched.
+    #[test]
+    fn projected_input_shows_as_the_request() {
+        let framed = format!("{FRAME_HEAD}[user]\nold{FRAME_TAIL}new question");
+        let mut turn = json!({"items": [
+            {"type": "userMessage", "id": "u", "content": [
+                {"type": "text", "text": framed, "text_elements": []},
+                {"type": "localImage", "path": "/x.png"}
+            ]},
+            {"type": "agentMessage", "id": "a", "text": framed}
+        ]});
+        show_own_input(&mut turn);
+        assert_eq!(turn["items"][0]["content"][0]["text"], "new question");
+        assert_eq!(turn["items"][0]["content"][1]["path"], "/x.png");
+        assert_eq!(
+            turn["items"][1]["text"], framed,
+            "only user messages change"
+        );
+        let mut bare = json!({"items": [{"type": "userMessage", "id": "u", "content": [{"type": "text", "text": "hi"}]}]});
+        show_own_input(&mut bare);
+        assert_eq!(bare["items"][0]["content"][0]["text"], "hi");
+    }
+
+    /// A rotated session's preview is its first request; a framed preview loses its frame.
+    #[test]
+    fn previews_show_the_users_words() {
+        let framed = format!("{FRAME_HEAD}[user]\nold{FRAME_TAIL}new question");
+        let mut thread = json!({"preview": framed});
+        show_own_preview(&mut thread, None);
+        assert_eq!(thread["preview"], "new question");
+        let earlier = transcript_turns("c", &[AgentMessage::user("first")]);
+        show_own_preview(&mut thread, first_user_text(&earlier));
+        assert_eq!(thread["preview"], "first");
+    }
+
+    /// Each user message opens a turn; replies join it; other messages are not shown.
+    #[test]
+    fn transcript_becomes_turns() {
+        let messages = vec![
+            AgentMessage::user("one"),
+            AgentMessage::assistant("re one"),
+            AgentMessage::user("two"),
+            AgentMessage::assistant("re two"),
+        ];
+        let turns = transcript_turns("c", &messages);
+        assert_eq!(turns.len(), 2);
+        assert_eq!(turns[1]["items"][0]["type"], "userMessage");
+        assert_eq!(turns[1]["items"][0]["content"][0]["text"], "two");
+        assert_eq!(turns[1]["items"][1]["text"], "re two");
+        assert_ne!(turns[0]["id"], turns[1]["id"]);
+        assert_eq!(transcript_turns("c", &messages), turns, "ids are stable");
+    }
+
+    fn ids(result: &Value) -> Vec<u64> {
+        result["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_u64().unwrap())
+            .collect()
+    }
+
+    /// Descending by default from the newest; cursors continue where a page ended and reverse
+    /// including the anchor turn; a foreign cursor is refused.
+    #[test]
+    fn pages_both_ways() {
+        let turns: Vec<Value> = (0..5).map(|i| json!({"id": i})).collect();
+        let desc = |cursor: Option<&Value>| PageRequest {
+            cursor: cursor.and_then(Value::as_str).map(str::to_owned),
+            limit: Some(2),
+            ascending: false,
+        };
+        let first = page(turns.clone(), &desc(None)).unwrap();
+        assert_eq!(ids(&first), vec![4, 3]);
+        let second = page(turns.clone(), &desc(Some(&first["nextCursor"]))).unwrap();
+        assert_eq!(ids(&second), vec![2, 1]);
+        let third = page(turns.clone(), &desc(Some(&second["nextCursor"]))).unwrap();
+        assert_eq!(ids(&third), vec![0]);
+        assert!(third["nextCursor"].is_null());
+        let back = PageRequest {
+            cursor: second["backwardsCursor"].as_str().map(str::to_owned),
+            limit: Some(3),
+            ascending: true,
+        };
+        assert_eq!(ids(&page(turns.clone(), &back).unwrap()), vec![2, 3, 4]);
+        let all = PageRequest {
+            cursor: None,
+            limit: None,
+            ascending: true,
+        };
+        assert_eq!(
+            ids(&page(turns.clone(), &all).unwrap()),
+            vec![0, 1, 2, 3, 4]
+        );
+        let foreign = PageRequest {
+            cursor: Some("abc".into()),
+            limit: None,
+            ascending: true,
+        };
+        assert!(page(turns, &foreign).unwrap_err().contains("`abc`"));
+    }
+}
