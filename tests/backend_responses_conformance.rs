@@ -1,7 +1,8 @@
 //! The Responses API backend against a whole model: it runs the shared backend conformance
 //! suite (the same checks as the mock and Codex backends) on the loopback mock model server in
 //! its stateful mode, on both thread kinds (previous_response_id chains and conversations), plus
-//! chain- and conversation-specific checks end to end. The wire details — exact request bodies,
+//! chain- and conversation-specific checks end to end (injection into and compaction of a
+//! conversation included). The wire details — exact request bodies,
 //! error mapping, keys — are proved against a scripted server in `backend_responses_wire.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +10,7 @@ use ctxbridge::backend::responses::{ResponsesBackend, ResponsesBackendConfig, Re
 use ctxbridge::backend::{
     conformance, BackendError, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnRequest,
 };
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RequestKind};
 use tokio::sync::mpsc;
 
 async fn setup_with(threads: ResponsesThreads) -> (ResponsesBackend, MockModelServer) {
@@ -113,12 +114,152 @@ async fn conversation_requests_and_deletion() {
         matches!(err, BackendError::ThreadNotFound { .. }),
         "{err:?}"
     );
+    let err = backend.compact_thread(&thread).await.unwrap_err();
     assert!(
-        matches!(
-            backend.compact_thread(&thread).await,
-            Err(BackendError::Unsupported { .. })
-        ),
-        "no native compaction on conversations"
+        matches!(err, BackendError::ThreadNotFound { .. }),
+        "compacting a deleted conversation: {err:?}"
+    );
+    let err = backend
+        .inject_developer_message(&thread, "too late")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::ThreadNotFound { .. }),
+        "injecting into a deleted conversation: {err:?}"
+    );
+}
+
+fn conversation_turn(thread: &ThreadId, input: &str) -> TurnRequest {
+    TurnRequest {
+        thread_id: thread.clone(),
+        input: input.into(),
+        developer_instructions: Some("dev instructions".into()),
+        base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
+    }
+}
+
+/// Conversation threads: an injected developer message lands in the conversation at once
+/// (`POST /conversations/{id}/items`, before any turn), is not sent again with the next turn,
+/// and the model sees it in the conversation in front of that turn's input.
+#[tokio::test]
+async fn injection_lands_in_the_conversation_at_once() {
+    let (backend, mock) = setup_with(ResponsesThreads::Conversation).await;
+    let thread = backend.start_thread(StartThread::default()).await.unwrap();
+    let (tx, _rx) = mpsc::channel(256);
+    backend
+        .run_turn(conversation_turn(&thread, "one"), tx.clone())
+        .await
+        .unwrap();
+    backend
+        .inject_developer_message(&thread, "policy changed")
+        .await
+        .unwrap();
+    let items = mock.conversation_items(thread.as_str()).unwrap();
+    assert_eq!(
+        ctxbridge_mock_model::record::message_texts(&items, "developer"),
+        vec!["policy changed".to_string()],
+        "in the conversation before the next turn: {items:?}"
+    );
+    let added: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/items"))
+        .collect();
+    assert_eq!(added.len(), 1);
+    assert_eq!(added[0].conversation_id.as_deref(), Some(thread.as_str()));
+
+    let second = backend
+        .run_turn(conversation_turn(&thread, "two"), tx)
+        .await
+        .unwrap();
+    assert_eq!(second.thread_id, thread);
+    let requests = mock.response_requests();
+    let last = requests.last().unwrap();
+    assert!(last.input_texts("developer").is_empty(), "not sent again");
+    assert_eq!(last.input_texts("user"), vec!["two".to_string()]);
+    assert_eq!(
+        last.conversation_texts("developer"),
+        vec!["policy changed".to_string()]
+    );
+    let texts: Vec<String> = last
+        .conversation
+        .iter()
+        .filter_map(ctxbridge_mock_model::record::message_text)
+        .collect();
+    let note = texts.iter().position(|t| t == "policy changed").unwrap();
+    let two = texts.iter().position(|t| t == "two").unwrap();
+    assert!(note < two, "the note precedes the turn: {texts:?}");
+}
+
+/// Conversation threads: native compaction lists the conversation's items, compacts them as
+/// `input` (no `previous_response_id`, no `conversation`), and seeds a new conversation with the
+/// window; the thread moves to it, its next turn sends only the new input and the model sees the
+/// window in front of it; the old conversation is left alone. An empty conversation is not
+/// compacted.
+#[tokio::test]
+async fn conversation_compaction_seeds_a_new_conversation() {
+    let (backend, mock) = setup_with(ResponsesThreads::Conversation).await;
+    let empty = backend.start_thread(StartThread::default()).await.unwrap();
+    let nothing = backend.compact_thread(&empty).await.unwrap();
+    assert_eq!(nothing.thread_id, None, "nothing to compact");
+
+    let thread = backend.start_thread(StartThread::default()).await.unwrap();
+    let (tx, _rx) = mpsc::channel(256);
+    for input in ["one", "two"] {
+        backend
+            .run_turn(conversation_turn(&thread, input), tx.clone())
+            .await
+            .unwrap();
+    }
+    let before = mock.conversation_items(thread.as_str()).unwrap();
+    assert_eq!(before.len(), 4, "two inputs and two outputs: {before:?}");
+    mock.clear_requests();
+
+    let compacted = backend.compact_thread(&thread).await.unwrap();
+    let new_thread = compacted.thread_id.expect("a new conversation");
+    assert_ne!(new_thread, thread);
+    assert!(new_thread.as_str().starts_with("conv_"), "{new_thread}");
+
+    let compact: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.kind == RequestKind::Compact)
+        .collect();
+    assert_eq!(compact.len(), 1);
+    assert_eq!(compact[0].previous_response_id, None);
+    assert_eq!(compact[0].body.get("conversation"), None);
+    assert_eq!(compact[0].input, before, "the whole conversation as input");
+
+    let window = mock.conversation_items(new_thread.as_str()).unwrap();
+    assert!(
+        window
+            .iter()
+            .any(|i| i.get("type").and_then(|t| t.as_str()) == Some("compaction")),
+        "{window:?}"
+    );
+    assert_eq!(
+        ctxbridge_mock_model::record::message_texts(&window, "user"),
+        vec!["one".to_string(), "two".to_string()]
+    );
+    assert_eq!(
+        mock.conversation_items(thread.as_str()).unwrap(),
+        before,
+        "the old conversation is left as it was"
+    );
+
+    let after = backend
+        .run_turn(conversation_turn(&new_thread, "three"), tx)
+        .await
+        .unwrap();
+    assert_eq!(after.thread_id, new_thread);
+    let last = mock.response_requests().pop().unwrap();
+    assert_eq!(last.conversation_id.as_deref(), Some(new_thread.as_str()));
+    assert_eq!(last.input_texts("user"), vec!["three".to_string()]);
+    assert_eq!(
+        last.conversation_texts("user"),
+        vec!["one".to_string(), "two".to_string(), "three".to_string()]
     );
 }
 

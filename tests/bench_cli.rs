@@ -1,34 +1,44 @@
-//! `ctxbridge bench` on the mock writes the projection-cost CSV and SVG, and the CSV shows what
-//! the benchmark exists to show: thread_bootstrap sends the model less than per_turn.
+//! `ctxbridge bench` on the mock and on the Responses backend writes the projection-cost CSV and
+//! SVG, and the CSV shows what the benchmark exists to show: thread_bootstrap sends the model less
+//! than per_turn. On conversation threads the requests the mock model server recorded never carry
+//! history.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
-const COLUMNS: &str = "backend,mode,turn,epoch,projected,reason,thread_action,backend_chars,cumulative_backend_chars,model_requests,model_request_bytes,cumulative_model_request_bytes,min_model_request_bytes,ratio_to_min";
+use ctxbridge::backend::responses::ResponsesThreads;
+use ctxbridge::bench::projection_cost::run_responses_mode;
+use ctxbridge::bench::{bench_prompt, BenchMode};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RequestKind};
+
+const COLUMNS: &str = "backend,mode,turn,epoch,projected,reason,thread_action,backend_chars,cumulative_backend_chars,model_requests,model_request_bytes,cumulative_model_request_bytes,min_model_request_bytes,ratio_to_min,wire_request_bytes";
+
+/// Runs `ctxbridge bench` with `args` and the output directory, and returns stdout.
+fn bench(args: &[&str], out: &std::path::Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .arg("bench")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
 
 /// `bench --turns 12 --skip-scale` writes a CSV with 3×12 rows and the expected columns and an
 /// SVG chart with a legend, and thread_bootstrap's cumulative model bytes end below per_turn's.
 #[test]
 fn bench_writes_csv_and_svg_and_thread_bootstrap_costs_less() {
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
-        .args([
-            "bench",
-            "--turns",
-            "12",
-            "--skip-scale",
-            "--overhead-sessions",
-            "1",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = bench(
+        &["--turns", "12", "--skip-scale", "--overhead-sessions", "1"],
+        out.path(),
     );
     assert!(stdout.contains("Projection cost on the mock backend"));
 
@@ -61,5 +71,155 @@ fn bench_writes_csv_and_svg_and_thread_bootstrap_costs_less() {
     assert!(svg.starts_with("<svg"));
     for label in ["legacy", "per_turn", "thread_bootstrap", "turn"] {
         assert!(svg.contains(label), "the chart lacks {label:?}");
+    }
+}
+
+/// `bench --backend responses --turns 12` runs the session on both Responses thread kinds: the
+/// CSV has 2×3×12 rows (modes named with their kind), thread_bootstrap's cumulative model bytes
+/// end below per_turn's on both kinds, on a conversation the turns that reuse the thread send
+/// only the new turn on the wire while the model gets the whole thread, and the SVG names every
+/// series.
+#[test]
+fn bench_on_responses_covers_both_thread_kinds() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = bench(
+        &[
+            "--backend",
+            "responses",
+            "--turns",
+            "12",
+            "--skip-scale",
+            "--overhead-sessions",
+            "0",
+        ],
+        out.path(),
+    );
+    assert!(stdout.contains("Projection cost on the responses (chain threads) backend"));
+    assert!(stdout.contains("Projection cost on the responses (conversation threads) backend"));
+
+    let csv = std::fs::read_to_string(out.path().join("projection-responses.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next().unwrap(), COLUMNS);
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2 * 3 * 12);
+    assert!(rows.iter().all(|r| r.len() == COLUMNS.split(',').count()));
+    assert!(rows.iter().all(|r| r[0] == "responses"));
+    let col = |name: &str| COLUMNS.split(',').position(|c| c == name).unwrap();
+    let (mode, turn) = (col("mode"), col("turn"));
+    let of = |m: &str| -> Vec<&Vec<&str>> { rows.iter().filter(|r| r[mode] == m).collect() };
+    let num = |r: &Vec<&str>, name: &str| r[col(name)].parse::<u64>().unwrap();
+    for kind in ["chain", "conversation"] {
+        for m in ["legacy", "per_turn", "thread_bootstrap"] {
+            let turns: Vec<&str> = of(&format!("{m} ({kind})"))
+                .iter()
+                .map(|r| r[turn])
+                .collect();
+            let expected: Vec<String> = (1..=12).map(|t| t.to_string()).collect();
+            assert_eq!(turns, expected, "{m} ({kind})");
+        }
+        let last = |m: &str| {
+            num(
+                of(&format!("{m} ({kind})"))[11],
+                "cumulative_model_request_bytes",
+            )
+        };
+        assert!(
+            last("thread_bootstrap") < last("per_turn"),
+            "{kind}: thread_bootstrap {} vs per_turn {}",
+            last("thread_bootstrap"),
+            last("per_turn")
+        );
+    }
+    // Conversation threads: the thread_bootstrap turns that reuse the thread send the wire only
+    // the new turn (far below the turn's minimum), while the context the model got is the
+    // whole thread (at least the minimum's bootstrap).
+    let tb = of("thread_bootstrap (conversation)");
+    let reused: Vec<&&Vec<&str>> = tb
+        .iter()
+        .filter(|r| r[col("projected")] == "false")
+        .collect();
+    assert_eq!(
+        reused.len(),
+        10,
+        "turns 2-10 and 12 reuse the thread: {tb:?}"
+    );
+    for r in reused {
+        let (wire, model, min) = (
+            num(r, "wire_request_bytes"),
+            num(r, "model_request_bytes"),
+            num(r, "min_model_request_bytes"),
+        );
+        assert!(
+            wire * 10 < min,
+            "turn {}: wire {wire} vs minimum {min}",
+            r[turn]
+        );
+        assert!(
+            model >= min * 9 / 10,
+            "turn {}: model {model} vs minimum {min}",
+            r[turn]
+        );
+    }
+
+    let svg = std::fs::read_to_string(out.path().join("projection-responses.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    for label in [
+        "legacy (chain)",
+        "per_turn (conversation)",
+        "thread_bootstrap (chain)",
+        "thread_bootstrap (conversation)",
+    ] {
+        assert!(svg.contains(label), "the chart lacks {label:?}");
+    }
+}
+
+/// On conversation threads every model request the stateful mock recorded names the
+/// conversation, never a previous response, and carries exactly one input item — the turn's
+/// own — however long the thread: legacy sends the bare prompt, thread_bootstrap the bootstrap
+/// once and then bare prompts, while the conversation the model sees grows turn by turn.
+#[tokio::test]
+async fn conversation_requests_never_resend_history() {
+    for mode in [BenchMode::Legacy, BenchMode::ThreadBootstrap] {
+        let server = MockModelServer::start(MockModelConfig::stateful())
+            .await
+            .unwrap();
+        let rows = run_responses_mode(mode, ResponsesThreads::Conversation, &server, 6)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 6);
+        let requests = server.response_requests();
+        assert_eq!(requests.len(), 6, "{mode:?}: one model request per turn");
+        let conversation = requests[0].conversation_id.clone().unwrap();
+        for (i, r) in requests.iter().enumerate() {
+            let turn = i + 1;
+            assert_eq!(r.conversation_id.as_deref(), Some(conversation.as_str()));
+            assert_eq!(r.previous_response_id, None);
+            assert_eq!(r.input.len(), 1, "{mode:?} turn {turn}: {:?}", r.input);
+            let user = r.input_texts("user");
+            assert_eq!(user.len(), 1);
+            assert!(
+                user[0].contains(&bench_prompt(turn)),
+                "{mode:?} turn {turn}"
+            );
+            if turn > 1 {
+                assert_eq!(
+                    user[0],
+                    bench_prompt(turn),
+                    "{mode:?} turn {turn}: bare prompt"
+                );
+                assert!(r.input_texts("assistant").is_empty());
+                assert_eq!(
+                    r.conversation_texts("user").len(),
+                    turn,
+                    "{mode:?} turn {turn}: the server holds the history"
+                );
+            }
+        }
+        // Conversation calls (create) are recorded too, and none is a model request.
+        assert!(server
+            .requests()
+            .iter()
+            .any(|r| r.kind == RequestKind::Conversations));
+        server.shutdown().await;
     }
 }

@@ -7,7 +7,12 @@
 //!   responses. `start_thread` creates the conversation, `resume_thread` retrieves it, and a
 //!   deleted or unknown conversation is [`BackendError::ThreadNotFound`] (the harness then starts
 //!   a new one, re-projects, retries once and rewrites the binding — the rule for an expired
-//!   chain). Native compaction is [`BackendError::Unsupported`] on conversations.
+//!   chain). `inject_developer_message` adds the developer message to the conversation at once
+//!   (`POST /conversations/{id}/items`). Native compaction lists the conversation's items
+//!   (`GET /conversations/{id}/items`), compacts them (`POST /responses/compact` with them as
+//!   `input`: the endpoint takes no `conversation`) and seeds a new conversation with the
+//!   compacted window (`POST /conversations` with `items`); the thread moves to the new
+//!   conversation's id, the old one is left as it was.
 //! - `chain`: a chain of `previous_response_id`s, described below. Its thread id changes every
 //!   turn: `turn --json`'s `threadId` is the chain head, the last response id.
 //!
@@ -32,9 +37,10 @@
 //! and a cap on the reply size (and on one event's size); each ends the turn with a clear error
 //! and nothing is committed. The base URL is shown only redacted (userinfo and query values).
 //!
-//! `inject_developer_message` makes no server call: the message is held in memory and sent as a
-//! `developer` input item in front of the next turn of that thread (it then becomes part of the
-//! stored chain). A model override given to `start_thread` is likewise held in memory and
+//! On chain threads `inject_developer_message` makes no server call (a chain cannot take an item
+//! without a response): the message is held in memory and sent as a `developer` input item in
+//! front of the next turn of that thread (it then becomes part of the stored chain). A model
+//! override given to `start_thread` is likewise held in memory and
 //! follows the chain from turn to turn; after a restart the configured model is used.
 
 use std::collections::HashMap;
@@ -669,6 +675,69 @@ impl ResponsesBackend {
     }
 }
 
+impl ResponsesBackend {
+    /// Native compaction of a conversation thread. The compaction endpoint takes a chain
+    /// (`previous_response_id`) or an explicit `input`, never a `conversation`, so: the
+    /// conversation's items are listed, compacted as `input`, and the compacted window (the
+    /// kept messages and the opaque `compaction` item) seeds a new conversation, which becomes
+    /// the thread. An empty conversation has nothing to compact (no compaction call, thread
+    /// unchanged). The old conversation is left as it was.
+    async fn compact_conversation(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<NativeCompaction, BackendError> {
+        const OPERATION: &str = "compact thread";
+        self.check_known(OPERATION, thread_id)?;
+        let err = |e| backend_error(OPERATION, thread_id.as_str(), e);
+        let items = self
+            .client
+            .list_conversation_items(thread_id.as_str())
+            .await
+            .map_err(err)?;
+        if items.is_empty() {
+            return Ok(NativeCompaction {
+                thread_id: None,
+                summary: None,
+            });
+        }
+        let model = self
+            .chains()
+            .get(thread_id)
+            .and_then(|state| state.model.clone())
+            .unwrap_or_else(|| self.model.clone());
+        let compacted = self
+            .client
+            .compact(CompactRequest {
+                model,
+                input: items.into_iter().map(InputItem::Raw).collect(),
+                instructions: None,
+                previous_response_id: None,
+            })
+            .await
+            .map_err(err)?;
+        let window: Vec<InputItem> = compacted.output.into_iter().map(InputItem::Raw).collect();
+        let conversation = self
+            .client
+            .create_conversation_with_items(&window)
+            .await
+            .map_err(err)?;
+        let new_thread = ThreadId(conversation.id);
+        {
+            let mut chains = self.chains();
+            if let Some(previous) = chains.remove(thread_id) {
+                if !previous.is_empty() {
+                    chains.insert(new_thread.clone(), previous);
+                }
+            }
+        }
+        tracing::info!(from = %thread_id, to = %new_thread, items = window.len(), "compacted a Responses conversation into a new one");
+        Ok(NativeCompaction {
+            thread_id: Some(new_thread),
+            summary: None,
+        })
+    }
+}
+
 fn new_thread_id(prefix: &str) -> ThreadId {
     ThreadId(format!("{prefix}{}", uuid::Uuid::new_v4()))
 }
@@ -739,13 +808,24 @@ impl ThreadedBackend for ResponsesBackend {
         Ok(())
     }
 
-    /// Held in memory and sent as a developer item in front of the thread's next turn.
+    /// Conversation threads: added to the conversation at once as a developer message item
+    /// (`POST /conversations/{id}/items`). Chain threads: held in memory and sent as a developer
+    /// item in front of the thread's next turn.
     async fn inject_developer_message(
         &self,
         thread_id: &ThreadId,
         text: &str,
     ) -> Result<(), BackendError> {
-        self.check_known("inject developer message", thread_id)?;
+        const OPERATION: &str = "inject developer message";
+        self.check_known(OPERATION, thread_id)?;
+        if self.threads == ResponsesThreads::Conversation {
+            self.client
+                .create_conversation_items(thread_id.as_str(), &[InputItem::developer_text(text)])
+                .await
+                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e))?;
+            tracing::debug!(thread = %thread_id, "added a developer message to the conversation");
+            return Ok(());
+        }
         self.chains()
             .entry(thread_id.clone())
             .or_default()
@@ -807,14 +887,11 @@ impl ThreadedBackend for ResponsesBackend {
 
     /// Chain threads: through `POST /responses/compact`; the new window continues as a
     /// `compacted:` thread. A chain without responses has nothing to compact (no call, thread
-    /// unchanged). Conversation threads: [`BackendError::Unsupported`].
+    /// unchanged). Conversation threads: see [`ResponsesBackend::compact_conversation`].
     async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
         const OPERATION: &str = "compact thread";
         if self.threads == ResponsesThreads::Conversation {
-            return Err(BackendError::Unsupported {
-                operation: "native compaction of a conversation thread",
-                backend: BACKEND_NAME,
-            });
+            return self.compact_conversation(thread_id).await;
         }
         self.check_known(OPERATION, thread_id)?;
         let position = ChainPosition::of(thread_id);

@@ -1,5 +1,6 @@
 //! The SVG chart of a projection-cost run: cumulative model-request bytes per turn for the three
-//! modes, with the cumulative minimum as a reference line.
+//! modes, with the cumulative minimum as a reference line. Several runs (the Responses backend's
+//! two thread kinds) share one chart: the first run's lines solid, the others' dashed.
 
 use std::path::Path;
 
@@ -26,18 +27,21 @@ fn unit_for(max_bytes: usize) -> (&'static str, f64) {
     }
 }
 
-/// Draws the chart of `run` into `path` (SVG).
-pub fn write_svg(run: &ProjectionRun, path: &Path) -> Result<(), BenchError> {
-    draw(run, path).map_err(|e| BenchError::Chart {
+/// Draws the chart of `runs` (one or more runs of the same session) into `path` (SVG).
+pub fn write_svg(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> {
+    draw(runs, path).map_err(|e| BenchError::Chart {
         path: path.to_path_buf(),
         message: e.to_string(),
     })
 }
 
-fn draw(run: &ProjectionRun, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let max_bytes = BenchMode::ALL
+fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(run) = runs.first() else {
+        return Err("no run to draw".into());
+    };
+    let max_bytes = runs
         .iter()
-        .map(|m| run.total_model_bytes(*m))
+        .flat_map(|r| BenchMode::ALL.iter().map(|m| r.total_model_bytes(*m)))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -45,6 +49,19 @@ fn draw(run: &ProjectionRun, path: &Path) -> Result<(), Box<dyn std::error::Erro
     let y_max = max_bytes as f64 / divisor * 1.05;
     let turns = run.turns.max(2);
     let decimals = if y_max >= 20.0 { 0 } else { 1 };
+    let backend = if runs.len() == 1 {
+        run.backend_label()
+    } else {
+        let kinds: Vec<String> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let kind = r.threads.map_or("", |t| t.as_str());
+                format!("{kind} {}", if i == 0 { "solid" } else { "dashed" })
+            })
+            .collect();
+        format!("{}, threads: {}", run.backend.as_str(), kinds.join(", "))
+    };
 
     let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -52,9 +69,7 @@ fn draw(run: &ProjectionRun, path: &Path) -> Result<(), Box<dyn std::error::Erro
         .caption(
             format!(
                 "Cumulative model-request size per turn — {} backend ({} turns, epoch every {})",
-                run.backend.as_str(),
-                run.turns,
-                run.engine.epoch_turns
+                backend, run.turns, run.engine.epoch_turns
             ),
             ("sans-serif", 22),
         )
@@ -72,18 +87,34 @@ fn draw(run: &ProjectionRun, path: &Path) -> Result<(), Box<dyn std::error::Erro
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
 
-    for mode in BenchMode::ALL {
-        let color = series_color(mode);
-        let points: Vec<(usize, f64)> = run
-            .rows_of(mode)
-            .map(|r| (r.turn, r.cumulative_model_request_bytes as f64 / divisor))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(3)))?
-            .label(mode.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-            });
+    for (index, series_run) in runs.iter().enumerate() {
+        for mode in BenchMode::ALL {
+            let color = series_color(mode);
+            let points: Vec<(usize, f64)> = series_run
+                .rows_of(mode)
+                .map(|r| (r.turn, r.cumulative_model_request_bytes as f64 / divisor))
+                .collect();
+            let label = if runs.len() == 1 {
+                mode.as_str().to_string()
+            } else {
+                series_run.mode_label(mode)
+            };
+            if index == 0 {
+                chart
+                    .draw_series(LineSeries::new(points, color.stroke_width(3)))?
+                    .label(label)
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                    });
+            } else {
+                chart
+                    .draw_series(DashedLineSeries::new(points, 4, 4, color.stroke_width(2)))?
+                    .label(label)
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 10, y)], color.stroke_width(2))
+                    });
+            }
+        }
     }
     // The minimum a model must receive, summed over the turns (of the thread_bootstrap run).
     let mut cumulative = 0usize;

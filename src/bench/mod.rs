@@ -7,8 +7,9 @@
 //! - [`timed`]: [`TimedBackend`], a timing decorator for any [`ThreadedBackend`].
 //! - [`timed_store`]: [`timed_store::TimedStore`], a timing decorator for any state store.
 //! - [`projection_cost`]: one scripted session run as legacy, per_turn and thread_bootstrap
-//!   against the in-process mock or the real Codex app-server; per-turn and cumulative sizes,
-//!   the ratio to the minimum a model must receive; table and CSV.
+//!   against the in-process mock, the real Codex app-server, or the Responses backend (chain and
+//!   conversation threads) on the stateful mock model server; per-turn and cumulative sizes, the
+//!   ratio to the minimum a model must receive; table and CSV.
 //! - [`chart`]: the SVG chart of cumulative model-request bytes.
 //! - [`overhead`]: the time ctxbridge adds per turn over the backend's own time.
 //! - [`scale`]: many sessions on a multi-thread runtime; turns/s, RSS, memory per cached binding.
@@ -56,6 +57,9 @@ pub enum BenchBackend {
     Mock,
     /// The real Codex app-server, offline against the loopback mock model server.
     Codex,
+    /// The Responses API backend over HTTP to the loopback mock model server in its stateful
+    /// mode, once with chain threads and once with conversation threads.
+    Responses,
 }
 
 impl BenchBackend {
@@ -63,6 +67,7 @@ impl BenchBackend {
         match self {
             BenchBackend::Mock => "mock",
             BenchBackend::Codex => "codex",
+            BenchBackend::Responses => "responses",
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Projection cost: one scripted session, run as legacy, per_turn and thread_bootstrap, on the
-//! in-process mock or on the real Codex app-server (offline against the loopback mock model
-//! server, each mode with its own `CODEX_HOME` and its own server so every byte is attributable).
+//! in-process mock, on the real Codex app-server (offline against the loopback mock model
+//! server, each mode with its own `CODEX_HOME` and its own server so every byte is attributable),
+//! or on the Responses backend over HTTP to the loopback mock model server in its stateful mode,
+//! once per thread kind (`chain`, `conversation`), each mode with its own server.
 //!
 //! Per turn it records what ctxbridge sent to the backend (`metrics.backend_chars`), what the
 //! model received (the mock's Codex-like request size; for Codex the request bodies the mock model
@@ -10,13 +12,22 @@
 //!   bootstrap input, in characters (the mock counts a request the same way);
 //! - codex: measured — one real fresh-thread turn per bench turn on a separate app-server and
 //!   mock model server, so Codex's own request framing (tools, item envelopes) is included.
+//! - responses: measured — one fresh thread of the same kind per bench turn on a separate
+//!   backend and stateful mock model server.
+//!
+//! On the Responses backend the request on the wire carries only the new turn (the server holds
+//! the thread), so two sizes are kept: `model_request_bytes` is the context the model was given
+//! — the request a stateless client would send for it: the instructions and the whole
+//! conversation the mock rebuilt from the chain or conversation, as JSON — and
+//! `wire_request_bytes` is what ctxbridge actually sent (every request body, conversation calls
+//! included). On the mock and Codex the two are the same.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, TurnLimits};
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, RequestKind};
 use tokio::sync::mpsc;
 
 use super::{
@@ -25,6 +36,7 @@ use super::{
     BENCH_TOKEN_BUDGET,
 };
 use crate::backend::codex::{CodexBackend, CodexBackendConfig};
+use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig, ResponsesThreads};
 use crate::backend::{MockBackend, StartThread, ThreadedBackend, TurnRequest};
 use crate::harness::Harness;
 use crate::harness::TurnSpec;
@@ -44,6 +56,9 @@ pub enum MinimumMethod {
     Computed,
     /// Measured: one fresh Codex thread per turn given only that input (codex).
     MeasuredFreshThread,
+    /// Measured: one fresh Responses thread of the run's kind per turn given only that input;
+    /// its context bytes (responses).
+    MeasuredFreshResponsesThread,
 }
 
 impl MinimumMethod {
@@ -54,6 +69,9 @@ impl MinimumMethod {
             }
             MinimumMethod::MeasuredFreshThread => {
                 "measured: a fresh Codex thread per turn given only the turn's assembled context rendered in bootstrap mode with the prompt"
+            }
+            MinimumMethod::MeasuredFreshResponsesThread => {
+                "measured: a fresh Responses thread of the same kind per turn given only the turn's assembled context rendered in bootstrap mode with the prompt (its context bytes)"
             }
         }
     }
@@ -74,9 +92,14 @@ pub struct ProjectionRow {
     pub cumulative_backend_chars: usize,
     /// Model requests this turn caused (Codex may add compaction requests).
     pub model_requests: usize,
-    /// Bytes of those model requests (mock: characters; the bench text is ASCII).
+    /// Bytes of the context the model was given by those requests (mock: characters, the bench
+    /// text is ASCII; Codex: the request bodies; Responses: instructions and the rebuilt
+    /// conversation, see the module docs).
     pub model_request_bytes: usize,
     pub cumulative_model_request_bytes: usize,
+    /// Bytes ctxbridge sent this turn (request bodies). Equal to `model_request_bytes` except on
+    /// the Responses backend, where the server holds the thread.
+    pub wire_request_bytes: usize,
     /// The minimum request for this turn (see [`MinimumMethod`]).
     pub min_model_request_bytes: usize,
     /// How the turn's context went (`turn-input`, `additional-context`, `none`).
@@ -98,6 +121,8 @@ impl ProjectionRow {
 #[derive(Debug, Clone)]
 pub struct ProjectionRun {
     pub backend: BenchBackend,
+    /// The Responses thread kind the run used (`None` on the other backends).
+    pub threads: Option<ResponsesThreads>,
     pub turns: usize,
     pub minimum: MinimumMethod,
     pub engine: BenchEngineConfig,
@@ -106,6 +131,27 @@ pub struct ProjectionRun {
 }
 
 impl ProjectionRun {
+    /// The backend as the table headings name it: `mock`, `codex`, `responses (chain threads)`.
+    pub fn backend_label(&self) -> String {
+        match self.threads {
+            Some(threads) => format!("{} ({} threads)", self.backend.as_str(), threads.as_str()),
+            None => self.backend.as_str().to_string(),
+        }
+    }
+
+    /// A mode as the summary and the CSV name it: `thread_bootstrap`, or on the Responses
+    /// backend with the thread kind, `thread_bootstrap (chain)`.
+    pub fn mode_label(&self, mode: BenchMode) -> String {
+        match self.threads {
+            Some(threads) => format!("{} ({})", mode.as_str(), threads.as_str()),
+            None => mode.as_str().to_string(),
+        }
+    }
+
+    pub fn total_wire_bytes(&self, mode: BenchMode) -> usize {
+        self.rows_of(mode).map(|r| r.wire_request_bytes).sum()
+    }
+
     pub fn rows_of(&self, mode: BenchMode) -> impl Iterator<Item = &ProjectionRow> {
         self.rows.iter().filter(move |r| r.mode == mode)
     }
@@ -143,12 +189,24 @@ impl ProjectionRun {
 /// Where a mode's model-request sizes come from.
 enum Meter<'a> {
     Mock(&'a MockBackend),
+    /// The mock model server behind Codex: every request is a model request carrying the whole
+    /// context.
     Server(&'a MockModelServer),
+    /// The stateful mock model server behind the Responses backend: the model's context is
+    /// what the server rebuilt, the wire carries the new turn.
+    Stateful(&'a MockModelServer),
+}
+
+/// What a meter has seen so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    requests: usize,
+    model_bytes: usize,
+    wire_bytes: usize,
 }
 
 impl Meter<'_> {
-    /// (requests, bytes) so far.
-    fn totals(&self) -> (usize, usize) {
+    fn totals(&self) -> Totals {
         match self {
             Meter::Mock(mock) => {
                 let turns = mock
@@ -156,17 +214,50 @@ impl Meter<'_> {
                     .iter()
                     .filter(|c| matches!(c, crate::backend::mock::MockCall::Turn { .. }))
                     .count();
-                (turns, mock.model_request_chars())
+                let chars = mock.model_request_chars();
+                Totals {
+                    requests: turns,
+                    model_bytes: chars,
+                    wire_bytes: chars,
+                }
             }
             Meter::Server(server) => {
                 let requests = server.requests();
-                (
-                    requests.len(),
-                    requests.iter().map(request_body_bytes).sum(),
-                )
+                let bytes = requests.iter().map(request_body_bytes).sum();
+                Totals {
+                    requests: requests.len(),
+                    model_bytes: bytes,
+                    wire_bytes: bytes,
+                }
+            }
+            Meter::Stateful(server) => {
+                let requests = server.requests();
+                Totals {
+                    requests: requests
+                        .iter()
+                        .filter(|r| r.kind == RequestKind::Responses)
+                        .count(),
+                    model_bytes: requests.iter().map(context_bytes).sum(),
+                    wire_bytes: requests.iter().map(request_body_bytes).sum(),
+                }
             }
         }
     }
+}
+
+/// The context a Responses request gave the model, as the stateful mock rebuilt it: the size of
+/// `{"instructions": …, "input": [the whole conversation]}`, the request a stateless client
+/// would send for the same answer. Requests that are not model responses (conversation calls)
+/// and answered errors give the model nothing: 0.
+pub fn context_bytes(request: &RecordedRequest) -> usize {
+    if request.kind != RequestKind::Responses || request.status != 200 {
+        return 0;
+    }
+    let context = serde_json::json!({
+        "instructions": request.instructions,
+        "input": request.conversation,
+    });
+    serde_json::to_vec(&context).map_or(0, |b| b.len())
 }
 
 /// A request body's size on the wire: its `content-length`, else its re-encoded size.
@@ -180,20 +271,31 @@ pub fn request_body_bytes(request: &RecordedRequest) -> usize {
         })
 }
 
-/// A separate app-server and mock model server that measure fresh-thread requests.
-struct CodexProbe {
-    backend: CodexBackend,
+/// A separate backend (Codex app-server, or Responses backend) and mock model server that
+/// measure fresh-thread requests.
+struct Probe {
+    backend: Box<dyn ThreadedBackend>,
     server: MockModelServer,
-    _home: tempfile::TempDir,
+    /// Whether the server is the stateful one behind a Responses backend (see [`Meter`]).
+    stateful: bool,
+    _home: Option<tempfile::TempDir>,
 }
 
-impl CodexProbe {
+impl Probe {
+    fn meter(&self) -> Meter<'_> {
+        if self.stateful {
+            Meter::Stateful(&self.server)
+        } else {
+            Meter::Server(&self.server)
+        }
+    }
+
     async fn measure(
         &self,
         developer_instructions: Option<String>,
         input: String,
     ) -> Result<usize, BenchError> {
-        let before: usize = self.server.requests().iter().map(request_body_bytes).sum();
+        let before = self.meter().totals().model_bytes;
         let thread = self
             .backend
             .start_thread(StartThread {
@@ -204,7 +306,7 @@ impl CodexProbe {
             })
             .await
             .map_err(|source| BenchError::Backend {
-                operation: "minimum probe: thread/start",
+                operation: "minimum probe: start a thread",
                 source,
             })?;
         // Nobody listens to the probe's reply; a closed receiver is not an error for a turn.
@@ -223,17 +325,22 @@ impl CodexProbe {
             )
             .await
             .map_err(|source| BenchError::Backend {
-                operation: "minimum probe: turn/start",
+                operation: "minimum probe: run a turn",
                 source,
             })?;
-        let after: usize = self.server.requests().iter().map(request_body_bytes).sum();
+        let after = self.meter().totals().model_bytes;
         Ok(after.saturating_sub(before))
+    }
+
+    async fn shutdown(self) {
+        self.backend.shutdown().await;
+        self.server.shutdown().await;
     }
 }
 
 enum Minimum<'a> {
     Computed,
-    Probe(&'a CodexProbe),
+    Probe(&'a Probe),
 }
 
 /// The turn input a fresh thread would need: the view rendered in bootstrap mode.
@@ -287,13 +394,13 @@ async fn drive(
             }
             Minimum::Probe(probe) => probe.measure(dev.clone(), input).await?,
         };
-        let (requests_before, bytes_before) = meter.totals();
+        let before = meter.totals();
         let report = harness
             .turn(TurnSpec::new(SESSION_KEY, prompt))
             .await
             .map_err(harness_err("bench turn"))?;
-        let (requests_after, bytes_after) = meter.totals();
-        let model = bytes_after.saturating_sub(bytes_before);
+        let after = meter.totals();
+        let model = after.model_bytes.saturating_sub(before.model_bytes);
         cum_backend += report.metrics.backend_chars;
         cum_model += model;
         rows.push(ProjectionRow {
@@ -305,9 +412,10 @@ async fn drive(
             thread_action: report.thread_action.as_str().to_string(),
             backend_chars: report.metrics.backend_chars,
             cumulative_backend_chars: cum_backend,
-            model_requests: requests_after.saturating_sub(requests_before),
+            model_requests: after.requests.saturating_sub(before.requests),
             model_request_bytes: model,
             cumulative_model_request_bytes: cum_model,
+            wire_request_bytes: after.wire_bytes.saturating_sub(before.wire_bytes),
             min_model_request_bytes: min,
             context_delivery: report.context_delivery,
         });
@@ -346,6 +454,7 @@ pub async fn run_mock(turns: usize) -> Result<ProjectionRun, BenchError> {
     }
     Ok(ProjectionRun {
         backend: BenchBackend::Mock,
+        threads: None,
         turns,
         minimum: MinimumMethod::Computed,
         engine: engine_config,
@@ -401,10 +510,11 @@ pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
     let engine_config = BenchEngineConfig::default();
     let probe_server = mock_model_server().await?;
     let (probe_backend, probe_home) = codex_backend(&binary, &probe_server).await?;
-    let probe = CodexProbe {
-        backend: probe_backend,
+    let probe = Probe {
+        backend: Box::new(probe_backend),
         server: probe_server,
-        _home: probe_home,
+        stateful: false,
+        _home: Some(probe_home),
     };
     let mut rows = Vec::new();
     let mut failure = None;
@@ -444,17 +554,144 @@ pub async fn run_codex(turns: usize) -> Result<ProjectionRun, BenchError> {
             }
         }
     }
-    probe.backend.shutdown().await;
-    probe.server.shutdown().await;
+    probe.shutdown().await;
     if let Some(e) = failure {
         return Err(e);
     }
     Ok(ProjectionRun {
         backend: BenchBackend::Codex,
+        threads: None,
         turns,
         minimum: MinimumMethod::MeasuredFreshThread,
         engine: engine_config,
         rows,
+    })
+}
+
+/// The Responses thread kinds, in the order the Responses run measures them.
+pub const RESPONSES_THREAD_KINDS: [ResponsesThreads; 2] =
+    [ResponsesThreads::Chain, ResponsesThreads::Conversation];
+
+async fn stateful_mock_model_server() -> Result<MockModelServer, BenchError> {
+    MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .map_err(|source| BenchError::MockModel {
+            operation: "start the stateful mock model server",
+            source,
+        })
+}
+
+/// The Responses backend with `threads` on `server`.
+pub fn responses_backend(
+    server: &MockModelServer,
+    threads: ResponsesThreads,
+) -> Result<ResponsesBackend, BenchError> {
+    ResponsesBackend::new(ResponsesBackendConfig {
+        threads,
+        ..ResponsesBackendConfig::new(server.base_url(), "mock-model")
+    })
+    .map_err(|source| BenchError::Backend {
+        operation: "build the Responses backend",
+        source: source.into(),
+    })
+}
+
+/// One mode of the scripted session on the Responses backend with `threads`, against
+/// `server` (a stateful mock model server the caller owns, so it can read the requests back),
+/// measured against `probe`'s fresh threads.
+async fn drive_responses(
+    mode: BenchMode,
+    threads: ResponsesThreads,
+    server: &MockModelServer,
+    probe: &Probe,
+    turns: usize,
+) -> Result<Vec<ProjectionRow>, BenchError> {
+    let engine_config = BenchEngineConfig::default();
+    let backend = responses_backend(server, threads)?;
+    let (harness, _) = bench_harness(mode, engine_config, Arc::new(backend), memory_store()?);
+    let result = drive(
+        mode,
+        &harness,
+        Meter::Stateful(server),
+        Minimum::Probe(probe),
+        engine_config,
+        turns,
+    )
+    .await;
+    harness.shutdown().await;
+    result
+}
+
+/// Runs one mode of the scripted session on the Responses backend with `threads` against
+/// `server`, which must be a stateful mock model server (see [`MockModelConfig::stateful`]);
+/// the minimum is measured on a probe of its own. For tests that read the requests back.
+pub async fn run_responses_mode(
+    mode: BenchMode,
+    threads: ResponsesThreads,
+    server: &MockModelServer,
+    turns: usize,
+) -> Result<Vec<ProjectionRow>, BenchError> {
+    let probe = responses_probe(threads).await?;
+    let result = drive_responses(mode, threads, server, &probe, turns.max(1)).await;
+    probe.shutdown().await;
+    result
+}
+
+async fn responses_probe(threads: ResponsesThreads) -> Result<Probe, BenchError> {
+    let server = stateful_mock_model_server().await?;
+    let backend = responses_backend(&server, threads)?;
+    Ok(Probe {
+        backend: Box::new(backend),
+        server,
+        stateful: true,
+        _home: None,
+    })
+}
+
+/// The three modes on the Responses backend, once per thread kind (chain, then
+/// conversation): one run per kind, each mode on its own stateful mock model server.
+pub async fn run_responses(turns: usize) -> Result<Vec<ProjectionRun>, BenchError> {
+    let engine_config = BenchEngineConfig::default();
+    let mut runs = Vec::with_capacity(RESPONSES_THREAD_KINDS.len());
+    for threads in RESPONSES_THREAD_KINDS {
+        let probe = responses_probe(threads).await?;
+        let mut rows = Vec::new();
+        let mut failure = None;
+        for mode in BenchMode::ALL {
+            let server = stateful_mock_model_server().await?;
+            let result = drive_responses(mode, threads, &server, &probe, turns).await;
+            server.shutdown().await;
+            match result {
+                Ok(r) => rows.extend(r),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        probe.shutdown().await;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        runs.push(ProjectionRun {
+            backend: BenchBackend::Responses,
+            threads: Some(threads),
+            turns,
+            minimum: MinimumMethod::MeasuredFreshResponsesThread,
+            engine: engine_config,
+            rows,
+        });
+    }
+    Ok(runs)
+}
+
+/// The projection-cost runs of `backend`: one for the mock and Codex, one per thread kind for
+/// the Responses backend.
+pub async fn run(backend: BenchBackend, turns: usize) -> Result<Vec<ProjectionRun>, BenchError> {
+    Ok(match backend {
+        BenchBackend::Mock => vec![run_mock(turns).await?],
+        BenchBackend::Codex => vec![run_codex(turns).await?],
+        BenchBackend::Responses => run_responses(turns).await?,
     })
 }
 
@@ -468,7 +705,7 @@ pub fn format_table(run: &ProjectionRun) -> String {
     let _ = writeln!(
         out,
         "\n== Projection cost on the {} backend: {} turns, assembled context ~{} KB + one exchange per turn, epoch change every {} turns ==",
-        run.backend.as_str(),
+        run.backend_label(),
         run.turns,
         run.engine.background_chars / 1000,
         run.engine.epoch_turns
@@ -478,6 +715,12 @@ pub fn format_table(run: &ProjectionRun) -> String {
         "sent = chars ctxbridge sent to the backend; model = model-request bytes this turn; cum = cumulative model-request KB;\n×min = model / minimum, minimum {}",
         run.minimum.describe()
     );
+    if run.threads.is_some() {
+        let _ = writeln!(
+            out,
+            "model = the context the model was given (instructions + the conversation the server rebuilt, as the JSON a stateless client would send); wire = request bytes ctxbridge sent (the new turn only)"
+        );
+    }
     let _ = writeln!(
         out,
         "{:>4} {:>13} {:>8} | {:>7} {:>8} {:>7} | {:>7} {:>8} {:>7} {:>6} | {:>7} {:>8} {:>7} {:>6} {:<8}",
@@ -513,16 +756,22 @@ pub fn format_table(run: &ProjectionRun) -> String {
             t.thread_action
         );
     }
+    let wire = run.threads.is_some();
     let _ = writeln!(
         out,
-        "\n{:<20} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}",
+        "\n{:<31} {:>14} {:>16} {:>14} {:>11} {:>10} {:>12}{}",
         "mode",
         "sent (chars)",
         "model (bytes)",
         "minimum sum",
         "mean ×min",
         "max ×min",
-        "projections"
+        "projections",
+        if wire {
+            format!(" {:>14}", "wire (bytes)")
+        } else {
+            String::new()
+        }
     );
     let ac = BenchMode::ThreadBootstrapAdditionalContext;
     let has_ac = run.rows_of(ac).next().is_some();
@@ -534,14 +783,19 @@ pub fn format_table(run: &ProjectionRun) -> String {
             .fold(0.0f64, f64::max);
         let _ = writeln!(
             out,
-            "{:<20} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}",
-            mode.as_str(),
+            "{:<31} {:>14} {:>16} {:>14} {:>11.2} {:>10.2} {:>12}{}",
+            run.mode_label(mode),
             run.total_backend_chars(mode),
             run.total_model_bytes(mode),
             run.total_min_bytes(mode),
             run.mean_ratio(mode),
             max,
-            run.rows_of(mode).filter(|r| r.projected).count()
+            run.rows_of(mode).filter(|r| r.projected).count(),
+            if wire {
+                format!(" {:>14}", run.total_wire_bytes(mode))
+            } else {
+                String::new()
+            }
         );
     }
     let tb = run.mean_ratio(BenchMode::ThreadBootstrap);
@@ -576,7 +830,7 @@ pub fn format_table(run: &ProjectionRun) -> String {
 }
 
 /// The CSV columns, in order.
-pub const CSV_COLUMNS: [&str; 14] = [
+pub const CSV_COLUMNS: [&str; 15] = [
     "backend",
     "mode",
     "turn",
@@ -591,6 +845,7 @@ pub const CSV_COLUMNS: [&str; 14] = [
     "cumulative_model_request_bytes",
     "min_model_request_bytes",
     "ratio_to_min",
+    "wire_request_bytes",
 ];
 
 fn csv_field(value: &str) -> String {
@@ -603,35 +858,43 @@ fn csv_field(value: &str) -> String {
 
 /// The run as CSV text: a header and one row per mode and turn.
 pub fn to_csv(run: &ProjectionRun) -> String {
+    to_csv_runs(std::slice::from_ref(run))
+}
+
+/// Runs as one CSV text: a header, then one row per run, mode and turn.
+pub fn to_csv_runs(runs: &[ProjectionRun]) -> String {
     let mut out = CSV_COLUMNS.join(",");
     out.push('\n');
-    for r in &run.rows {
-        let fields = [
-            run.backend.as_str().to_string(),
-            r.mode.as_str().to_string(),
-            r.turn.to_string(),
-            r.epoch.clone(),
-            r.projected.to_string(),
-            r.reason.clone(),
-            r.thread_action.clone(),
-            r.backend_chars.to_string(),
-            r.cumulative_backend_chars.to_string(),
-            r.model_requests.to_string(),
-            r.model_request_bytes.to_string(),
-            r.cumulative_model_request_bytes.to_string(),
-            r.min_model_request_bytes.to_string(),
-            format!("{:.4}", r.ratio_to_min()),
-        ];
-        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-        out.push_str(&line.join(","));
-        out.push('\n');
+    for run in runs {
+        for r in &run.rows {
+            let fields = [
+                run.backend.as_str().to_string(),
+                run.mode_label(r.mode),
+                r.turn.to_string(),
+                r.epoch.clone(),
+                r.projected.to_string(),
+                r.reason.clone(),
+                r.thread_action.clone(),
+                r.backend_chars.to_string(),
+                r.cumulative_backend_chars.to_string(),
+                r.model_requests.to_string(),
+                r.model_request_bytes.to_string(),
+                r.cumulative_model_request_bytes.to_string(),
+                r.min_model_request_bytes.to_string(),
+                format!("{:.4}", r.ratio_to_min()),
+                r.wire_request_bytes.to_string(),
+            ];
+            let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+            out.push_str(&line.join(","));
+            out.push('\n');
+        }
     }
     out
 }
 
-/// Writes [`to_csv`] to `path`.
-pub fn write_csv(run: &ProjectionRun, path: &Path) -> Result<(), BenchError> {
-    std::fs::write(path, to_csv(run)).map_err(|source| BenchError::Io {
+/// Writes [`to_csv_runs`] to `path`.
+pub fn write_csv(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> {
+    std::fs::write(path, to_csv_runs(runs)).map_err(|source| BenchError::Io {
         operation: "write the CSV",
         path: path.to_path_buf(),
         source,

@@ -63,19 +63,18 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         Some(scale::measure_binding_cache(args.sessions.max(1)).await?)
     };
 
-    let run = match args.backend {
-        BenchBackend::Mock => projection_cost::run_mock(turns).await?,
-        BenchBackend::Codex => projection_cost::run_codex(turns).await?,
-    };
-    print!("{}", projection_cost::format_table(&run));
+    let runs = projection_cost::run(args.backend, turns).await?;
+    for run in &runs {
+        print!("{}", projection_cost::format_table(run));
+    }
     let csv = args
         .out
-        .join(format!("projection-{}.csv", run.backend.as_str()));
-    projection_cost::write_csv(&run, &csv)?;
+        .join(format!("projection-{}.csv", args.backend.as_str()));
+    projection_cost::write_csv(&runs, &csv)?;
     let svg = args
         .out
-        .join(format!("projection-{}.svg", run.backend.as_str()));
-    chart::write_svg(&run, &svg)?;
+        .join(format!("projection-{}.svg", args.backend.as_str()));
+    chart::write_svg(&runs, &svg)?;
     println!("wrote {} and {}", csv.display(), svg.display());
 
     if args.overhead_sessions > 0 {

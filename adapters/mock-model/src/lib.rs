@@ -10,7 +10,7 @@
 //!   appended to a JSONL log); [`MockModelServer::requests`] reads them back. A stateful mode
 //!   stores responses and honours `previous_response_id`, like the real API. Conversations
 //!   (`POST /v1/conversations`, `GET`/`DELETE /v1/conversations/{id}`,
-//!   `GET /v1/conversations/{id}/items`) are served too; in stateful mode a response naming a
+//!   `GET`/`POST /v1/conversations/{id}/items`) are served too; in stateful mode a response naming a
 //!   `conversation` is computed on its items and appends its input and output to them, and an
 //!   unknown conversation answers 404 with an OpenAI-style error.
 //! - [`script`]: per-request behaviour ([`ScriptedReply`]): reply text, usage, HTTP errors, a

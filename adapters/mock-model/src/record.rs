@@ -12,7 +12,7 @@ pub enum RequestKind {
     /// `POST /v1/responses/compact` (or `/responses/compact`): a unary compaction.
     Compact,
     /// `/v1/conversations…` (or `/conversations…`): create, retrieve, delete a conversation, or
-    /// list its items.
+    /// list or add its items.
     Conversations,
     /// Anything else; answered 404.
     Other,

@@ -204,8 +204,14 @@ impl MockModelServer {
                 "/conversations/:id",
                 get(retrieve_conversation).delete(delete_conversation),
             )
-            .route("/v1/conversations/:id/items", get(conversation_items))
-            .route("/conversations/:id/items", get(conversation_items))
+            .route(
+                "/v1/conversations/:id/items",
+                get(conversation_items).post(create_conversation_items),
+            )
+            .route(
+                "/conversations/:id/items",
+                get(conversation_items).post(create_conversation_items),
+            )
             .fallback(fallback)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -996,6 +1002,68 @@ async fn conversation_items(
         .get(&id)
         .map(|c| c.items.clone())
         .unwrap_or_default();
+    let first_id = items.first().and_then(|i| i.get("id")).cloned();
+    let last_id = items.last().and_then(|i| i.get("id")).cloned();
+    json_ok(&json!({
+        "object": "list",
+        "data": items,
+        "first_id": first_id,
+        "last_id": last_id,
+        "has_more": false,
+    }))
+}
+
+/// The most items one create call may carry (the API's limit).
+const MAX_ITEMS_PER_CALL: usize = 20;
+
+/// `POST /v1/conversations/{id}/items`: appends the body's `items` (at most 20) to the
+/// conversation and answers them as a list; 404 for an unknown conversation, 400 for a body
+/// that is not JSON or carries no items or too many.
+async fn create_conversation_items(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &body);
+    let mut record = incoming.record(RequestKind::Conversations);
+    record.conversation_id = Some(id.clone());
+    if let Err(response) = shared.reject_non_json(&mut record).await {
+        return response;
+    }
+    let items = normalize_input(record.body.get("items"));
+    if items.is_empty() || items.len() > MAX_ITEMS_PER_CALL {
+        record.status = StatusCode::BAD_REQUEST.as_u16();
+        shared.remember(&record).await;
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_value",
+            &format!(
+                "'items' must hold 1 to {MAX_ITEMS_PER_CALL} items, got {}.",
+                items.len()
+            ),
+            Some("items"),
+        );
+    }
+    let added = {
+        let mut conversations = lock(&shared.conversations);
+        match conversations.get_mut(&id) {
+            Some(conversation) => {
+                conversation.items.extend(items.iter().cloned());
+                true
+            }
+            None => false,
+        }
+    };
+    if !added {
+        record.status = StatusCode::NOT_FOUND.as_u16();
+        shared.remember(&record).await;
+        return conversation_not_found(&id);
+    }
+    shared.remember(&record).await;
     let first_id = items.first().and_then(|i| i.get("id")).cloned();
     let last_id = items.last().and_then(|i| i.get("id")).cloned();
     json_ok(&json!({

@@ -10,7 +10,9 @@ use url::Url;
 use crate::config::ResponsesConfig;
 use crate::error::ResponsesError;
 use crate::sse::{ResponseStream, StreamLimits};
-use crate::types::{CompactRequest, CompactedResponse, Conversation, CreateResponse, WireUsage};
+use crate::types::{
+    CompactRequest, CompactedResponse, Conversation, CreateResponse, InputItem, WireUsage,
+};
 use crate::urls::{endpoint, parse_base_url, redact_url};
 
 const CREATE_OPERATION: &str = "create response";
@@ -18,6 +20,13 @@ const COMPACT_OPERATION: &str = "compact response";
 const CREATE_CONVERSATION_OPERATION: &str = "create conversation";
 const RETRIEVE_CONVERSATION_OPERATION: &str = "retrieve conversation";
 const DELETE_CONVERSATION_OPERATION: &str = "delete conversation";
+const CREATE_ITEMS_OPERATION: &str = "create conversation items";
+const LIST_ITEMS_OPERATION: &str = "list conversation items";
+/// The most items one `POST /conversations` or `POST /conversations/{id}/items` may carry (the
+/// API's limit); longer lists go in several calls.
+pub const MAX_ITEMS_PER_CALL: usize = 20;
+/// Items asked for per page when listing a conversation (the API's largest page).
+const LIST_PAGE_LIMIT: &str = "100";
 /// Longest server error text kept in an error.
 const MAX_ERROR_BODY_CHARS: usize = 2_000;
 
@@ -49,6 +58,22 @@ struct StreamingBody<'a> {
     #[serde(flatten)]
     request: &'a CreateResponse,
     stream: bool,
+}
+
+/// The body of `POST /conversations` with items.
+#[derive(Serialize)]
+struct CreateConversationBody<'a> {
+    items: &'a [InputItem],
+}
+
+/// A page of `GET /conversations/{id}/items`.
+#[derive(Deserialize)]
+struct WireItemPage {
+    data: Vec<Value>,
+    #[serde(default)]
+    has_more: bool,
+    #[serde(default)]
+    last_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -255,6 +280,131 @@ impl ResponsesClient {
         let conversation = self.conversation_call(call).await?;
         tracing::debug!(conversation = %conversation.id, "created a conversation");
         Ok(conversation)
+    }
+
+    /// `POST {base_url}/conversations` with `items`: a new conversation that already holds them
+    /// (e.g. a compacted window). The first [`MAX_ITEMS_PER_CALL`] go with the creation, the rest
+    /// through [`ResponsesClient::create_conversation_items`].
+    pub async fn create_conversation_with_items(
+        &self,
+        items: &[InputItem],
+    ) -> Result<Conversation, ResponsesError> {
+        let (first, rest) = items.split_at(items.len().min(MAX_ITEMS_PER_CALL));
+        let body = serde_json::to_vec(&CreateConversationBody { items: first }).map_err(|e| {
+            ResponsesError::Config {
+                operation: CREATE_CONVERSATION_OPERATION,
+                message: format!("cannot encode the request: {e}"),
+            }
+        })?;
+        let url = endpoint(&self.base_url, &["conversations"]);
+        let call = Call {
+            operation: CREATE_CONVERSATION_OPERATION,
+            method: Method::POST,
+            url: &url,
+            body: Some(body),
+            accept: "application/json",
+            chained: false,
+            conversation: false,
+        };
+        let conversation = self.conversation_call(call).await?;
+        if !rest.is_empty() {
+            self.create_conversation_items(&conversation.id, rest)
+                .await?;
+        }
+        tracing::debug!(conversation = %conversation.id, items = items.len(), "created a conversation with items");
+        Ok(conversation)
+    }
+
+    /// `POST {base_url}/conversations/{id}/items`: appends `items` to the conversation, in
+    /// order, [`MAX_ITEMS_PER_CALL`] per call. A conversation that does not exist is an error
+    /// for which [`ResponsesError::is_conversation_not_found`] holds.
+    pub async fn create_conversation_items(
+        &self,
+        id: &str,
+        items: &[InputItem],
+    ) -> Result<(), ResponsesError> {
+        let url = endpoint(&self.base_url, &["conversations", id, "items"]);
+        for chunk in items.chunks(MAX_ITEMS_PER_CALL) {
+            let body =
+                serde_json::to_vec(&CreateConversationBody { items: chunk }).map_err(|e| {
+                    ResponsesError::Config {
+                        operation: CREATE_ITEMS_OPERATION,
+                        message: format!("cannot encode the request: {e}"),
+                    }
+                })?;
+            let call = Call {
+                operation: CREATE_ITEMS_OPERATION,
+                method: Method::POST,
+                url: &url,
+                body: Some(body),
+                accept: "application/json",
+                chained: false,
+                conversation: true,
+            };
+            let response = self.send_with_retries(call).await?;
+            let bytes = self
+                .read_json_body(CREATE_ITEMS_OPERATION, response)
+                .await?;
+            serde_json::from_slice::<WireItemPage>(&bytes).map_err(|e| ResponsesError::Decode {
+                operation: CREATE_ITEMS_OPERATION,
+                what: "conversation item list".into(),
+                message: e.to_string(),
+            })?;
+        }
+        tracing::debug!(conversation = %id, items = items.len(), "added conversation items");
+        Ok(())
+    }
+
+    /// `GET {base_url}/conversations/{id}/items`, oldest first, every page: the whole
+    /// conversation. A conversation that does not exist is an error for which
+    /// [`ResponsesError::is_conversation_not_found`] holds.
+    pub async fn list_conversation_items(&self, id: &str) -> Result<Vec<Value>, ResponsesError> {
+        let mut items = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = endpoint(&self.base_url, &["conversations", id, "items"]);
+            {
+                let mut query = url.query_pairs_mut();
+                query.append_pair("order", "asc");
+                query.append_pair("limit", LIST_PAGE_LIMIT);
+                if let Some(after) = &after {
+                    query.append_pair("after", after);
+                }
+            }
+            let call = Call {
+                operation: LIST_ITEMS_OPERATION,
+                method: Method::GET,
+                url: &url,
+                body: None,
+                accept: "application/json",
+                chained: false,
+                conversation: true,
+            };
+            let response = self.send_with_retries(call).await?;
+            let bytes = self.read_json_body(LIST_ITEMS_OPERATION, response).await?;
+            let page: WireItemPage =
+                serde_json::from_slice(&bytes).map_err(|e| ResponsesError::Decode {
+                    operation: LIST_ITEMS_OPERATION,
+                    what: "conversation item list".into(),
+                    message: e.to_string(),
+                })?;
+            let received = page.data.len();
+            items.extend(page.data);
+            match (page.has_more, page.last_id) {
+                // A page that says more follow but gives nothing to continue from would loop.
+                (true, Some(last)) if received > 0 && after.as_deref() != Some(last.as_str()) => {
+                    after = Some(last);
+                }
+                (true, _) => {
+                    return Err(ResponsesError::Decode {
+                        operation: LIST_ITEMS_OPERATION,
+                        what: "conversation item list".into(),
+                        message: "has_more is true but the page gives no new last_id".into(),
+                    })
+                }
+                (false, _) => return Ok(items),
+            }
+        }
     }
 
     /// `GET {base_url}/conversations/{id}`. A conversation that does not exist (or was deleted)

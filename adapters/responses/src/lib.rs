@@ -20,7 +20,7 @@
 //!   values become `***`) for every URL that is printed.
 //! - [`client`]: [`ResponsesClient`], the HTTP side: bearer auth, bounded retries with backoff for
 //!   5xx and connection errors before the response started, none for 4xx; conversations
-//!   (create, retrieve, delete).
+//!   (create — empty or with items —, retrieve, delete) and their items (create, list).
 //! - [`error`]: [`ResponsesError`], carrying the operation, HTTP status and the API's error code.
 //!
 //! Secrets: the API key is sent only as a sensitive `Authorization` header. It is absent from

@@ -750,3 +750,153 @@ async fn an_endless_delta_stream_hits_the_reply_cap() {
         "{error:?}"
     );
 }
+
+/// Requests a conversations server saw: method, path, query and body.
+type ConversationLog = Arc<Mutex<Vec<(String, String, Option<String>, Value)>>>;
+
+/// A conversations server: `POST /v1/conversations` creates `conv_1`, `POST …/items` answers
+/// the items as a list, and `GET …/items` serves `items` in pages of `page` items following
+/// `after` (an item id), oldest first.
+async fn conversations_server(items: Vec<Value>, page: usize) -> (String, ConversationLog) {
+    let log: ConversationLog = Arc::default();
+    let state = (log.clone(), Arc::new(items));
+    let app =
+        Router::new()
+            .route(
+                "/v1/conversations",
+                post(
+                    |State((log, _)): State<(ConversationLog, Arc<Vec<Value>>)>,
+                     uri: Uri,
+                     body: Bytes| async move {
+                        let body: Value = serde_json::from_slice(&body).unwrap();
+                        log.lock().unwrap().push((
+                            "POST".into(),
+                            uri.path().to_owned(),
+                            uri.query().map(str::to_owned),
+                            body,
+                        ));
+                        axum::Json(json!({"id": "conv_1", "object": "conversation",
+                                      "created_at": 1, "metadata": {}}))
+                    },
+                ),
+            )
+            .route(
+                "/v1/conversations/:id/items",
+                post(
+                    |State((log, _)): State<(ConversationLog, Arc<Vec<Value>>)>,
+                     uri: Uri,
+                     body: Bytes| async move {
+                        let body: Value = serde_json::from_slice(&body).unwrap();
+                        let data = body["items"].clone();
+                        log.lock().unwrap().push((
+                            "POST".into(),
+                            uri.path().to_owned(),
+                            uri.query().map(str::to_owned),
+                            body,
+                        ));
+                        axum::Json(json!({"object": "list", "data": data,
+                                      "first_id": null, "last_id": null, "has_more": false}))
+                    },
+                )
+                .get(
+                    move |State((log, items)): State<(ConversationLog, Arc<Vec<Value>>)>,
+                          uri: Uri| async move {
+                        let query = uri.query().unwrap_or("").to_owned();
+                        log.lock().unwrap().push((
+                            "GET".into(),
+                            uri.path().to_owned(),
+                            Some(query.clone()),
+                            Value::Null,
+                        ));
+                        let after = query
+                            .split('&')
+                            .find_map(|pair| pair.strip_prefix("after="))
+                            .map(str::to_owned);
+                        let start = match after {
+                            Some(after) => items.iter().position(|i| i["id"] == after).unwrap() + 1,
+                            None => 0,
+                        };
+                        let end = (start + page).min(items.len());
+                        let data: Vec<Value> = items[start..end].to_vec();
+                        axum::Json(json!({"object": "list", "data": data,
+                                      "first_id": data.first().map(|i| i["id"].clone()),
+                                      "last_id": data.last().map(|i| i["id"].clone()),
+                                      "has_more": end < items.len()}))
+                    },
+                ),
+            )
+            .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{address}/v1"), log)
+}
+
+/// Listing a conversation follows the pages (`order=asc`, `after` = the last id) until
+/// `has_more` is false and returns every item in order.
+#[tokio::test]
+async fn listing_conversation_items_follows_every_page() {
+    let items: Vec<Value> = (1..=5)
+        .map(|i| {
+            json!({"id": format!("msg_{i}"), "type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": format!("m{i}")}]})
+        })
+        .collect();
+    let (base, log) = conversations_server(items.clone(), 2).await;
+    let listed = client(&base)
+        .list_conversation_items("conv_1")
+        .await
+        .unwrap();
+    assert_eq!(listed, items);
+    let queries: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, _, q, _)| q.clone().unwrap())
+        .collect();
+    assert_eq!(
+        queries,
+        vec![
+            "order=asc&limit=100".to_string(),
+            "order=asc&limit=100&after=msg_2".to_string(),
+            "order=asc&limit=100&after=msg_4".to_string(),
+        ]
+    );
+}
+
+/// A conversation created with more items than one call may carry gets the first 20 at creation
+/// and the rest through the items endpoint, 20 a call, in order.
+#[tokio::test]
+async fn creating_a_conversation_with_items_sends_twenty_a_call() {
+    let (base, log) = conversations_server(Vec::new(), 100).await;
+    let items: Vec<InputItem> = (0..45)
+        .map(|i| InputItem::user_text(format!("m{i}")))
+        .collect();
+    let conversation = client(&base)
+        .create_conversation_with_items(&items)
+        .await
+        .unwrap();
+    assert_eq!(conversation.id, "conv_1");
+    let log = log.lock().unwrap().clone();
+    let calls: Vec<(String, usize)> = log
+        .iter()
+        .map(|(_, path, _, body)| (path.clone(), body["items"].as_array().unwrap().len()))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("/v1/conversations".to_string(), 20),
+            ("/v1/conversations/conv_1/items".to_string(), 20),
+            ("/v1/conversations/conv_1/items".to_string(), 5),
+        ]
+    );
+    let sent: Vec<Value> = log
+        .iter()
+        .flat_map(|(_, _, _, body)| body["items"].as_array().unwrap().clone())
+        .collect();
+    let expected: Vec<Value> = items
+        .iter()
+        .map(|i| serde_json::to_value(i).unwrap())
+        .collect();
+    assert_eq!(sent, expected, "every item once, in order");
+}
