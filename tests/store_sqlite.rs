@@ -75,6 +75,8 @@ conformance_tests!(
     quarantine_records,
     bootstrap_marks,
     lease_lifecycle,
+    dead_holder_is_taken_over_at_once,
+    heartbeat_extends_expiry,
     documents,
     retention_sweep,
     sweep_is_bounded,
