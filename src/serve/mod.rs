@@ -17,6 +17,7 @@
 //!   the pure rewriting of relayed messages.
 //! - `upstream`: starting the `codex app-server` child and its raw JSON-RPC connection.
 //! - `framing`: bounded newline-delimited reading.
+//! - `fuzzing`: the fuzz targets' entry point (client bytes → frames → routing), not API.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -31,6 +32,8 @@ use crate::store::StateStore;
 mod client;
 pub mod command;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod listen;
 pub mod router;
 pub mod sessions;
