@@ -26,6 +26,9 @@ use ctxbridge::engines::process::protocol::{
 use ctxbridge::quarantine::{
     validate_assemble_result, validate_compact_result, validate_ingest_batch_result, CallerSession,
 };
+use ctxbridge::serve::fuzzing::{client_frames, Frame};
+use ctxbridge::serve::thread_map::{thread_of, Direction};
+use ctxbridge::serve::{ThreadMap, DEFAULT_MAX_MESSAGE_BYTES};
 use futures::StreamExt;
 use responses_client::sse::ResponseStream;
 use responses_client::types::ResponseEvent;
@@ -285,4 +288,105 @@ pub fn responses_sse(data: &[u8]) {
         }
         assert!(ended, "the stream ended without a final event");
     });
+}
+
+// ------------------------------------------------------------------------------------------
+// serve_client_frame
+// ------------------------------------------------------------------------------------------
+
+/// `ctxbridge serve`'s client side of a unix-socket or stdio connection
+/// (`serve::fuzzing::client_frames`): the bounded line reader, the client actor's frame
+/// classification with its handshake state, and the router's client→backend thread-id
+/// rewriting, with one session rotated (client thread `client-th` served by `backend-th`).
+/// Byte 0 sets the message limit (×16 bytes; 0xff: the default 8 MiB), byte 1 the chunking,
+/// the rest is what the client sends. Checked: no more frames than lines; nothing reaches the
+/// router before the one accepted `initialize`; every rejection is a JSON-RPC error with an id,
+/// a numeric code and a message (an oversize line's names the limit); the client thread id
+/// never reaches the backend as a request's thread; rewriting a notification or answer back to
+/// the client restores it.
+pub fn serve_client_frame(data: &[u8]) {
+    let [limit, seed, stream @ ..] = data else {
+        return;
+    };
+    let max = if *limit == 0xff {
+        DEFAULT_MAX_MESSAGE_BYTES
+    } else {
+        usize::from(*limit) * 16
+    };
+    let mut threads = ThreadMap::new(None);
+    threads
+        .bind("client-th", "backend-th")
+        .unwrap_or_else(|e| panic!("binding in memory failed: {e}"));
+    let reader = ChunkedReader {
+        data: stream,
+        step: usize::from(*seed) % 29 + 1,
+    };
+    let routed = runtime().block_on(client_frames(reader, max, &mut threads));
+    let lines = stream.iter().filter(|b| **b == b'\n').count() + 1;
+    assert!(routed.len() <= lines, "more frames than lines");
+    let mut initialized = false;
+    for entry in &routed {
+        let original = match &entry.frame {
+            Frame::Skip => None,
+            Frame::Initialize { .. } => {
+                assert!(!initialized, "a second initialize was accepted");
+                initialized = true;
+                None
+            }
+            Frame::Reject(message) => {
+                assert!(message.get("id").is_some(), "a rejection without an id");
+                assert!(
+                    message["error"]["code"].is_i64(),
+                    "a rejection without a code"
+                );
+                let text = message["error"]["message"].as_str();
+                assert!(text.is_some(), "a rejection without a message");
+                if text.is_some_and(|t| t.starts_with("message of ")) {
+                    assert!(text.is_some_and(|t| t.contains(&format!("limit of {max} bytes"))));
+                }
+                None
+            }
+            Frame::Request { .. } => {
+                assert!(
+                    initialized,
+                    "a request reached the router before initialize"
+                );
+                assert_ne!(
+                    entry.thread.as_deref(),
+                    Some("client-th"),
+                    "a client thread id reached the backend"
+                );
+                None
+            }
+            Frame::Notification { params, .. } => {
+                assert!(
+                    initialized,
+                    "a notification reached the router before initialize"
+                );
+                Some(params.clone().unwrap_or(Value::Null))
+            }
+            Frame::Response { outcome, .. } => {
+                assert!(
+                    initialized,
+                    "an answer reached the router before initialize"
+                );
+                outcome.as_ref().ok().cloned()
+            }
+        };
+        if let (Some(original), Some(rewritten)) = (original, &entry.rewritten) {
+            assert_ne!(
+                thread_of(rewritten),
+                Some("client-th"),
+                "a client thread id went upstream"
+            );
+            if !original.to_string().contains("backend-th") {
+                let mut back = rewritten.clone();
+                threads.rewrite(&mut back, Direction::ToClient, None);
+                assert_eq!(
+                    back, original,
+                    "rewriting there and back changed the message"
+                );
+            }
+        }
+    }
 }

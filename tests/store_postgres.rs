@@ -12,10 +12,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxbridge::backend::MockBackend;
-use ctxbridge::harness::{Harness, HarnessConfig, TurnSpec};
+use async_trait::async_trait;
+use ctxbridge::backend::{
+    BackendError, BackendKind, BackendProfile, Completion, CompletionRequest, MockBackend,
+    NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
+    TurnRequest,
+};
+use ctxbridge::harness::{now_ms, Harness, HarnessConfig, TurnSpec};
 use ctxbridge::quarantine::{QuarantineBook, QuarantineEngine};
-use ctxbridge::store::{conformance, PostgresOptions, PostgresStore, StateStore, StoreError};
+use ctxbridge::store::{
+    conformance, LeaseAttempt, PostgresOptions, PostgresStore, StateStore, StoreError,
+};
+use tokio::sync::{mpsc, Notify};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -145,6 +153,8 @@ conformance_tests!(
     bootstrap_marks,
     delete_session,
     lease_lifecycle,
+    dead_holder_is_taken_over_at_once,
+    heartbeat_extends_expiry,
     documents,
     retention_sweep,
     sweep_is_bounded,
@@ -403,6 +413,167 @@ async fn two_harnesses_single_flight_thread_creation() {
         .filter(|t| t.starts_with("prompt "))
         .collect();
     assert_eq!(prompts.len(), 10);
+}
+
+/// The lease holder id of a process of this host that does not exist (the harness's format,
+/// `ctxbridge@HOST:PID:START:NONCE`).
+fn dead_local_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    format!("ctxbridge@{}:{}:1:deadbeef", host.trim(), u32::MAX - 1)
+}
+
+/// A lease on PostgreSQL left by a process of this host that no longer exists, with an hour to
+/// run, is taken over at once: the harness's turn runs without waiting (its lease wait is far
+/// shorter than the dead lease's expiry) and fences the dead holder's late writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_takes_over_a_dead_local_holder_at_once() {
+    let Some(db) = TestDb::new("harness_takes_over_a_dead_local_holder_at_once") else {
+        return;
+    };
+    let store = db.dyn_store();
+    let harness = Harness::new(
+        HarnessConfig {
+            lease_wait: Duration::from_millis(200),
+            ..HarnessConfig::default()
+        },
+        Arc::new(QuarantineEngine::legacy(Arc::new(QuarantineBook::new()))),
+        Arc::new(MockBackend::with_store(store.clone())),
+        store.clone(),
+    );
+    let key = harness.binding_key_for("s");
+    let dead = match store
+        .try_acquire_lease(&key, &dead_local_holder(), now_ms(), 3_600_000)
+        .unwrap()
+    {
+        LeaseAttempt::Acquired(lease) => lease,
+        busy => panic!("{busy:?}"),
+    };
+    harness
+        .turn(TurnSpec::new("s", "after the dead one"))
+        .await
+        .unwrap();
+    assert_eq!(harness.transcript("s").unwrap().len(), 2);
+    let late = store.save_binding(&key, "{}", dead.generation);
+    assert!(
+        matches!(late, Err(StoreError::StaleGeneration { held, .. }) if held == dead.generation),
+        "{late:?}"
+    );
+}
+
+/// The mock backend, whose turns wait until they are let go.
+#[derive(Clone)]
+struct HeldBackend {
+    inner: MockBackend,
+    go: Arc<Notify>,
+}
+
+#[async_trait]
+impl ThreadedBackend for HeldBackend {
+    fn kind(&self) -> BackendKind {
+        self.inner.kind()
+    }
+    fn label(&self) -> &str {
+        self.inner.label()
+    }
+    fn profile(&self) -> BackendProfile {
+        self.inner.profile()
+    }
+    async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
+        self.inner.start_thread(request).await
+    }
+    async fn resume_thread(
+        &self,
+        thread_id: &ThreadId,
+        resume: &ResumeThread,
+    ) -> Result<(), BackendError> {
+        self.inner.resume_thread(thread_id, resume).await
+    }
+    async fn inject_developer_message(
+        &self,
+        thread_id: &ThreadId,
+        text: &str,
+    ) -> Result<(), BackendError> {
+        self.inner.inject_developer_message(thread_id, text).await
+    }
+    async fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: mpsc::Sender<TurnEvent>,
+    ) -> Result<TurnOutcome, BackendError> {
+        self.go.notified().await;
+        self.inner.run_turn(request, events).await
+    }
+    async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
+        self.inner.compact_thread(thread_id).await
+    }
+    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
+        self.inner.complete(request).await
+    }
+}
+
+/// The harness's heartbeat renews its lease on PostgreSQL: while a turn runs longer than the
+/// lease TTL, another instance keeps seeing the lease held by the harness, with an expiry that
+/// moves on, and the turn's writes (same generation) succeed afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_heartbeat_renews_on_postgres() {
+    let Some(db) = TestDb::new("harness_heartbeat_renews_on_postgres") else {
+        return;
+    };
+    let store = db.dyn_store();
+    let other = db.dyn_store();
+    let backend = HeldBackend {
+        inner: MockBackend::with_store(store.clone()),
+        go: Arc::new(Notify::new()),
+    };
+    let harness = Arc::new(Harness::new(
+        HarnessConfig {
+            lease_ttl: Duration::from_secs(3),
+            ..HarnessConfig::default()
+        },
+        Arc::new(QuarantineEngine::legacy(Arc::new(QuarantineBook::new()))),
+        Arc::new(backend.clone()),
+        store,
+    ));
+    let key = harness.binding_key_for("s");
+    let running = {
+        let harness = harness.clone();
+        tokio::spawn(async move { harness.turn(TurnSpec::new("s", "long turn")).await })
+    };
+    // Whoever looks while the turn runs finds the harness holding the session.
+    let held = || match other
+        .try_acquire_lease(&key, "probe", now_ms(), 1_000)
+        .unwrap()
+    {
+        LeaseAttempt::Busy {
+            holder,
+            expires_at_ms,
+        } => (holder, expires_at_ms),
+        LeaseAttempt::Acquired(lease) => panic!("the running turn's lease was free: {lease:?}"),
+    };
+    let (holder, first_expiry) = loop {
+        match other.try_acquire_lease(&key, "probe", 0, 0).unwrap() {
+            LeaseAttempt::Busy {
+                holder,
+                expires_at_ms,
+            } => break (holder, expires_at_ms),
+            // Not taken yet (the probe's lease expires at 0, so it never blocks the turn).
+            LeaseAttempt::Acquired(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert!(holder.starts_with("ctxbridge@"), "{holder}");
+    let renewed = loop {
+        let (now_holder, expiry) = held();
+        assert_eq!(now_holder, holder);
+        if expiry > first_expiry {
+            break expiry;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(renewed > first_expiry);
+    backend.go.notify_one();
+    let reply = running.await.unwrap().unwrap();
+    assert_eq!(reply.reason, "legacy-engine");
+    assert_eq!(harness.transcript("s").unwrap().len(), 2);
 }
 
 /// Runs `ctxbridge turn --json` in `dir` and returns its JSON object.

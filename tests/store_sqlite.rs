@@ -76,6 +76,8 @@ conformance_tests!(
     bootstrap_marks,
     delete_session,
     lease_lifecycle,
+    dead_holder_is_taken_over_at_once,
+    heartbeat_extends_expiry,
     documents,
     retention_sweep,
     sweep_is_bounded,

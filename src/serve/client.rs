@@ -7,20 +7,137 @@
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::serve::framing::Line;
 use crate::serve::router::{ConnId, HubMsg, Outbound, RpcError, INVALID_REQUEST, PARSE_ERROR};
 
 /// What a transport read from the client.
 #[derive(Debug)]
-pub(crate) enum Inbound {
+pub enum Inbound {
     /// One message's text.
     Text(String),
     /// A line-framed message over the size limit was skipped (its length).
     Oversize(usize),
 }
 
-fn error_message(id: Value, code: i64, message: impl Into<String>) -> Outbound {
+fn error_message(id: Value, code: i64, message: impl Into<String>) -> Value {
     let error = RpcError::new(code, message);
-    Outbound::Message(json!({"id": id, "error": {"code": error.code, "message": error.message}}))
+    json!({"id": id, "error": {"code": error.code, "message": error.message}})
+}
+
+/// The message a transport hands on for one line of a newline-delimited connection: its text
+/// (invalid UTF-8 replaced) or, for a line over the limit, its length. `None` at the end.
+pub(crate) fn inbound_of(line: Line, bytes: &[u8]) -> Option<Inbound> {
+    match line {
+        Line::Complete => Some(Inbound::Text(String::from_utf8_lossy(bytes).into_owned())),
+        Line::TooLong(len) => Some(Inbound::Oversize(len)),
+        Line::Eof => None,
+    }
+}
+
+/// What one client frame asks of its connection, decided from the frame and the connection's
+/// handshake state alone ([`classify`]); [`run`] acts on it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// Nothing to do: a blank line, the client's `initialized`, or a notification before
+    /// `initialize`.
+    Skip,
+    /// Answer the client with this error message and read on.
+    Reject(Value),
+    /// `initialize` (with `clientInfo`), the first on this connection.
+    Initialize { id: Value },
+    /// A request after `initialize`, for the router.
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+    /// A notification after `initialize`, for the router.
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    /// The client's answer to a server→client request (after `initialize`).
+    Response {
+        id: Value,
+        outcome: Result<Value, Value>,
+    },
+}
+
+/// Classifies one client frame: framing and JSON errors, the handshake rules (Codex's "Not
+/// initialized", "Already initialized", `clientInfo` required), requests, notifications and
+/// answers. `initialized`: this connection's `initialize` succeeded.
+pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> Frame {
+    let text = match frame {
+        Inbound::Text(text) => text,
+        Inbound::Oversize(len) => {
+            return Frame::Reject(error_message(
+                Value::Null,
+                INVALID_REQUEST,
+                format!("message of {len} bytes exceeds the limit of {max_message_bytes} bytes"),
+            ));
+        }
+    };
+    if text.trim().is_empty() {
+        return Frame::Skip;
+    }
+    let mut message = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(message)) => message,
+        Ok(_) => {
+            return Frame::Reject(error_message(
+                Value::Null,
+                INVALID_REQUEST,
+                "Invalid request: not a JSON object",
+            ));
+        }
+        Err(error) => {
+            tracing::debug!(%error, "serve: garbage from a client");
+            return Frame::Reject(error_message(
+                Value::Null,
+                PARSE_ERROR,
+                format!("Parse error: {error}"),
+            ));
+        }
+    };
+    let method = match message.remove("method") {
+        Some(Value::String(method)) => Some(method),
+        _ => None,
+    };
+    let id = message.remove("id");
+    let params = message.remove("params");
+    match (method, id) {
+        (Some(method), Some(id)) if method == "initialize" => {
+            if initialized {
+                Frame::Reject(error_message(id, INVALID_REQUEST, "Already initialized"))
+            } else if params.as_ref().and_then(|p| p.get("clientInfo")).is_none() {
+                Frame::Reject(error_message(
+                    id,
+                    INVALID_REQUEST,
+                    "Invalid request: missing field `clientInfo`",
+                ))
+            } else {
+                Frame::Initialize { id }
+            }
+        }
+        (Some(_), Some(id)) if !initialized => {
+            Frame::Reject(error_message(id, INVALID_REQUEST, "Not initialized"))
+        }
+        (Some(method), Some(id)) => Frame::Request { id, method, params },
+        // ctxbridge sent the upstream its own `initialized`.
+        (Some(method), None) if method == "initialized" || !initialized => Frame::Skip,
+        (Some(method), None) => Frame::Notification { method, params },
+        (None, Some(id)) if initialized => {
+            let outcome = match message.remove("error") {
+                Some(error) => Err(error),
+                None => Ok(message.remove("result").unwrap_or(Value::Null)),
+            };
+            Frame::Response { id, outcome }
+        }
+        (None, _) => Frame::Reject(error_message(
+            Value::Null,
+            INVALID_REQUEST,
+            "Invalid request: neither a method nor an answer",
+        )),
+    }
 }
 
 /// Runs one connection until its inbound side ends.
@@ -33,62 +150,12 @@ pub(crate) async fn run(
 ) {
     let mut initialized = false;
     while let Some(frame) = inbound.recv().await {
-        let text = match frame {
-            Inbound::Text(text) => text,
-            Inbound::Oversize(len) => {
-                let _ = out.send(error_message(
-                    Value::Null,
-                    INVALID_REQUEST,
-                    format!(
-                        "message of {len} bytes exceeds the limit of {max_message_bytes} bytes"
-                    ),
-                ));
-                continue;
+        match classify(frame, initialized, max_message_bytes) {
+            Frame::Skip => {}
+            Frame::Reject(message) => {
+                let _ = out.send(Outbound::Message(message));
             }
-        };
-        if text.trim().is_empty() {
-            continue;
-        }
-        let message = match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(message)) => message,
-            Ok(_) => {
-                let _ = out.send(error_message(
-                    Value::Null,
-                    INVALID_REQUEST,
-                    "Invalid request: not a JSON object",
-                ));
-                continue;
-            }
-            Err(error) => {
-                tracing::debug!(%error, "serve: garbage from a client");
-                let _ = out.send(error_message(
-                    Value::Null,
-                    PARSE_ERROR,
-                    format!("Parse error: {error}"),
-                ));
-                continue;
-            }
-        };
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let id = message.get("id").cloned();
-        let params = message.get("params").cloned();
-        match (method, id) {
-            (Some(method), Some(id)) if method == "initialize" => {
-                if initialized {
-                    let _ = out.send(error_message(id, INVALID_REQUEST, "Already initialized"));
-                    continue;
-                }
-                if params.as_ref().and_then(|p| p.get("clientInfo")).is_none() {
-                    let _ = out.send(error_message(
-                        id,
-                        INVALID_REQUEST,
-                        "Invalid request: missing field `clientInfo`",
-                    ));
-                    continue;
-                }
+            Frame::Initialize { id } => {
                 let (reply, answer) = oneshot::channel();
                 if hub
                     .send(HubMsg::Initialize {
@@ -117,10 +184,7 @@ pub(crate) async fn run(
                 };
                 let _ = out.send(Outbound::Message(message));
             }
-            (Some(_), Some(id)) if !initialized => {
-                let _ = out.send(error_message(id, INVALID_REQUEST, "Not initialized"));
-            }
-            (Some(method), Some(id)) => {
+            Frame::Request { id, method, params } => {
                 let _ = hub.send(HubMsg::Request {
                     conn,
                     id,
@@ -128,28 +192,15 @@ pub(crate) async fn run(
                     params,
                 });
             }
-            // ctxbridge sent the upstream its own `initialized`.
-            (Some(method), None) if method == "initialized" || !initialized => {}
-            (Some(method), None) => {
+            Frame::Notification { method, params } => {
                 let _ = hub.send(HubMsg::Notification {
                     conn,
                     method,
                     params,
                 });
             }
-            (None, Some(id)) if initialized => {
-                let outcome = match message.get("error") {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-                };
+            Frame::Response { id, outcome } => {
                 let _ = hub.send(HubMsg::Response { conn, id, outcome });
-            }
-            (None, _) => {
-                let _ = out.send(error_message(
-                    Value::Null,
-                    INVALID_REQUEST,
-                    "Invalid request: neither a method nor an answer",
-                ));
             }
         }
     }

@@ -20,6 +20,7 @@
 //! - `history`: a session's conversation across its backend threads, as `thread/read` and
 //!   `thread/turns/list` show it.
 //! - `framing`: bounded newline-delimited reading.
+//! - `fuzzing`: the fuzz targets' entry point (client bytes → frames → routing), not API.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -35,6 +36,8 @@ use crate::store::StateStore;
 mod client;
 pub mod command;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 mod history;
 pub mod listen;
 pub mod router;

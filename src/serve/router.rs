@@ -524,7 +524,7 @@ fn show_user_input(params: &mut Value, input: &Value) {
 }
 
 /// Methods whose thread the asking client subscribes to.
-fn subscribes(method: &str) -> bool {
+pub(crate) fn subscribes(method: &str) -> bool {
     matches!(
         method,
         "thread/resume"

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::serve::client::{self, Inbound};
-use crate::serve::framing::{read_bounded_line, Line};
+use crate::serve::framing::read_bounded_line;
 use crate::serve::listen::CapabilityToken;
 use crate::serve::router::{HubMsg, Outbound};
 
@@ -193,9 +193,10 @@ where
     loop {
         let inbound =
             match read_bounded_line(&mut reader, &mut line, shared.max_message_bytes).await {
-                Ok(Line::Complete) => Inbound::Text(String::from_utf8_lossy(&line).into_owned()),
-                Ok(Line::TooLong(len)) => Inbound::Oversize(len),
-                Ok(Line::Eof) => break,
+                Ok(read) => match client::inbound_of(read, &line) {
+                    Some(inbound) => inbound,
+                    None => break,
+                },
                 Err(error) => {
                     tracing::info!(%error, "serve: reading a client failed");
                     break;

@@ -2,7 +2,9 @@
 //! embedded SQLite store, across machines.
 //!
 //! - Session leases live in one row per session; taking one is a single upsert that only
-//!   succeeds for the same holder or an expired lease, and bumps the fencing generation.
+//!   succeeds for the same holder, an expired lease, or (a takeover) the lease of a holder
+//!   known to have died, and bumps the fencing generation. The holder's heartbeat renews the
+//!   expiry of its own generation and leaves the generation as it is.
 //! - Fenced writes (a binding, a whole turn) read the session's lease generation `FOR SHARE`
 //!   inside the writing transaction: a takeover either commits before (and the stale write is
 //!   refused with [`StoreError::StaleGeneration`]) or waits until the write has committed.
@@ -757,6 +759,73 @@ fn outbox_row(row: &Row) -> Result<OutboxRow, tokio_postgres::Error> {
     })
 }
 
+impl PostgresStore {
+    /// Takes the session's lease for `holder` when it is free, expired, already `holder`'s, or
+    /// held by `dead_holder` (a holder known to have died); the new generation is one above
+    /// the last, which fences every earlier holder.
+    fn acquire_lease(
+        &self,
+        operation: &'static str,
+        session: &str,
+        holder: &str,
+        dead_holder: Option<&str>,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        let (session, holder) = (session.to_string(), holder.to_string());
+        let dead_holder = dead_holder.map(str::to_string);
+        let expires_at_ms = now_ms.saturating_add(ttl_ms);
+        self.run(operation, move |mut client| async move {
+            let tx = client.transaction().await?;
+            // One statement decides and writes: the same holder, the named dead holder's
+            // successor, or anyone once the lease has expired, takes it with the next
+            // generation. A refused upsert still locks the row, so the read below sees the
+            // holder that refused us. (`$5` is NULL without a dead holder: it matches nobody.)
+            let acquired = tx
+                .query_opt(
+                    "INSERT INTO ctxbridge_leases AS l (session, holder, generation, expires_at_ms)
+                     VALUES ($1, $2, 1, $4)
+                     ON CONFLICT (session) DO UPDATE
+                       SET holder = EXCLUDED.holder, generation = l.generation + 1,
+                           expires_at_ms = EXCLUDED.expires_at_ms
+                       WHERE l.holder = EXCLUDED.holder OR l.holder = $5::text
+                         OR l.expires_at_ms <= $3
+                     RETURNING generation",
+                    &[
+                        &session,
+                        &holder,
+                        &to_db(now_ms),
+                        &to_db(expires_at_ms),
+                        &dead_holder,
+                    ],
+                )
+                .await?;
+            let attempt = match acquired {
+                Some(row) => LeaseAttempt::Acquired(Lease {
+                    generation: from_db(row.try_get(0)?),
+                    session,
+                    holder,
+                    expires_at_ms,
+                }),
+                None => {
+                    let row = tx
+                        .query_one(
+                            "SELECT holder, expires_at_ms FROM ctxbridge_leases WHERE session = $1",
+                            &[&session],
+                        )
+                        .await?;
+                    LeaseAttempt::Busy {
+                        holder: row.try_get(0)?,
+                        expires_at_ms: from_db(row.try_get(1)?),
+                    }
+                }
+            };
+            tx.commit().await?;
+            Ok(attempt)
+        })
+    }
+}
+
 impl StateStore for PostgresStore {
     fn location(&self) -> String {
         match &self.schema {
@@ -1071,47 +1140,53 @@ impl StateStore for PostgresStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        let (session, holder) = (session.to_string(), holder.to_string());
+        self.acquire_lease(
+            "acquire session lease",
+            session,
+            holder,
+            None,
+            now_ms,
+            ttl_ms,
+        )
+    }
+
+    fn take_over_lease(
+        &self,
+        session: &str,
+        dead_holder: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        self.acquire_lease(
+            "take over session lease",
+            session,
+            holder,
+            Some(dead_holder),
+            now_ms,
+            ttl_ms,
+        )
+    }
+
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        // Only the holder of this generation renews, and the generation stays: a renewal never
+        // fences anyone, and a holder taken over since finds nothing to renew.
+        let lease = lease.clone();
         let expires_at_ms = now_ms.saturating_add(ttl_ms);
-        self.run("acquire session lease", move |mut client| async move {
-            let tx = client.transaction().await?;
-            // One statement decides and writes: the same holder, or anyone once the lease has
-            // expired, takes it with the next generation. A refused upsert still locks the row,
-            // so the read below sees the holder that refused us.
-            let acquired = tx
-                .query_opt(
-                    "INSERT INTO ctxbridge_leases AS l (session, holder, generation, expires_at_ms)
-                     VALUES ($1, $2, 1, $4)
-                     ON CONFLICT (session) DO UPDATE
-                       SET holder = EXCLUDED.holder, generation = l.generation + 1,
-                           expires_at_ms = EXCLUDED.expires_at_ms
-                       WHERE l.holder = EXCLUDED.holder OR l.expires_at_ms <= $3
-                     RETURNING generation",
-                    &[&session, &holder, &to_db(now_ms), &to_db(expires_at_ms)],
+        self.run("renew session lease", move |client| async move {
+            client
+                .execute(
+                    "UPDATE ctxbridge_leases SET expires_at_ms = $4
+                     WHERE session = $1 AND holder = $2 AND generation = $3",
+                    &[
+                        &lease.session,
+                        &lease.holder,
+                        &to_db(lease.generation),
+                        &to_db(expires_at_ms),
+                    ],
                 )
-                .await?;
-            let attempt = match acquired {
-                Some(row) => LeaseAttempt::Acquired(Lease {
-                    generation: from_db(row.try_get(0)?),
-                    session,
-                    holder,
-                    expires_at_ms,
-                }),
-                None => {
-                    let row = tx
-                        .query_one(
-                            "SELECT holder, expires_at_ms FROM ctxbridge_leases WHERE session = $1",
-                            &[&session],
-                        )
-                        .await?;
-                    LeaseAttempt::Busy {
-                        holder: row.try_get(0)?,
-                        expires_at_ms: from_db(row.try_get(1)?),
-                    }
-                }
-            };
-            tx.commit().await?;
-            Ok(attempt)
+                .await
+                .map(|n| n == 1)
         })
     }
 
