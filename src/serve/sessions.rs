@@ -620,6 +620,7 @@ impl SessionTurns for EngineSessions {
             }
             SessionOp::CompactStart => {
                 let session = request.client_thread_id.clone();
+                let thread = request.backend_thread_id.clone();
                 let scope = TurnScope {
                     client_thread_id: session.clone(),
                     conn: request.conn,
@@ -633,7 +634,14 @@ impl SessionTurns for EngineSessions {
                     scope,
                     "manual compaction",
                     async move { harness.compact(&session).await },
-                    |_| json!({}),
+                    // Without a native compaction no upstream turn tells the client the
+                    // compaction ended (the answer came from the upstream when one ran).
+                    move |report| {
+                        if !report.native_compaction {
+                            upstream.show_compaction_turn(&thread);
+                        }
+                        json!({})
+                    },
                 )
                 .await
             }
