@@ -289,6 +289,16 @@ impl UpstreamHandle {
         rx.await.unwrap_or_default()
     }
 
+    /// The manual compaction of a backend thread was done by the engine alone (no upstream
+    /// turn): after the `thread/compact/start` answer its clients are shown the compaction turn
+    /// Codex would have run, so a client waiting for it to end (the Codex TUI) does not wait
+    /// forever. Call before the session request returns.
+    pub fn show_compaction_turn(&self, backend_thread_id: &str) {
+        let _ = self.hub.send(HubMsg::ShowCompactionTurn {
+            thread: backend_thread_id.to_owned(),
+        });
+    }
+
     /// One request; the upstream's result or error. Starts the upstream if none runs.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
@@ -380,11 +390,15 @@ pub enum HubMsg {
         client: String,
         reply: oneshot::Sender<Map<String, Value>>,
     },
-    /// A session request served by the seam finished.
+    /// Follow the answer to this thread's `thread/compact/start` with a compaction turn
+    /// ([`UpstreamHandle::show_compaction_turn`]).
+    ShowCompactionTurn { thread: String },
+    /// A session request served by the seam finished; `thread` is the backend thread it named.
     SessionDone {
         conn: ConnId,
         id: Value,
         method: String,
+        thread: String,
         outcome: Result<Value, RpcError>,
     },
     /// Something from the upstream child of `generation`.
@@ -462,6 +476,9 @@ pub(crate) struct Hub {
     watchers: HashMap<String, Vec<mpsc::UnboundedSender<(String, Value)>>>,
     /// Backend thread id → the user's own input of its running session turn.
     user_inputs: HashMap<String, Value>,
+    /// Backend threads whose `thread/compact/start` answer is to be followed by a compaction
+    /// turn made up here (the engine compacted without the upstream).
+    compaction_turns: std::collections::HashSet<String>,
     shutdown: Option<Shutdown>,
 }
 
@@ -489,6 +506,7 @@ pub(crate) fn start(
         attached: std::collections::HashSet::new(),
         watchers: HashMap::new(),
         user_inputs: HashMap::new(),
+        compaction_turns: std::collections::HashSet::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -621,18 +639,29 @@ impl Hub {
                     self.bind_session(&client, &backend, conn);
                     let _ = reply.send(());
                 }
+                HubMsg::ShowCompactionTurn { thread } => {
+                    self.compaction_turns.insert(thread);
+                }
                 HubMsg::SessionDone {
                     conn,
                     id,
                     method,
+                    thread,
                     outcome,
                 } => {
+                    let answered = outcome.is_ok();
                     let outcome = outcome.map(|mut result| {
                         self.threads
                             .rewrite(&mut result, Direction::ToClient, Some(&method));
                         result
                     });
                     self.send_to(conn, response(id, outcome));
+                    if self.compaction_turns.remove(&thread)
+                        && answered
+                        && method == "thread/compact/start"
+                    {
+                        self.compaction_turn(&thread);
+                    }
                 }
                 HubMsg::Upstream { generation, event } => {
                     if generation == self.generation && self.live.is_some() {
@@ -858,12 +887,14 @@ impl Hub {
                     hub: self.tx.clone(),
                 };
                 let tx = self.tx.clone();
+                let thread = thread.clone();
                 tokio::spawn(async move {
                     let outcome = sessions.serve(request, handle).await;
                     let _ = tx.send(HubMsg::SessionDone {
                         conn,
                         id,
                         method,
+                        thread,
                         outcome,
                     });
                 });
@@ -1113,6 +1144,34 @@ impl Hub {
         }
     }
 
+    /// The notifications of the turn Codex runs for `thread/compact/start` (`turn/started`, a
+    /// `contextCompaction` item started and completed, `turn/completed`), relayed like the
+    /// upstream's own, for a compaction the engine did without the upstream.
+    fn compaction_turn(&mut self, thread: &str) {
+        let turn = uuid::Uuid::now_v7().to_string();
+        let item = json!({"type": "contextCompaction", "id": uuid::Uuid::now_v7().to_string()});
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_s = now_ms / 1000;
+        self.upstream_notification(
+            "turn/started".to_owned(),
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "inProgress", "error": null, "startedAt": now_s}}),
+        );
+        self.upstream_notification(
+            "item/started".to_owned(),
+            json!({"threadId": thread, "turnId": turn, "item": item, "startedAtMs": now_ms}),
+        );
+        self.upstream_notification(
+            "item/completed".to_owned(),
+            json!({"threadId": thread, "turnId": turn, "item": item, "completedAtMs": now_ms}),
+        );
+        self.upstream_notification(
+            "turn/completed".to_owned(),
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "completed", "error": null, "startedAt": now_s, "completedAt": now_s, "durationMs": 0}}),
+        );
+    }
+
     /// Sends a server→client request to the turn's starter, else a subscriber of its thread,
     /// else (thread-less) any client. Nobody left: decline it and interrupt the turn.
     fn route_server_request(&mut self, request: ServerRequest) {
@@ -1225,10 +1284,14 @@ mod tests {
 
     impl Rig {
         fn new(threads: ThreadMap) -> Rig {
+            Rig::with_sessions(threads, Arc::new(PassThroughSessions))
+        }
+
+        fn with_sessions(threads: ThreadMap, sessions: Arc<dyn SessionTurns>) -> Rig {
             let (live, events, peer) =
                 Live::in_memory(json!({"userAgent": "codex/1", "codexHome": "/h"}));
             let connector = Arc::new(MemoryConnector(std::sync::Mutex::new(Some((live, events)))));
-            let (hub, _task) = start(connector, threads, Arc::new(PassThroughSessions));
+            let (hub, _task) = start(connector, threads, sessions);
             Rig { hub, peer }
         }
 
@@ -1276,6 +1339,70 @@ mod tests {
             Outbound::Message(message) => message,
             Outbound::Close(code, reason) => panic!("closed {code} {reason}"),
         }
+    }
+
+    /// A session's manual compaction done without an upstream turn (the engine compacted
+    /// alone) is answered, then followed by the turn Codex runs for `thread/compact/start` —
+    /// `turn/started`, a `contextCompaction` item started and completed, `turn/completed` —
+    /// under the client's thread id, so a client waiting for the compaction to end (the Codex
+    /// TUI) sees it end.
+    #[tokio::test]
+    async fn engine_compaction_is_followed_by_a_compaction_turn() {
+        struct EngineCompacts;
+        #[async_trait]
+        impl SessionTurns for EngineCompacts {
+            async fn serve(
+                &self,
+                request: SessionRequest,
+                upstream: UpstreamHandle,
+            ) -> Result<Value, RpcError> {
+                assert_eq!(request.op, SessionOp::CompactStart);
+                assert_eq!(request.backend_thread_id, "backend");
+                upstream.show_compaction_turn(&request.backend_thread_id);
+                Ok(json!({}))
+            }
+        }
+        let mut threads = ThreadMap::new(None);
+        threads.bind("client", "backend").unwrap();
+        let rig = Rig::with_sessions(threads, Arc::new(EngineCompacts));
+        let mut tui = rig.client(1).await;
+        rig.request(
+            1,
+            json!(7),
+            "thread/compact/start",
+            json!({"threadId": "client"}),
+        );
+        assert_eq!(got(&mut tui).await, json!({"id": 7, "result": {}}));
+        let mut methods = Vec::new();
+        let mut turn_ids = Vec::new();
+        for _ in 0..4 {
+            let message = got(&mut tui).await;
+            assert_eq!(message["params"]["threadId"], "client", "{message}");
+            methods.push(message["method"].as_str().unwrap().to_owned());
+            turn_ids.push(
+                message["params"]
+                    .pointer("/turn/id")
+                    .or_else(|| message["params"].get("turnId"))
+                    .cloned()
+                    .unwrap(),
+            );
+            if message["method"].as_str().unwrap().starts_with("item/") {
+                assert_eq!(message["params"]["item"]["type"], "contextCompaction");
+            }
+            if message["method"] == "turn/completed" {
+                assert_eq!(message["params"]["turn"]["status"], "completed");
+            }
+        }
+        assert_eq!(
+            methods,
+            [
+                "turn/started",
+                "item/started",
+                "item/completed",
+                "turn/completed"
+            ]
+        );
+        assert!(turn_ids.iter().all(|id| *id == turn_ids[0]), "{turn_ids:?}");
     }
 
     /// Two clients using the same request id get their own answers, whatever order the

@@ -822,6 +822,7 @@ impl SessionTurns for EngineSessions {
             SessionOp::TurnsList => self.turns_list(request, &upstream).await,
             SessionOp::CompactStart => {
                 let session = request.client_thread_id.clone();
+                let thread = request.backend_thread_id.clone();
                 let scope = TurnScope {
                     client_thread_id: session.clone(),
                     conn: request.conn,
@@ -836,7 +837,14 @@ impl SessionTurns for EngineSessions {
                     scope,
                     "manual compaction",
                     async move { harness.compact(&session).await },
-                    |_| json!({}),
+                    // Without a native compaction no upstream turn tells the client the
+                    // compaction ended (the answer came from the upstream when one ran).
+                    move |report| {
+                        if !report.native_compaction {
+                            upstream.show_compaction_turn(&thread);
+                        }
+                        json!({})
+                    },
                 )
                 .await
             }

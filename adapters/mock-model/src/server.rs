@@ -90,11 +90,16 @@ impl MockModelConfig {
     }
 }
 
+/// A condition on a request, for [`MockModelServer::push_reply_when`].
+type RequestMatcher = Box<dyn Fn(&RecordedRequest) -> bool + Send + Sync>;
+
 /// Everything the handlers share.
 struct Shared {
     stateful: bool,
     delta_chunks: usize,
     seq: AtomicU64,
+    /// Replies kept for the first request that matches, in the order pushed.
+    matched: Mutex<Vec<(RequestMatcher, ScriptedReply)>>,
     queue: Mutex<VecDeque<ScriptedReply>>,
     default_reply: Mutex<ScriptedReply>,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -182,6 +187,7 @@ impl MockModelServer {
             stateful: config.stateful,
             delta_chunks: config.delta_chunks.max(1),
             seq: AtomicU64::new(0),
+            matched: Mutex::new(Vec::new()),
             queue: Mutex::new(VecDeque::new()),
             default_reply: Mutex::new(config.default_reply),
             requests: Mutex::new(Vec::new()),
@@ -247,14 +253,28 @@ impl MockModelServer {
         lock(&self.shared.queue).push_back(reply);
     }
 
+    /// Keep a reply for the first request (Responses or compaction) for which `matches` holds;
+    /// such replies are tried in the order pushed, before the plain queue. For clients whose
+    /// requests race (the Codex TUI's title helper and its turn): the request's
+    /// [`RecordedRequest::last_user_text`] is known when `matches` runs, the rebuilt stateful
+    /// chain is not.
+    pub fn push_reply_when(
+        &self,
+        matches: impl Fn(&RecordedRequest) -> bool + Send + Sync + 'static,
+        reply: ScriptedReply,
+    ) {
+        lock(&self.shared.matched).push((Box::new(matches), reply));
+    }
+
     /// Replace the reply used when the queue is empty.
     pub fn set_default_reply(&self, reply: ScriptedReply) {
         *lock(&self.shared.default_reply) = reply;
     }
 
-    /// How many queued replies have not been used yet.
+    /// How many queued replies (plain or [matched](Self::push_reply_when)) have not been used
+    /// yet.
     pub fn pending_replies(&self) -> usize {
-        lock(&self.shared.queue).len()
+        lock(&self.shared.queue).len() + lock(&self.shared.matched).len()
     }
 
     /// Every request received so far, in arrival order.
@@ -478,7 +498,13 @@ impl Shared {
         }
     }
 
-    fn next_reply(&self) -> ScriptedReply {
+    fn next_reply(&self, record: &RecordedRequest) -> ScriptedReply {
+        {
+            let mut matched = lock(&self.matched);
+            if let Some(i) = matched.iter().position(|(matches, _)| matches(record)) {
+                return matched.remove(i).1;
+            }
+        }
         match lock(&self.queue).pop_front() {
             Some(reply) => reply,
             None => lock(&self.default_reply).clone(),
@@ -695,7 +721,7 @@ async fn responses(
     if let Err(response) = shared.reject_non_json(&mut record).await {
         return response;
     }
-    let reply = shared.next_reply();
+    let reply = shared.next_reply(&record);
     let model = record
         .body
         .get("model")
@@ -846,7 +872,7 @@ async fn compact(
     if let Err(response) = shared.reject_non_json(&mut record).await {
         return response;
     }
-    let reply = shared.next_reply();
+    let reply = shared.next_reply(&record);
     if let Err(response) = shared.resolve_chain(&mut record).await {
         return response;
     }

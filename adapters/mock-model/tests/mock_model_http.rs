@@ -211,6 +211,46 @@ async fn scripted_replies_are_used_in_order_then_the_default() {
     assert_eq!(post(&url, &body).await.text(), "new default");
 }
 
+/// A reply kept for a condition goes to the first request that meets it, whatever the arrival
+/// order, and before the plain queue; requests that meet none take the queue, then the default.
+#[tokio::test]
+async fn matched_replies_go_to_the_request_they_name() {
+    let server = start().await;
+    let ends_with = |suffix: &'static str| {
+        move |r: &ctxbridge_mock_model::RecordedRequest| {
+            r.last_user_text().is_some_and(|t| t.ends_with(suffix))
+        }
+    };
+    server.push_reply_when(ends_with("beta"), ScriptedReply::text("for beta"));
+    server.push_reply_when(ends_with("alpha"), ScriptedReply::text("for alpha"));
+    server.push_reply(ScriptedReply::text("queued"));
+    assert_eq!(server.pending_replies(), 3);
+    let url = format!("{}/responses", server.base_url());
+
+    assert_eq!(
+        post(&url, &request(json!([user("say alpha")])))
+            .await
+            .text(),
+        "for alpha"
+    );
+    assert_eq!(
+        post(&url, &request(json!([user("other")]))).await.text(),
+        "queued"
+    );
+    assert_eq!(
+        post(&url, &request(json!([user("say beta")]))).await.text(),
+        "for beta"
+    );
+    assert_eq!(
+        post(&url, &request(json!([user("say alpha")])))
+            .await
+            .text(),
+        "mock reply to: say alpha",
+        "a matched reply is used once"
+    );
+    assert_eq!(server.pending_replies(), 0);
+}
+
 /// Scripted HTTP errors answer with that status and an OpenAI-style JSON error, no stream.
 #[tokio::test]
 async fn scripted_http_errors_carry_an_openai_error_body() {

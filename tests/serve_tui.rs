@@ -1,0 +1,395 @@
+//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): `codex --remote ws://…`
+//! driven under tmux, in front of the real `codex app-server`, both pointed at the loopback
+//! mock model with `-c` overrides; the sample `sample-summary` engine (window 2, chunks of 4)
+//! changes its epoch on the fourth prompt. Skips loudly without tmux or Codex; every wait is
+//! bounded, and the tmux server and the TUI are killed on the way out, pass or fail.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use ctxbridge::config::Config;
+use ctxbridge::serve::command::{options, ServeArgs};
+use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
+use ctxbridge::store::{SqliteStore, StateStore};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, ScriptedReply};
+use serde_json::{json, Value};
+
+/// How long one screen condition may take to appear on a loaded machine before the test fails.
+const PATIENCE: Duration = Duration::from_secs(120);
+/// The marker of a rendered projection in a turn input (SPEC §9.2).
+const CONTEXT: &str = "<conversation_context>";
+/// Text of the sample engine's `systemPromptAddition`.
+const ENGINE_INSTRUCTIONS: &str = "Context comes from the sample summary engine";
+/// How the TUI's title-generation helper turn begins.
+const TITLE_PROMPT: &str = "Generate a concise, single-line task title";
+/// The scripted title (Codex 0.171 names the thread after the first prompt anyway).
+const TITLE: &str = "Greek letter roll call";
+/// Texts of the projection's frame that must never reach the screen.
+const PROJECTION_TEXTS: [&str; 4] = [
+    CONTEXT,
+    "Assembled context for this turn",
+    "Current user request",
+    "[compactionSummary]",
+];
+/// The prompts typed, each with the reply the mock gives it.
+const DIALOGUE: [(&str, &str); 5] = [
+    ("first prompt alpha", "Reply one acknowledges alpha"),
+    ("second prompt beta", "Reply two acknowledges beta"),
+    ("third prompt gamma", "Reply three acknowledges gamma"),
+    ("fourth prompt delta", "Reply four acknowledges delta"),
+    ("fifth prompt epsilon", "Reply five acknowledges epsilon"),
+];
+
+/// A tmux server of its own (its own socket), killed with everything in it when dropped.
+struct Tmux {
+    socket: String,
+    /// The pid of the pane's process (the TUI), killed too in case it ignores the hangup.
+    pane_pid: Option<u32>,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    /// The whole screen, scrollback included, wrapped lines joined.
+    fn screen(&self) -> String {
+        let out = self.run(&["capture-pane", "-p", "-J", "-S", "-", "-t", "tui"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "tui"];
+        args.extend_from_slice(keys);
+        let out = self.run(&args);
+        assert!(out.status.success(), "tmux send-keys: {out:?}");
+    }
+
+    /// Wait until `done` holds for the screen; fail with the screen (and the TUI's stderr)
+    /// after [`PATIENCE`].
+    async fn wait_for(&self, what: &str, stderr: &Path, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            if start.elapsed() > PATIENCE {
+                let err = std::fs::read_to_string(stderr).unwrap_or_default();
+                panic!("timed out waiting for {what}; screen:\n{screen}\nTUI stderr:\n{err}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+        if let Some(pid) = self.pane_pid {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .output();
+        }
+    }
+}
+
+/// Whether tmux can be run at all.
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `serve` on `dir` (store, Codex home) with the sample engine: window 2, chunks of 4, so
+/// prompts 1–3 share the first epoch, the fourth starts a new one and the fifth stays in it.
+async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path) -> ServeHandle {
+    let mut overrides = serde_json::Map::new();
+    for (k, v) in offline_overrides(&mock.base_url()) {
+        let value = match v {
+            ConfigValue::String(s) => json!(s),
+            ConfigValue::Bool(b) => json!(b),
+            ConfigValue::Integer(i) => json!(i),
+            ConfigValue::Float(f) => json!(f),
+            other => panic!("unexpected override value {other:?}"),
+        };
+        overrides.insert(k, value);
+    }
+    let config = json!({
+        "plugins": {
+            "slots": {"contextEngine": "sample-summary"},
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 4}}}
+        },
+        "agent": {"developerInstructions": "Be brief."},
+        "backend": {
+            "kind": "codex",
+            "command": [binary.display().to_string(), "app-server"],
+            "codexHome": dir.join("codex-home"),
+            "config": overrides,
+        },
+        "store": {"path": dir.join("state").join("state.db")},
+    });
+    let config = Config::parse(&config.to_string(), "test.json5").unwrap();
+    let args = ServeArgs {
+        listen: "ws://127.0.0.1:0".into(),
+        ws_auth: None,
+        ws_token_file: None,
+        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+    };
+    let options = options(&config, &args).await.unwrap();
+    serve::start(options).await.unwrap()
+}
+
+/// Start `codex --remote URL` with the mock-provider `-c` overrides in a detached 200×50 tmux
+/// session; the TUI's own Codex home is `home`, its stderr goes to `stderr`.
+fn start_tui(
+    binary: &Path,
+    url: &str,
+    mock: &MockModelServer,
+    home: &Path,
+    cwd: &Path,
+    stderr: &Path,
+) -> Tmux {
+    let mut tmux = Tmux {
+        socket: format!("ctxbridge-tui-{}", std::process::id()),
+        pane_pid: None,
+    };
+    // `sh -c 'exec "$0" "$@" 2>FILE'` keeps every argument intact (no quoting) and the TUI's
+    // stderr out of the screen.
+    let mut command: Vec<String> = vec![
+        "new-session".into(),
+        "-d".into(),
+        "-s".into(),
+        "tui".into(),
+        "-x".into(),
+        "200".into(),
+        "-y".into(),
+        "50".into(),
+        "-c".into(),
+        cwd.display().to_string(),
+        "env".into(),
+        format!("CODEX_HOME={}", home.display()),
+        "sh".into(),
+        "-c".into(),
+        format!("exec \"$0\" \"$@\" 2>'{}'", stderr.display()),
+        binary.display().to_string(),
+        "--remote".into(),
+        url.into(),
+    ];
+    for (key, value) in offline_overrides(&mock.base_url()) {
+        command.push("-c".into());
+        command.push(format!("{key}={}", value.to_toml()));
+    }
+    let args: Vec<&str> = command.iter().map(String::as_str).collect();
+    let out = tmux.run(&args);
+    assert!(out.status.success(), "tmux new-session: {out:?}");
+    let pid = tmux.run(&["display-message", "-p", "-t", "tui", "#{pane_pid}"]);
+    tmux.pane_pid = String::from_utf8_lossy(&pid.stdout).trim().parse().ok();
+    tmux
+}
+
+/// The mock's requests for the session's turns: the one whose last user message ends with
+/// each prompt, in dialogue order (title-helper requests, which quote the prompt, excluded).
+fn turn_requests(requests: &[RecordedRequest]) -> Vec<RecordedRequest> {
+    DIALOGUE
+        .iter()
+        .map(|(prompt, _)| {
+            let matching: Vec<&RecordedRequest> = requests
+                .iter()
+                .filter(|r| !is_title_request(r))
+                .filter(|r| r.last_user_text().is_some_and(|t| t.ends_with(prompt)))
+                .collect();
+            assert_eq!(matching.len(), 1, "one model request for {prompt:?}");
+            matching[0].clone()
+        })
+        .collect()
+}
+
+fn is_title_request(request: &RecordedRequest) -> bool {
+    request
+        .last_user_text()
+        .is_some_and(|t| t.starts_with(TITLE_PROMPT))
+}
+
+/// How many user messages of a request carry a rendered projection.
+fn projections_in(request: &RecordedRequest) -> usize {
+    request
+        .conversation_texts("user")
+        .iter()
+        .filter(|t| t.contains(CONTEXT))
+        .count()
+}
+
+/// The backend thread the store maps a client thread id to (SPEC §16 "Sessions").
+fn backend_of(state: &Path, client: &str) -> String {
+    let store = SqliteStore::open(state.join("state.db")).unwrap();
+    let doc = store
+        .load_document(serve::thread_map::NAMESPACE, client)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no thread-map entry for {client}"));
+    let doc: Value = serde_json::from_str(&doc).unwrap();
+    doc["backendThreadId"].as_str().unwrap().to_owned()
+}
+
+/// The thread a model request was made for (Codex's `thread-id` header).
+fn thread_of(request: &RecordedRequest) -> String {
+    request
+        .header("thread-id")
+        .unwrap_or_else(|| panic!("no thread-id header: {:?}", request.headers))
+        .to_owned()
+}
+
+/// Five prompts typed into the real Codex TUI connected to `ctxbridge serve`, across an epoch
+/// change of the sample engine: the screen shows every prompt and every reply and never the
+/// projection (though the rotated backend thread's user message holds it); the model got the
+/// engine's context once for the new epoch (the fourth prompt's request carries it, the fifth
+/// — same epoch, same backend thread — gets the bare prompt with the context once in its
+/// history) and none before; the TUI's ephemeral title helper got neither context nor engine
+/// instructions; the session stayed one client thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_tui_converses_across_an_epoch_change() {
+    if !tmux_available() {
+        eprintln!("\n!!!!!!!! SKIPPED serve_tui: tmux is not installed !!!!!!!!\n");
+        return;
+    }
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_tui: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    // Anything unscripted gets a fixed text, so no reply can echo a projection to the screen.
+    mock.set_default_reply(ScriptedReply::text("Unscripted mock reply"));
+    mock.push_reply_when(is_title_request, ScriptedReply::text(TITLE));
+    for (prompt, reply) in DIALOGUE {
+        mock.push_reply_when(
+            move |r: &RecordedRequest| {
+                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
+            },
+            ScriptedReply::text(reply),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let handle = serve_in(dir.path(), &mock, &binary).await;
+    let url = format!("ws://{}", handle.local_addr.unwrap());
+    let tui_home = dir.path().join("tui-home");
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&tui_home).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let stderr = dir.path().join("tui.stderr");
+    let tmux = start_tui(&binary, &url, &mock, &tui_home, &cwd, &stderr);
+
+    tmux.wait_for("the TUI's composer", &stderr, |s| {
+        s.contains("OpenAI Codex") && s.contains("for shortcuts")
+    })
+    .await;
+    for (i, (prompt, reply)) in DIALOGUE.iter().enumerate() {
+        tmux.keys(&["-l", prompt]);
+        tmux.wait_for(&format!("{prompt:?} in the composer"), &stderr, |s| {
+            s.contains(&format!("› {prompt}"))
+        })
+        .await;
+        // Typed text arrives as one burst; an Enter inside the burst would be a newline.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tmux.keys(&["Enter"]);
+        tmux.wait_for(&format!("the reply to {prompt:?}"), &stderr, |s| {
+            s.contains(reply) && s.matches("Worked for").count() > i
+        })
+        .await;
+    }
+    let screen = tmux.screen();
+
+    // The screen: every prompt and reply, in order, and no projection.
+    let mut at = 0;
+    for (prompt, reply) in DIALOGUE {
+        let p = screen[at..]
+            .find(&format!("› {prompt}"))
+            .unwrap_or_else(|| panic!("{prompt:?} not on screen in order:\n{screen}"));
+        let r = screen[at + p..]
+            .find(reply)
+            .unwrap_or_else(|| panic!("{reply:?} not on screen after its prompt:\n{screen}"));
+        at += p + r;
+    }
+    for text in PROJECTION_TEXTS {
+        assert!(
+            !screen.contains(text),
+            "projection text {text:?} on screen:\n{screen}"
+        );
+    }
+    assert!(!screen.contains("Unscripted mock reply"), "{screen}");
+
+    // The model: no context in the first epoch; the new epoch's context once, on the turn
+    // that started it, then kept (not re-sent) by its backend thread.
+    let requests = mock.response_requests();
+    let turns = turn_requests(&requests);
+    assert!(
+        turns[0].body_contains(ENGINE_INSTRUCTIONS),
+        "the engine's instructions reached the session's thread"
+    );
+    for (request, (prompt, _)) in turns.iter().zip(DIALOGUE).take(3) {
+        assert_eq!(request.last_user_text().unwrap(), prompt, "bare prompt");
+        assert_eq!(projections_in(request), 0, "the first epoch has no context");
+    }
+    let fourth = turns[3].last_user_text().unwrap();
+    assert!(fourth.contains(CONTEXT), "the new epoch projects: {fourth}");
+    assert!(
+        fourth.contains("first prompt alpha"),
+        "the context summarises the earlier prompts: {fourth}"
+    );
+    assert_eq!(projections_in(&turns[3]), 1);
+    assert!(
+        !turns[3]
+            .conversation_texts("user")
+            .iter()
+            .any(|t| t == DIALOGUE[0].0),
+        "the new backend thread does not hold the old turns verbatim"
+    );
+    assert_eq!(
+        turns[4].last_user_text().unwrap(),
+        DIALOGUE[4].0,
+        "same epoch: the bare prompt"
+    );
+    assert_eq!(
+        projections_in(&turns[4]),
+        1,
+        "the epoch's context sits once in the thread's history"
+    );
+    let projecting = requests
+        .iter()
+        .filter(|r| r.last_user_text().is_some_and(|t| t.contains(CONTEXT)))
+        .count();
+    assert_eq!(projecting, 1, "the context was sent once for its one epoch");
+
+    // The TUI's title helper: ephemeral, passed through untouched.
+    let titles: Vec<&RecordedRequest> = requests.iter().filter(|r| is_title_request(r)).collect();
+    assert!(!titles.is_empty(), "the TUI generated a title");
+    for title in titles {
+        assert_eq!(projections_in(title), 0, "no context for the title helper");
+        assert!(!title.body_contains(CONTEXT));
+        assert!(!title.body_contains(ENGINE_INSTRUCTIONS));
+    }
+
+    // One session: the TUI's thread served the first epoch; the new epoch moved it to a
+    // hidden backend thread, which the store maps the TUI's thread id to.
+    let client = thread_of(&turns[0]);
+    for request in &turns[1..3] {
+        assert_eq!(thread_of(request), client);
+    }
+    let backend = thread_of(&turns[3]);
+    assert_ne!(backend, client, "the fourth prompt moved the session");
+    assert_eq!(thread_of(&turns[4]), backend, "the fifth stayed");
+    assert_eq!(backend_of(&dir.path().join("state"), &client), backend);
+
+    drop(tmux);
+    handle.shutdown().await;
+}
