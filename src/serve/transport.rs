@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
 use crate::serve::framing::{read_bounded_line, Line};
 use crate::serve::listen::CapabilityToken;
@@ -33,6 +34,23 @@ pub(crate) struct Shared {
     pub max_message_bytes: usize,
     pub auth: Option<CapabilityToken>,
     pub next_conn: Arc<AtomicU64>,
+    pub metrics: Arc<Registry>,
+}
+
+/// Counts a client connection as connected while it lives.
+struct Connected(Arc<Registry>);
+
+impl Connected {
+    fn new(metrics: &Arc<Registry>) -> Connected {
+        metrics.client_connections(1);
+        Connected(metrics.clone())
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.client_connections(-1);
+    }
 }
 
 impl Shared {
@@ -41,13 +59,56 @@ impl Shared {
     }
 }
 
-/// The axum app: health endpoints and the WebSocket endpoint at `/`.
+/// The Prometheus text format's content type.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The axum app: health endpoints (open, as Codex's), `/metrics` (behind the same token as
+/// the WebSocket when auth is on) and the WebSocket endpoint at `/`.
 pub(crate) fn ws_router(shared: Shared) -> Router {
     Router::new()
         .route("/readyz", get(|| async { "ok" }))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(ws_metrics))
         .route("/", get(ws_upgrade))
         .with_state(shared)
+}
+
+/// The `--metrics-listen` app: only `GET /metrics` (loopback only, no auth).
+pub(crate) fn metrics_router(metrics: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_only))
+        .with_state(metrics)
+}
+
+fn exposition(metrics: &Registry) -> Response {
+    (
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+async fn metrics_only(State(metrics): State<Arc<Registry>>) -> Response {
+    exposition(&metrics)
+}
+
+/// Whether a request may pass the capability-token check (always, without auth).
+fn authorized(shared: &Shared, headers: &axum::http::HeaderMap) -> bool {
+    match &shared.auth {
+        Some(token) => token.accepts(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok()),
+        ),
+        None => true,
+    }
+}
+
+async fn ws_metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    if !authorized(&shared, &headers) {
+        return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+    }
+    exposition(&shared.metrics)
 }
 
 async fn ws_upgrade(
@@ -55,14 +116,9 @@ async fn ws_upgrade(
     headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    if let Some(token) = &shared.auth {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok());
-        if !token.accepts(presented) {
-            tracing::warn!("serve: refused a WebSocket client without a valid token");
-            return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
-        }
+    if !authorized(&shared, &headers) {
+        tracing::warn!("serve: refused a WebSocket client without a valid token");
+        return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
     }
     // tungstenite's own limit is a backstop; the exact limit is checked per message so an
     // oversize one gets a clean close with 1009.
@@ -78,6 +134,7 @@ async fn ws_upgrade(
 }
 
 async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
+    let _connected = Connected::new(&shared.metrics);
     let (mut sink, mut stream) = socket.split();
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
@@ -169,6 +226,7 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let _connected = Connected::new(&shared.metrics);
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
