@@ -47,6 +47,7 @@ pub use sessions::{EngineSessions, ServeBackend};
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
 pub use upstream::UpstreamError;
+pub(crate) use upstream::{Connector, Live, UpstreamEvent};
 
 /// Default limit of one client message (a WebSocket message or a line).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -179,6 +180,15 @@ impl ServeHandle {
 
 /// Starts listening and returns at once.
 pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
+    let connector = Arc::new(upstream::ChildConnector(options.upstream.clone()));
+    start_with(options, connector).await
+}
+
+/// As [`start`] with the upstream obtained from `connector` (the bench's scripted upstream).
+pub(crate) async fn start_with(
+    options: ServeOptions,
+    connector: Arc<dyn upstream::Connector>,
+) -> Result<ServeHandle, ServeError> {
     check_exposure(&options.listen, options.auth.as_ref())?;
     if let Some(addr) = options.metrics_listen {
         if !addr.ip().is_loopback() {
@@ -188,7 +198,7 @@ pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     let threads = ThreadMap::new(options.store.clone());
     let (hub, hub_task) = router::start(
         Arc::new(CountingConnector {
-            inner: upstream::ChildConnector(options.upstream.clone()),
+            inner: connector,
             metrics: options.metrics.clone(),
         }),
         threads,
@@ -305,7 +315,7 @@ async fn shutdown_signal() {
 
 /// The upstream connector, counting every start after the first as a restart.
 struct CountingConnector {
-    inner: upstream::ChildConnector,
+    inner: Arc<dyn upstream::Connector>,
     metrics: Arc<Registry>,
 }
 
