@@ -27,6 +27,9 @@ use crate::serve::router::{HubMsg, Outbound};
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
 pub const CLOSE_TOO_BIG: u16 = 1009;
 
+/// Most messages a writer sends before it flushes.
+const MAX_BATCH: usize = 256;
+
 /// What every listener shares.
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -141,21 +144,33 @@ async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let writer = tokio::spawn(
         async move {
-            while let Some(outbound) = out_rx.recv().await {
-                let sent = match outbound {
-                    Outbound::Message(message) => {
-                        sink.send(Message::Text(message.to_string())).await
+            // Messages already queued go out together: one flush (one write) per batch, not
+            // per message, which is what bounds the relay rate of a streaming turn.
+            'connection: while let Some(first) = out_rx.recv().await {
+                let mut next = Some(first);
+                let mut batched = 0usize;
+                while let Some(outbound) = next.take() {
+                    match outbound {
+                        Outbound::Message(message) => {
+                            if sink.feed(Message::Text(message.to_string())).await.is_err() {
+                                break 'connection;
+                            }
+                        }
+                        Outbound::Close(code, reason) => {
+                            let frame = CloseFrame {
+                                code,
+                                reason: reason.into(),
+                            };
+                            let _ = sink.send(Message::Close(Some(frame))).await;
+                            break 'connection;
+                        }
                     }
-                    Outbound::Close(code, reason) => {
-                        let frame = CloseFrame {
-                            code,
-                            reason: reason.into(),
-                        };
-                        let _ = sink.send(Message::Close(Some(frame))).await;
-                        break;
+                    batched += 1;
+                    if batched < MAX_BATCH {
+                        next = out_rx.try_recv().ok();
                     }
-                };
-                if sent.is_err() {
+                }
+                if sink.flush().await.is_err() {
                     break;
                 }
             }
@@ -232,15 +247,37 @@ where
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let write_task = tokio::spawn(
         async move {
-            while let Some(outbound) = out_rx.recv().await {
-                let Outbound::Message(message) = outbound else {
+            // Messages already queued are written together (one write per batch), serialised
+            // into one reused buffer.
+            let mut buffer = Vec::new();
+            'connection: while let Some(first) = out_rx.recv().await {
+                let mut next = Some(first);
+                let mut batched = 0usize;
+                let mut closing = false;
+                buffer.clear();
+                while let Some(outbound) = next.take() {
+                    let Outbound::Message(message) = outbound else {
+                        closing = true;
+                        break;
+                    };
+                    if serde_json::to_writer(&mut buffer, &message).is_err() {
+                        break 'connection;
+                    }
+                    buffer.push(b'\n');
+                    batched += 1;
+                    if batched < MAX_BATCH {
+                        next = out_rx.try_recv().ok();
+                    }
+                }
+                if writer.write_all(&buffer).await.is_err() || writer.flush().await.is_err() {
                     break;
-                };
-                let mut line = message.to_string();
-                line.push('\n');
-                if writer.write_all(line.as_bytes()).await.is_err() || writer.flush().await.is_err()
-                {
+                }
+                if closing {
                     break;
+                }
+                if buffer.capacity() > 256 * 1024 {
+                    // A burst of big messages does not pin its buffer for the connection's life.
+                    buffer = Vec::new();
                 }
             }
         }
