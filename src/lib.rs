@@ -44,6 +44,7 @@ pub mod doctor;
 pub mod engines;
 pub mod harness;
 pub mod host;
+pub mod metrics;
 pub mod projection;
 pub mod quarantine;
 pub mod registry;

@@ -151,6 +151,8 @@ pub fn quarantine_message(engine_id: &str, operation: FailedOperation, reason: &
 #[derive(Debug, Default)]
 pub struct QuarantineBook {
     records: Mutex<BTreeMap<String, QuarantineRecord>>,
+    /// Told of every quarantine recorded (`serve`'s metrics); none by default.
+    metrics: std::sync::OnceLock<Arc<dyn crate::metrics::MetricsSink>>,
 }
 
 impl QuarantineBook {
@@ -190,8 +192,16 @@ impl QuarantineBook {
             "{}",
             quarantine_message(&record.engine_id, record.operation, &record.reason)
         );
+        if let Some(sink) = self.metrics.get() {
+            sink.engine_quarantined(&record.engine_id, record.operation.as_str());
+        }
         records.insert(engine_id.to_string(), record);
         true
+    }
+
+    /// Reports every quarantine recorded from now on to `sink` (the first sink set stays).
+    pub fn report_to(&self, sink: Arc<dyn crate::metrics::MetricsSink>) {
+        let _ = self.metrics.set(sink);
     }
 
     pub fn is_quarantined(&self, engine_id: &str) -> bool {

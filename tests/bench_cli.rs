@@ -223,3 +223,65 @@ async fn conversation_requests_never_resend_history() {
         server.shutdown().await;
     }
 }
+
+/// `bench --serve` with tiny sizes runs every measurement against the real Codex and prints
+/// one row each (latency direct / through serve / CLI, the relay figures, memory per idle
+/// connection, concurrent clients with no failed turn). Figures are not asserted. Skips
+/// loudly without Codex.
+#[test]
+fn bench_serve_prints_its_rows() {
+    if codex_app_server_client::locate_codex_binary().is_none() {
+        eprintln!("\n!!!!!!!! SKIPPED bench_serve: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "bench",
+            "--serve",
+            "--serve-turns",
+            "3",
+            "--serve-cli-turns",
+            "1",
+            "--serve-codex-deltas",
+            "50",
+            "--serve-flood",
+            "500",
+            "--serve-idle",
+            "5",
+            "--serve-clients",
+            "3",
+            "--serve-client-turns",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench --serve failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for row in [
+        "turn latency direct (warm app-server, 3 turns)",
+        "turn latency through serve (ws, 3 turns)",
+        "serve added at p50",
+        "ratio through serve / direct",
+        "CLI spawn-per-turn (`ctxbridge turn`, 1 turns)",
+        "long reply via Codex, direct",
+        "long reply via Codex, through serve",
+        "serve relay alone, scripted upstream (503 msgs)",
+        "serve RSS per idle initialized ws connection (5 conns)",
+        "load average",
+    ] {
+        assert!(stdout.contains(row), "no row {row:?} in:\n{stdout}");
+    }
+    let failed = stdout
+        .lines()
+        .find(|l| l.contains("3 concurrent clients x 2 turns: failed turns"))
+        .unwrap_or_else(|| panic!("no concurrent-clients row in:\n{stdout}"));
+    assert_eq!(failed.split_whitespace().nth(8), Some("0"), "{failed}");
+    assert!(
+        !stdout.contains("Projection cost"),
+        "--serve runs only the serve bench"
+    );
+}

@@ -97,6 +97,8 @@ async fn serve_with(
         listen: "ws://127.0.0.1:0".into(),
         ws_auth: None,
         ws_token_file: None,
+        ws_token_sha256: None,
+        metrics_listen: None,
         max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
     };
     let options = options(&config, &args).await.unwrap();
@@ -916,4 +918,92 @@ async fn backend_url_uses_a_running_app_server_and_reconnects() {
         handle.shutdown().await;
         codex.stop().await;
     }
+}
+
+/// `GET` on the server's HTTP port: the status line and the body.
+async fn http_get(env: &Env, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(env.handle.local_addr.unwrap())
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// `GET /metrics` after four turns across two epoch changes of the sample engine (one
+/// adoption, one reuse, two rotations): turns are counted by outcome, the projection decisions
+/// by reason, the projected characters are those the model received, the turn latency and
+/// bridge overhead histograms hold one sample per turn, and the connected client is counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_turns_and_projection_decisions() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    for (i, text) in [
+        "hello there",
+        "second message",
+        "third message",
+        "fourth message",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (_, done) = c.turn(&format!("t{i}"), &thread, text).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    // The client has `turn/completed` before the harness recorded the turn: wait (bounded)
+    // until the last turn is counted.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let body = loop {
+        let (status, body) = http_get(&env, "/metrics").await;
+        assert!(status.contains("200"), "{status}");
+        let counted = ctxbridge::metrics::sample(&body, "ctxbridge_turn_duration_seconds_count");
+        if counted == Some(4.0) || tokio::time::Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let value = |series: &str| {
+        ctxbridge::metrics::sample(&body, series).unwrap_or_else(|| panic!("{series}:\n{body}"))
+    };
+    assert_eq!(
+        value("ctxbridge_turns_total{outcome=\"completed\"}"),
+        4.0,
+        "{body}"
+    );
+    assert!(!body.contains("outcome=\"backend_error\""), "{body}");
+    assert_eq!(value("ctxbridge_turn_duration_seconds_count"), 4.0);
+    assert_eq!(value("ctxbridge_bridge_overhead_seconds_count"), 4.0);
+    // The adopted first thread, its reuse, then two epoch changes.
+    assert_eq!(
+        value("ctxbridge_projection_decisions_total{reason=\"missing-thread-binding\",projected=\"true\"}"),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(
+        value("ctxbridge_projection_decisions_total{reason=\"matching-thread-bootstrap-binding\",projected=\"false\"}"),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(
+        value("ctxbridge_projection_decisions_total{reason=\"projection-mismatch\",projected=\"true\"}"),
+        2.0,
+        "{body}"
+    );
+    // The projected characters are the rendered contexts the model got (the turn inputs of
+    // the rotated threads minus the prompt).
+    let projected = value("ctxbridge_projected_chars_total");
+    assert!(projected > 0.0, "{body}");
+    assert_eq!(value("ctxbridge_upstream_restarts_total"), 0.0);
+    assert_eq!(value("ctxbridge_connected_clients"), 1.0);
+    assert_eq!(value("ctxbridge_lease_takeovers_total"), 0.0);
+    drop(c);
+    env.handle.shutdown().await;
 }

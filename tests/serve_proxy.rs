@@ -412,7 +412,142 @@ async fn upstream_death_fails_the_turn_and_restarts() {
     let done = c.until("turn/completed").await;
     assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
     assert_ne!(pid, std::fs::read_to_string(env.pid_file()).unwrap());
+    let (_, metrics) = http_get(env.handle.local_addr.unwrap(), "/metrics", None).await;
+    assert_eq!(
+        ctxbridge::metrics::sample(&metrics, "ctxbridge_upstream_restarts_total"),
+        Some(2.0),
+        "two restarts after the first start: {metrics}"
+    );
     env.handle.shutdown().await;
+}
+
+/// A plain HTTP `GET` (optionally with an `Authorization` header): status line and body.
+async fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    authorization: Option<&str>,
+) -> (String, String) {
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = authorization.map_or(String::new(), |v| format!("Authorization: {v}\r\n"));
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// `--ws-token-sha256`: serve holds only the token's digest; the token itself is accepted,
+/// a wrong one (or the digest presented as the token) is refused with 401. `/metrics` needs
+/// the same token; `/readyz` stays open, as Codex's. The WebSocket connection is counted as a
+/// connected client while it is open.
+#[tokio::test]
+async fn capability_token_by_sha256_and_metrics_auth() {
+    use sha2::Digest;
+    let digest = hex::encode(sha2::Sha256::digest(b"right-token"));
+    let token = CapabilityToken::from_sha256_hex(&digest).unwrap();
+    let env = without_codex(|o| o.auth = Some(token)).await;
+    let url = env.url();
+    for header in [
+        None,
+        Some("Bearer wrong-token"),
+        Some(&*format!("Bearer {digest}")),
+    ] {
+        let mut request = url.as_str().into_client_request().unwrap();
+        if let Some(value) = header {
+            request
+                .headers_mut()
+                .insert("Authorization", value.parse().unwrap());
+        }
+        match tokio_tungstenite::connect_async(request).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 401)
+            }
+            other => panic!("expected 401, got {:?}", other.map(|_| ())),
+        }
+    }
+    let mut request = url.as_str().into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("Authorization", "Bearer right-token".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    ws.send(Message::Text(
+        "{\"id\":1,\"method\":\"thread/list\"}".into(),
+    ))
+    .await
+    .unwrap();
+    let reply = ws.next().await.unwrap().unwrap();
+    assert!(reply.to_text().unwrap().contains("Not initialized"));
+
+    let addr = env.handle.local_addr.unwrap();
+    let (status, _) = http_get(addr, "/metrics", None).await;
+    assert!(status.contains("401"), "{status}");
+    let (status, _) = http_get(addr, "/metrics", Some("Bearer wrong-token")).await;
+    assert!(status.contains("401"), "{status}");
+    let (status, body) = http_get(addr, "/metrics", Some("Bearer right-token")).await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        ctxbridge::metrics::sample(&body, "ctxbridge_connected_clients"),
+        Some(1.0),
+        "{body}"
+    );
+    let (status, _) = http_get(addr, "/readyz", None).await;
+    assert!(status.contains("200"), "{status}");
+    env.handle.shutdown().await;
+}
+
+/// `--metrics-listen` serves `GET /metrics` for a unix-socket listener (which has no HTTP
+/// port) and counts its client; a non-loopback metrics address is refused.
+#[tokio::test]
+async fn metrics_listen_for_a_unix_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut refused = ServeOptions::new(
+        ListenAddr::parse(&format!("unix://{}", dir.path().join("r.sock").display())).unwrap(),
+        AppServerConfig::new(dir.path().join("codex-home")).with_command(["false"]),
+    );
+    refused.metrics_listen = Some("0.0.0.0:0".parse().unwrap());
+    let error = serve::start(refused).await.unwrap_err().to_string();
+    assert!(
+        error.contains("--metrics-listen") && error.contains("non-loopback"),
+        "{error}"
+    );
+
+    let socket = dir.path().join("s.sock");
+    let mut options = ServeOptions::new(
+        ListenAddr::parse(&format!("unix://{}", socket.display())).unwrap(),
+        AppServerConfig::new(dir.path().join("codex-home")).with_command(["false"]),
+    );
+    options.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let handle = serve::start(options).await.unwrap();
+    let addr = handle.metrics_addr.unwrap();
+    let (_, before) = http_get(addr, "/metrics", None).await;
+    assert_eq!(
+        ctxbridge::metrics::sample(&before, "ctxbridge_connected_clients"),
+        Some(0.0)
+    );
+    let mut unix = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    unix.write_all(b"{\"id\":1,\"method\":\"thread/list\"}\n")
+        .await
+        .unwrap();
+    let mut reader = BufReader::new(&mut unix);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.unwrap();
+    assert!(line.contains("Not initialized"), "{line}");
+    let (status, during) = http_get(addr, "/metrics", None).await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        ctxbridge::metrics::sample(&during, "ctxbridge_connected_clients"),
+        Some(1.0),
+        "{during}"
+    );
+    handle.shutdown().await;
 }
 
 /// A unix socket listener is created with mode 0600 and speaks newline-delimited JSON-RPC.

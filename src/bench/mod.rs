@@ -13,6 +13,8 @@
 //! - [`chart`]: the SVG chart of cumulative model-request bytes.
 //! - [`overhead`]: the time ctxbridge adds per turn over the backend's own time.
 //! - [`scale`]: many sessions on a multi-thread runtime; turns/s, RSS, memory per cached binding.
+//! - [`serve`]: `bench --serve` — `serve`'s added latency, relay throughput, memory per idle
+//!   connection and concurrent clients, in front of the real Codex app-server.
 //!
 //! Figures are printed, never asserted: the tests check behaviour only.
 
@@ -21,6 +23,7 @@ pub mod engine;
 pub mod overhead;
 pub mod projection_cost;
 pub mod scale;
+pub mod serve;
 pub mod timed;
 pub mod timed_store;
 

@@ -38,6 +38,9 @@ pub struct BenchArgs {
     /// Sessions per mode of the overhead run (0 skips it).
     #[arg(long, default_value_t = 100)]
     pub overhead_sessions: usize,
+    /// `--serve` and its sizes.
+    #[command(flatten)]
+    pub serve: crate::bench::serve::ServeBenchArgs,
 }
 
 /// Runs the benchmarks `args` ask for and prints their figures.
@@ -50,6 +53,9 @@ pub async fn run(_context: &CommandContext, args: BenchArgs) -> Result<u8, CliEr
 
 /// Projection cost (table, CSV, SVG), then overhead, then scale, as configured.
 async fn measure(args: BenchArgs) -> Result<(), BenchError> {
+    if args.serve.enabled {
+        return crate::bench::serve::run_and_print(&args.serve).await;
+    }
     let turns = args.turns.max(1);
     std::fs::create_dir_all(&args.out).map_err(|source| BenchError::Io {
         operation: "create the output directory",

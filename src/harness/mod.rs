@@ -44,6 +44,7 @@ use crate::contract::{
 };
 use crate::engines::LegacyEngine;
 use crate::host::requirements::HostRequirementError;
+use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
@@ -328,6 +329,8 @@ pub struct TurnMetrics {
     pub retried: bool,
     /// Native compaction observed during the turn.
     pub auto_compacted: bool,
+    /// Time spent inside the backend's turn (the model's time included).
+    pub backend_time: Duration,
 }
 
 /// The result of a manual compaction.
@@ -394,6 +397,8 @@ pub struct Harness {
     lease_generations: Mutex<HashMap<String, u64>>,
     /// The selected engine's quarantine record from an earlier run was cleared.
     cleared_old_quarantine: AtomicBool,
+    /// Where turn, projection and lease figures go ([`NoMetrics`] unless set).
+    metrics: Arc<dyn MetricsSink>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -434,7 +439,16 @@ impl Harness {
             warned: Mutex::new(HashSet::new()),
             lease_generations: Mutex::new(HashMap::new()),
             cleared_old_quarantine: AtomicBool::new(false),
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Reports turns, projection decisions, lease waits and (through the engine's quarantine
+    /// book) quarantines to `sink` (`serve`'s `/metrics`).
+    pub fn with_metrics(mut self, sink: Arc<dyn MetricsSink>) -> Self {
+        self.engine.quarantine_book().report_to(sink.clone());
+        self.metrics = sink;
+        self
     }
 
     /// The backend the turns run on.
@@ -482,6 +496,8 @@ impl Harness {
                 self.cfg.lease_wait,
             )
             .await?;
+        self.metrics
+            .lease_acquired(guard.waited(), guard.took_over());
         let generation = guard.generation();
         let previous = self
             .lease_generations

@@ -171,9 +171,23 @@ pub struct SessionGuard {
     store: Arc<dyn StateStore>,
     released: bool,
     heartbeat: Option<JoinHandle<()>>,
+    /// How long the store lease was waited for while another holder had it (zero: free).
+    waited: Duration,
+    /// The lease was taken over from a holder that no longer runs.
+    took_over: bool,
 }
 
 impl SessionGuard {
+    /// How long acquiring waited for another holder's lease (zero when it was free).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Whether the lease was taken over from a dead holder.
+    pub fn took_over(&self) -> bool {
+        self.took_over
+    }
+
     /// The fencing generation of this holder.
     pub fn generation(&self) -> u64 {
         self.lease.generation
@@ -244,12 +258,16 @@ impl SessionLocks {
         let started = now_ms();
         let ttl_ms = ttl.as_millis() as u64;
         let mut pause = Duration::from_millis(10);
+        let clock = std::time::Instant::now();
+        let mut had_to_wait = false;
         loop {
             let mut attempt = store.try_acquire_lease(key, holder, now_ms(), ttl_ms)?;
+            let mut took_over = false;
             if let LeaseAttempt::Busy { holder: other, .. } = &attempt {
                 if holder_is_dead(other) {
                     tracing::warn!(session = %session_key, holder = %other, "the session's lease holder no longer runs; taking the session over");
                     attempt = store.take_over_lease(key, other, holder, now_ms(), ttl_ms)?;
+                    took_over = matches!(attempt, LeaseAttempt::Acquired(_));
                 }
             }
             match attempt {
@@ -261,6 +279,12 @@ impl SessionLocks {
                         store: store.clone(),
                         released: false,
                         heartbeat,
+                        waited: if had_to_wait {
+                            clock.elapsed()
+                        } else {
+                            Duration::ZERO
+                        },
+                        took_over,
                     });
                 }
                 LeaseAttempt::Busy {
@@ -278,6 +302,7 @@ impl SessionLocks {
                             expires_in_ms: expires_at_ms.saturating_sub(now),
                         });
                     }
+                    had_to_wait = true;
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));
                 }

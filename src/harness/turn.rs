@@ -3,6 +3,8 @@
 //! (transcript and binding together), notify the engine (`lifecycle`: commit or afterTurn,
 //! maintenance) and report.
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -21,6 +23,7 @@ use crate::contract::{
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
+use crate::metrics::TurnOutcomeKind;
 use crate::projection::{
     context_cap_chars, developer_instructions_sha256, plan_turn, policy_fingerprint, EffectiveMode,
     InstructionDelivery, PlanInput, PolicyInputs, ThreadBinding, ThreadChoice, TurnPlan,
@@ -78,6 +81,8 @@ struct ExecutedTurn {
     action: ThreadAction,
     /// Characters sent to the backend (input, instructions on start, injected text).
     backend_chars: usize,
+    /// Time inside the backend's turn (`run_turn`).
+    backend_time: Duration,
 }
 
 /// A backend failure of a turn, and whether it happened on a fresh thread.
@@ -109,7 +114,18 @@ impl Harness {
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<TurnReport, HarnessError> {
         let span = tracing::info_span!("turn", session = %spec.session_key, engine = %self.engine.engine_id());
-        self.turn_inner(spec, events).instrument(span).await
+        let started = std::time::Instant::now();
+        let result = self.turn_inner(spec, events).instrument(span).await;
+        let (outcome, backend) = match &result {
+            Ok(report) => (TurnOutcomeKind::Completed, report.metrics.backend_time),
+            Err(HarnessError::Backend { .. }) => (TurnOutcomeKind::BackendError, Duration::ZERO),
+            Err(HarnessError::SessionBusy(_)) => (TurnOutcomeKind::SessionBusy, Duration::ZERO),
+            Err(HarnessError::NotRecorded { .. }) => (TurnOutcomeKind::NotRecorded, Duration::ZERO),
+            Err(_) => (TurnOutcomeKind::Error, Duration::ZERO),
+        };
+        self.metrics
+            .turn_finished(outcome, started.elapsed(), backend);
+        result
     }
 
     async fn turn_inner(
@@ -533,6 +549,13 @@ impl Harness {
             bounded = plan.bounded,
             "projection decision"
         );
+        let rendered = if decision.mode == EffectiveMode::None {
+            0
+        } else {
+            plan.rendered_context_chars
+        };
+        self.metrics
+            .projection_decided(decision.reason.as_str(), decision.projected(), rendered);
         plan
     }
 
@@ -620,6 +643,7 @@ impl Harness {
                 }
             }
         };
+        let turn_started = std::time::Instant::now();
         let (outcome, ()) = tokio::join!(
             self.backend.run_turn(
                 TurnRequest {
@@ -634,6 +658,7 @@ impl Harness {
             ),
             forward
         );
+        let backend_time = turn_started.elapsed();
         backend_chars += plan.input.chars().count()
             + plan
                 .additional_context
@@ -644,6 +669,7 @@ impl Harness {
             outcome,
             action,
             backend_chars,
+            backend_time,
         })
     }
 
@@ -749,6 +775,7 @@ fn turn_report(
             },
             retried,
             auto_compacted: executed.outcome.auto_compaction.is_some(),
+            backend_time: executed.backend_time,
         },
         reply: executed.outcome.reply,
     }

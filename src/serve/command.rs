@@ -21,12 +21,19 @@ pub struct ServeArgs {
     /// `ws://IP:PORT`, `unix://PATH` or `stdio://`.
     #[arg(long, value_name = "URL", default_value = "stdio://")]
     pub listen: String,
-    /// WebSocket client auth.
-    #[arg(long, value_enum, requires = "ws_token_file")]
+    /// WebSocket client auth (with `--ws-token-file` or `--ws-token-sha256`).
+    #[arg(long, value_enum, requires = "ws_token")]
     pub ws_auth: Option<WsAuthMode>,
     /// File holding the capability token (`Authorization: Bearer TOKEN`).
-    #[arg(long, value_name = "FILE", requires = "ws_auth")]
+    #[arg(long, value_name = "FILE", requires = "ws_auth", group = "ws_token")]
     pub ws_token_file: Option<PathBuf>,
+    /// The SHA-256 of the capability token, 64 hex digits: serve never holds the token itself.
+    #[arg(long, value_name = "HEX", requires = "ws_auth", group = "ws_token")]
+    pub ws_token_sha256: Option<String>,
+    /// Also serve `GET /metrics` on this loopback `IP:PORT` (the only way for `unix://` and
+    /// `stdio://` listeners; a `ws://` listener serves it on its own port too).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Largest client message in bytes (WebSocket: larger ones close the connection, 1009).
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
@@ -46,6 +53,9 @@ pub enum ServeSetupError {
     /// `--listen` / auth.
     #[error(transparent)]
     Listen(#[from] crate::serve::ListenError),
+    /// `--ws-auth capability-token` needs exactly one of `--ws-token-file`, `--ws-token-sha256`.
+    #[error("--ws-auth capability-token needs exactly one of --ws-token-file FILE or --ws-token-sha256 HEX")]
+    TokenSource,
     /// The backend is not Codex.
     #[error("serve needs backend.kind \"codex\" in the configuration (the upstream app-server)")]
     NotCodex,
@@ -65,9 +75,17 @@ pub enum ServeSetupError {
 /// `legacy` is selected or `serve.engineThreads` is `"all"`; otherwise they pass through.
 pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeSetupError> {
     let listen = ListenAddr::parse(&args.listen)?;
-    let auth = match (&args.ws_auth, &args.ws_token_file) {
-        (Some(WsAuthMode::CapabilityToken), Some(file)) => Some(CapabilityToken::from_file(file)?),
-        _ => None,
+    let auth = match (&args.ws_auth, &args.ws_token_file, &args.ws_token_sha256) {
+        (Some(WsAuthMode::CapabilityToken), Some(file), None) => {
+            Some(CapabilityToken::from_file(file)?)
+        }
+        (Some(WsAuthMode::CapabilityToken), None, Some(digest)) => {
+            Some(CapabilityToken::from_sha256_hex(digest)?)
+        }
+        (Some(WsAuthMode::CapabilityToken), _, _) => {
+            return Err(ServeSetupError::TokenSource);
+        }
+        (None, _, _) => None,
     };
     crate::serve::check_exposure(&listen, auth.as_ref())?;
     let BackendConfig::Codex(codex) = &config.backend else {
@@ -114,12 +132,14 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     options.backend_url = codex.url.clone();
     options.auth = auth;
     options.max_message_bytes = args.max_message_bytes;
+    options.metrics_listen = args.metrics_listen;
     let slot = config.engine_slot();
     if config.serve.engine_threads_for(&slot.engine_id) {
         let backend = Arc::new(ServeBackend::new());
         let app = open_with_backend(config, store.clone(), backend.clone()).await;
         tracing::info!(engine = %app.resolved.slot.engine_id, "serve: client threads run the context engine");
-        options.sessions = Arc::new(EngineSessions::new(Arc::new(app.harness), backend));
+        let harness = app.harness.with_metrics(options.metrics.clone());
+        options.sessions = Arc::new(EngineSessions::new(Arc::new(harness), backend));
     }
     options.store = Some(store);
     Ok(options)

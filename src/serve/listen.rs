@@ -44,6 +44,9 @@ pub enum ListenError {
     /// The token file holds no token.
     #[error("the WebSocket token file {path} is empty")]
     EmptyToken { path: PathBuf },
+    /// `--ws-token-sha256` is not a SHA-256 digest in hex.
+    #[error("--ws-token-sha256: {reason} (expected the SHA-256 of the token as 64 hex digits, e.g. from `printf %s TOKEN | sha256sum`)")]
+    BadTokenDigest { reason: String },
 }
 
 impl ListenAddr {
@@ -106,6 +109,20 @@ impl CapabilityToken {
             });
         }
         Ok(CapabilityToken::new(&text))
+    }
+
+    /// A token known only by its SHA-256 digest, given as 64 hex digits (either case;
+    /// surrounding whitespace ignored), as Codex's `--ws-token-sha256`. Clients present the
+    /// token itself; it is hashed and compared in constant time.
+    pub fn from_sha256_hex(hex_digest: &str) -> Result<CapabilityToken, ListenError> {
+        let text = hex_digest.trim();
+        let bad = |reason: String| ListenError::BadTokenDigest { reason };
+        if text.len() != 64 {
+            return Err(bad(format!("{} characters", text.len())));
+        }
+        let mut digest = [0u8; 32];
+        hex::decode_to_slice(text, &mut digest).map_err(|e| bad(format!("not hex: {e}")))?;
+        Ok(CapabilityToken { digest })
     }
 
     /// Whether an `Authorization` header value carries this token, compared in constant time.
@@ -195,5 +212,31 @@ mod tests {
         assert!(!token.accepts(Some("s3cret")));
         assert!(!token.accepts(None));
         assert!(!format!("{token:?}").contains("s3cret"));
+    }
+
+    /// A token given by its SHA-256 hex accepts exactly the token whose digest it is; a
+    /// malformed digest is refused with an error saying what is expected.
+    #[test]
+    fn token_by_sha256() {
+        let hex_digest = hex::encode(Sha256::digest(b"s3cret"));
+        let token = CapabilityToken::from_sha256_hex(&format!(" {} \n", hex_digest.to_uppercase()))
+            .unwrap();
+        assert!(token.accepts(Some("Bearer s3cret")));
+        assert!(!token.accepts(Some("Bearer s3cret2")));
+        assert!(!token.accepts(Some(&format!("Bearer {hex_digest}"))));
+        for bad in [
+            "",
+            "abc",
+            &hex_digest[..63],
+            &format!("{}zz", &hex_digest[..62]),
+        ] {
+            let error = CapabilityToken::from_sha256_hex(bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("--ws-token-sha256") && error.contains("64 hex digits"),
+                "{error}"
+            );
+        }
     }
 }

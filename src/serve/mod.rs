@@ -31,6 +31,7 @@ use codex_app_server_client::AppServerConfig;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::BackendUrl;
+use crate::metrics::Registry;
 use crate::store::StateStore;
 
 mod client;
@@ -54,6 +55,7 @@ pub use sessions::{EngineSessions, ServeBackend};
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
 pub use upstream::UpstreamError;
+pub(crate) use upstream::{Connector, Live, UpstreamEvent};
 
 /// Default limit of one client message (a WebSocket message or a line).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -80,6 +82,11 @@ pub struct ServeOptions {
     pub sessions: Arc<dyn SessionTurns>,
     /// Time running turns get at shutdown.
     pub shutdown_grace: Duration,
+    /// The metrics `GET /metrics` exports (the harness of engine sessions reports here too).
+    pub metrics: Arc<Registry>,
+    /// A separate loopback HTTP listener serving only `GET /metrics` (for `unix://` and
+    /// `stdio://` listeners, which have no HTTP port; allowed with `ws://` too).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ServeHandle {
@@ -113,6 +120,8 @@ impl ServeOptions {
             store: None,
             sessions: Arc::new(PassThroughSessions),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            metrics: Arc::new(Registry::new()),
+            metrics_listen: None,
         }
     }
 }
@@ -124,6 +133,9 @@ pub enum ServeError {
     /// The listen/auth settings are refused.
     #[error(transparent)]
     Listen(#[from] ListenError),
+    /// `--metrics-listen` is not a loopback address.
+    #[error("--metrics-listen {addr}: refusing a non-loopback address (the metrics endpoint has no auth of its own; scrape it on loopback or through the authenticated ws:// port)")]
+    MetricsNotLoopback { addr: SocketAddr },
     /// Binding the listener failed.
     #[error("serve: binding {what}")]
     Bind {
@@ -137,12 +149,15 @@ pub enum ServeError {
 pub struct ServeHandle {
     /// The bound WebSocket address (`ws://` listeners).
     pub local_addr: Option<SocketAddr>,
+    /// The bound `--metrics-listen` address.
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     hub: tokio::sync::mpsc::UnboundedSender<router::HubMsg>,
     grace: Duration,
     listener: tokio::task::JoinHandle<()>,
     hub_task: tokio::task::JoinHandle<()>,
     sessions: Arc<dyn SessionTurns>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServeHandle {
@@ -164,6 +179,9 @@ impl ServeHandle {
         let _ = self.hub_task.await;
         self.sessions.shutdown().await;
         self.listener.abort();
+        if let Some(metrics) = self.metrics_task {
+            metrics.abort();
+        }
     }
 
     /// Resolves when the listener ends by itself (stdio: the client closed stdin).
@@ -174,8 +192,6 @@ impl ServeHandle {
 
 /// Starts listening and returns at once.
 pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
-    check_exposure(&options.listen, options.auth.as_ref())?;
-    let threads = ThreadMap::new(options.store.clone());
     let connector: Arc<dyn upstream::Connector> = match &options.backend_url {
         Some(url) => Arc::new(upstream::UrlConnector::new(
             url.clone(),
@@ -184,12 +200,55 @@ pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
         )),
         None => Arc::new(upstream::ChildConnector(options.upstream.clone())),
     };
-    let (hub, hub_task) = router::start(connector, threads, options.sessions.clone());
+    start_with(options, connector).await
+}
+
+/// As [`start`] with the upstream obtained from `connector` (the bench's scripted upstream).
+pub(crate) async fn start_with(
+    options: ServeOptions,
+    connector: Arc<dyn upstream::Connector>,
+) -> Result<ServeHandle, ServeError> {
+    check_exposure(&options.listen, options.auth.as_ref())?;
+    if let Some(addr) = options.metrics_listen {
+        if !addr.ip().is_loopback() {
+            return Err(ServeError::MetricsNotLoopback { addr });
+        }
+    }
+    let threads = ThreadMap::new(options.store.clone());
+    let (hub, hub_task) = router::start(
+        Arc::new(CountingConnector {
+            inner: connector,
+            metrics: options.metrics.clone(),
+        }),
+        threads,
+        options.sessions.clone(),
+    );
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,
         auth: options.auth.clone(),
         next_conn: Arc::new(AtomicU64::new(0)),
+        metrics: options.metrics.clone(),
+    };
+    let (metrics_addr, metrics_task) = match options.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    what: format!("--metrics-listen {addr}"),
+                    source,
+                })?;
+            let bound = listener.local_addr().ok();
+            tracing::info!(addr = ?bound, "serve: metrics on GET /metrics");
+            let app = transport::metrics_router(options.metrics.clone());
+            let task = tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, app).await {
+                    tracing::warn!(%error, "serve: metrics listener failed");
+                }
+            });
+            (bound, Some(task))
+        }
+        None => (None, None),
     };
     let (stop, mut stop_rx) = watch::channel(false);
     let mut local_addr = None;
@@ -234,6 +293,8 @@ pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     };
     Ok(ServeHandle {
         local_addr,
+        metrics_addr,
+        metrics_task,
         stop,
         hub,
         grace: options.shutdown_grace,
@@ -268,6 +329,31 @@ async fn shutdown_signal() {
             tracing::warn!(%error, "serve: cannot watch SIGTERM; only Ctrl-C stops the server");
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+/// The upstream connector, counting every start after the first as a restart.
+struct CountingConnector {
+    inner: Arc<dyn upstream::Connector>,
+    metrics: Arc<Registry>,
+}
+
+#[async_trait::async_trait]
+impl upstream::Connector for CountingConnector {
+    async fn connect(
+        &self,
+        generation: u64,
+    ) -> Result<
+        (
+            upstream::Live,
+            tokio::sync::mpsc::UnboundedReceiver<upstream::UpstreamEvent>,
+        ),
+        UpstreamError,
+    > {
+        if generation > 1 {
+            self.metrics.upstream_restarted();
+        }
+        self.inner.connect(generation).await
     }
 }
 

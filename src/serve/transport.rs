@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
 use crate::serve::framing::read_bounded_line;
 use crate::serve::listen::CapabilityToken;
@@ -26,6 +27,9 @@ use crate::serve::router::{HubMsg, Outbound};
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
 pub const CLOSE_TOO_BIG: u16 = 1009;
 
+/// Most messages a writer sends before it flushes.
+const MAX_BATCH: usize = 256;
+
 /// What every listener shares.
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -33,6 +37,23 @@ pub(crate) struct Shared {
     pub max_message_bytes: usize,
     pub auth: Option<CapabilityToken>,
     pub next_conn: Arc<AtomicU64>,
+    pub metrics: Arc<Registry>,
+}
+
+/// Counts a client connection as connected while it lives.
+struct Connected(Arc<Registry>);
+
+impl Connected {
+    fn new(metrics: &Arc<Registry>) -> Connected {
+        metrics.client_connections(1);
+        Connected(metrics.clone())
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.client_connections(-1);
+    }
 }
 
 impl Shared {
@@ -41,13 +62,56 @@ impl Shared {
     }
 }
 
-/// The axum app: health endpoints and the WebSocket endpoint at `/`.
+/// The Prometheus text format's content type.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The axum app: health endpoints (open, as Codex's), `/metrics` (behind the same token as
+/// the WebSocket when auth is on) and the WebSocket endpoint at `/`.
 pub(crate) fn ws_router(shared: Shared) -> Router {
     Router::new()
         .route("/readyz", get(|| async { "ok" }))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(ws_metrics))
         .route("/", get(ws_upgrade))
         .with_state(shared)
+}
+
+/// The `--metrics-listen` app: only `GET /metrics` (loopback only, no auth).
+pub(crate) fn metrics_router(metrics: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_only))
+        .with_state(metrics)
+}
+
+fn exposition(metrics: &Registry) -> Response {
+    (
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        metrics.render(),
+    )
+        .into_response()
+}
+
+async fn metrics_only(State(metrics): State<Arc<Registry>>) -> Response {
+    exposition(&metrics)
+}
+
+/// Whether a request may pass the capability-token check (always, without auth).
+fn authorized(shared: &Shared, headers: &axum::http::HeaderMap) -> bool {
+    match &shared.auth {
+        Some(token) => token.accepts(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok()),
+        ),
+        None => true,
+    }
+}
+
+async fn ws_metrics(State(shared): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    if !authorized(&shared, &headers) {
+        return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
+    }
+    exposition(&shared.metrics)
 }
 
 async fn ws_upgrade(
@@ -55,14 +119,9 @@ async fn ws_upgrade(
     headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    if let Some(token) = &shared.auth {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok());
-        if !token.accepts(presented) {
-            tracing::warn!("serve: refused a WebSocket client without a valid token");
-            return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
-        }
+    if !authorized(&shared, &headers) {
+        tracing::warn!("serve: refused a WebSocket client without a valid token");
+        return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
     }
     // tungstenite's own limit is a backstop; the exact limit is checked per message so an
     // oversize one gets a clean close with 1009.
@@ -78,27 +137,40 @@ async fn ws_upgrade(
 }
 
 async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
+    let _connected = Connected::new(&shared.metrics);
     let (mut sink, mut stream) = socket.split();
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let writer = tokio::spawn(
         async move {
-            while let Some(outbound) = out_rx.recv().await {
-                let sent = match outbound {
-                    Outbound::Message(message) => {
-                        sink.send(Message::Text(message.to_string())).await
+            // Messages already queued go out together: one flush (one write) per batch, not
+            // per message, which is what bounds the relay rate of a streaming turn.
+            'connection: while let Some(first) = out_rx.recv().await {
+                let mut next = Some(first);
+                let mut batched = 0usize;
+                while let Some(outbound) = next.take() {
+                    match outbound {
+                        Outbound::Message(message) => {
+                            if sink.feed(Message::Text(message.to_string())).await.is_err() {
+                                break 'connection;
+                            }
+                        }
+                        Outbound::Close(code, reason) => {
+                            let frame = CloseFrame {
+                                code,
+                                reason: reason.into(),
+                            };
+                            let _ = sink.send(Message::Close(Some(frame))).await;
+                            break 'connection;
+                        }
                     }
-                    Outbound::Close(code, reason) => {
-                        let frame = CloseFrame {
-                            code,
-                            reason: reason.into(),
-                        };
-                        let _ = sink.send(Message::Close(Some(frame))).await;
-                        break;
+                    batched += 1;
+                    if batched < MAX_BATCH {
+                        next = out_rx.try_recv().ok();
                     }
-                };
-                if sent.is_err() {
+                }
+                if sink.flush().await.is_err() {
                     break;
                 }
             }
@@ -169,20 +241,43 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let _connected = Connected::new(&shared.metrics);
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
     let (in_tx, in_rx) = mpsc::channel(64);
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
     let write_task = tokio::spawn(
         async move {
-            while let Some(outbound) = out_rx.recv().await {
-                let Outbound::Message(message) = outbound else {
+            // Messages already queued are written together (one write per batch), serialised
+            // into one reused buffer.
+            let mut buffer = Vec::new();
+            'connection: while let Some(first) = out_rx.recv().await {
+                let mut next = Some(first);
+                let mut batched = 0usize;
+                let mut closing = false;
+                buffer.clear();
+                while let Some(outbound) = next.take() {
+                    let Outbound::Message(message) = outbound else {
+                        closing = true;
+                        break;
+                    };
+                    if serde_json::to_writer(&mut buffer, &message).is_err() {
+                        break 'connection;
+                    }
+                    buffer.push(b'\n');
+                    batched += 1;
+                    if batched < MAX_BATCH {
+                        next = out_rx.try_recv().ok();
+                    }
+                }
+                if writer.write_all(&buffer).await.is_err() || writer.flush().await.is_err() {
                     break;
-                };
-                let mut line = message.to_string();
-                line.push('\n');
-                if writer.write_all(line.as_bytes()).await.is_err() || writer.flush().await.is_err()
-                {
+                }
+                if closing {
                     break;
+                }
+                if buffer.capacity() > 256 * 1024 {
+                    // A burst of big messages does not pin its buffer for the connection's life.
+                    buffer = Vec::new();
                 }
             }
         }

@@ -144,14 +144,13 @@ impl Connector for ChildConnector {
     }
 }
 
-/// An in-memory upstream for tests: what the router writes, and a way to answer it.
-#[cfg(test)]
+/// An in-memory upstream (the router's tests, the bench's scripted upstream): what the router
+/// writes, and a way to answer it.
 pub(crate) struct MemoryPeer {
     pub written: mpsc::UnboundedReceiver<String>,
     pub events: mpsc::UnboundedSender<UpstreamEvent>,
 }
 
-#[cfg(test)]
 impl Live {
     /// A connection whose other end is a [`MemoryPeer`].
     pub(crate) fn in_memory(

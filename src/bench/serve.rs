@@ -1,0 +1,942 @@
+//! `ctxbridge bench --serve`: what `serve` costs in front of the same upstream, the real
+//! `codex app-server` run offline against the loopback mock model server.
+//!
+//! - **Turn latency** (`turn/start` sent → `turn/completed` received) through `serve` (a
+//!   WebSocket client, pass-through sessions) vs straight to an app-server child of the same
+//!   binary and configuration (JSONL over its stdio), both warm; the CLI's spawn-per-turn
+//!   (`ctxbridge turn`, a process and an app-server per turn) beside them.
+//! - **Notification relay throughput**: one turn whose reply streams many deltas, through
+//!   `serve` and direct (Codex itself is the bottleneck there), and `serve`'s relay in
+//!   isolation: an in-process scripted upstream that answers `turn/start` with a flood of
+//!   `item/agentMessage/delta` notifications (each parsed from its JSON line, as the upstream
+//!   reader does), relayed to a WebSocket client.
+//! - **Memory per idle connection**: a `ctxbridge serve` child process; its RSS before and after
+//!   N idle initialized WebSocket connections, divided by N.
+//! - **Concurrent clients**: many WebSocket clients, each on its own thread, running turns at
+//!   once through one `serve`; errors and the latency percentiles.
+//!
+//! Figures are printed, never asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use codex_app_server_client::{
+    locate_codex_binary, offline_overrides, AppServerConfig, ConfigValue,
+};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::bench::{BenchError, BENCH_BASE_INSTRUCTIONS};
+use crate::serve::{self as proxy, Connector, ListenAddr, Live, ServeOptions, UpstreamEvent};
+
+/// How long one reply may take before the bench gives up (a broken setup fails, not hangs).
+const PATIENCE: Duration = Duration::from_secs(120);
+/// Turns run before timing starts on each path.
+const WARMUP_TURNS: usize = 3;
+
+/// `ctxbridge bench --serve` arguments (flattened into `bench`'s).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeBenchArgs {
+    /// Measure `serve` instead (latency vs direct, relay throughput, memory per idle
+    /// connection, concurrent clients); needs the Codex binary. The other runs are skipped.
+    #[arg(long = "serve")]
+    pub enabled: bool,
+    /// Timed turns per latency path.
+    #[arg(long, default_value_t = 200)]
+    pub serve_turns: usize,
+    /// Timed `ctxbridge turn` processes (0 skips them).
+    #[arg(long, default_value_t = 10)]
+    pub serve_cli_turns: usize,
+    /// Deltas of the long reply streamed through Codex.
+    #[arg(long, default_value_t = 5_000)]
+    pub serve_codex_deltas: usize,
+    /// Notifications of the scripted upstream's flood.
+    #[arg(long, default_value_t = 200_000)]
+    pub serve_flood: usize,
+    /// Idle connections of the memory figure (0 skips it).
+    #[arg(long, default_value_t = 1_000)]
+    pub serve_idle: usize,
+    /// Concurrent clients (0 skips them).
+    #[arg(long, default_value_t = 50)]
+    pub serve_clients: usize,
+    /// Turns per concurrent client.
+    #[arg(long, default_value_t = 4)]
+    pub serve_client_turns: usize,
+}
+
+impl ServeBenchArgs {
+    /// The options these arguments ask for.
+    pub fn options(&self) -> ServeBenchOptions {
+        ServeBenchOptions {
+            turns: self.serve_turns.max(1),
+            cli_turns: self.serve_cli_turns,
+            codex_deltas: self.serve_codex_deltas.max(1),
+            flood_messages: self.serve_flood.max(1),
+            idle_connections: self.serve_idle,
+            clients: self.serve_clients,
+            client_turns: self.serve_client_turns.max(1),
+        }
+    }
+}
+
+/// Runs `bench --serve` and prints its table (with the machine load).
+pub async fn run_and_print(args: &ServeBenchArgs) -> Result<(), BenchError> {
+    let options = args.options();
+    let report = run(&options).await?;
+    print!("{}", format_table(&report, &options));
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!(
+            "  load average (1/5/15 min): {}",
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// What `bench --serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServeBenchOptions {
+    /// Timed turns per path (latency).
+    pub turns: usize,
+    /// Timed `ctxbridge turn` processes (spawn-per-turn).
+    pub cli_turns: usize,
+    /// Deltas of the long reply streamed through Codex.
+    pub codex_deltas: usize,
+    /// Notifications of the scripted upstream's flood.
+    pub flood_messages: usize,
+    /// Idle connections opened for the memory figure.
+    pub idle_connections: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Turns per concurrent client.
+    pub client_turns: usize,
+}
+
+impl Default for ServeBenchOptions {
+    fn default() -> Self {
+        ServeBenchOptions {
+            turns: 200,
+            cli_turns: 10,
+            codex_deltas: 5_000,
+            flood_messages: 200_000,
+            idle_connections: 1_000,
+            clients: 50,
+            client_turns: 4,
+        }
+    }
+}
+
+/// Latency percentiles of one path.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    /// Samples.
+    pub n: usize,
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<Duration>) -> Latency {
+        samples.sort_unstable();
+        let at = |q: f64| {
+            if samples.is_empty() {
+                return Duration::ZERO;
+            }
+            let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+            samples[index.min(samples.len() - 1)]
+        };
+        Latency {
+            n: samples.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// A relay throughput figure.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Throughput {
+    /// Messages the client received.
+    pub messages: usize,
+    /// From `turn/start` sent to `turn/completed` received.
+    pub elapsed: Duration,
+}
+
+impl Throughput {
+    /// Messages per second.
+    pub fn per_second(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Everything `bench --serve` measured.
+#[derive(Debug, Clone, Default)]
+pub struct ServeBenchReport {
+    /// Straight to a warm app-server child.
+    pub direct: Latency,
+    /// Through `serve` (WebSocket, pass-through).
+    pub through_serve: Latency,
+    /// `ctxbridge turn` per turn.
+    pub cli: Latency,
+    /// A long streamed reply, direct.
+    pub codex_direct: Throughput,
+    /// The same through `serve`.
+    pub codex_serve: Throughput,
+    /// `serve`'s relay with the scripted upstream.
+    pub relay: Throughput,
+    /// Idle connections opened, RSS of the serve process before and after.
+    pub idle: (usize, u64, u64),
+    /// Concurrent clients: clients, turns that failed, latency.
+    pub concurrent: (usize, usize, Latency),
+}
+
+fn runtime_err(operation: &'static str) -> impl FnOnce(String) -> BenchError {
+    move |message| BenchError::Runtime { operation, message }
+}
+
+/// A JSON-RPC peer: a WebSocket connection to `serve`, or an app-server child's stdio.
+enum Peer {
+    Ws(
+        Box<
+            tokio_tungstenite::WebSocketStream<
+                tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+            >,
+        >,
+    ),
+    Stdio {
+        _child: tokio::process::Child,
+        stdin: tokio::process::ChildStdin,
+        lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    },
+}
+
+impl Peer {
+    async fn ws(url: &str) -> Result<Peer, BenchError> {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .map_err(|e| runtime_err("connect to serve")(e.to_string()))?;
+        Ok(Peer::Ws(Box::new(ws)))
+    }
+
+    fn stdio(config: &AppServerConfig) -> Result<Peer, BenchError> {
+        let program = config
+            .command
+            .first()
+            .cloned()
+            .ok_or_else(|| runtime_err("start codex app-server")("no command".into()))?;
+        std::fs::create_dir_all(&config.codex_home).map_err(|source| BenchError::Io {
+            operation: "create the Codex home",
+            path: config.codex_home.clone(),
+            source,
+        })?;
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(config.args())
+            .env("CODEX_HOME", &config.codex_home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(cwd) = &config.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn().map_err(|source| BenchError::Io {
+            operation: "start codex app-server",
+            path: PathBuf::from(&program),
+            source,
+        })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(runtime_err("start codex app-server")(
+                "stdio not piped".into(),
+            ));
+        };
+        Ok(Peer::Stdio {
+            _child: child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        })
+    }
+
+    async fn send(&mut self, message: &Value) -> Result<(), BenchError> {
+        let text = message.to_string();
+        let sent = match self {
+            Peer::Ws(ws) => ws
+                .send(Message::Text(text))
+                .await
+                .map_err(|e| e.to_string()),
+            Peer::Stdio { stdin, .. } => {
+                let mut line = text.into_bytes();
+                line.push(b'\n');
+                stdin.write_all(&line).await.map_err(|e| e.to_string())
+            }
+        };
+        sent.map_err(runtime_err("send a message"))
+    }
+
+    /// The next message's text.
+    async fn recv_text(&mut self) -> Result<String, BenchError> {
+        let next = async {
+            match self {
+                Peer::Ws(ws) => loop {
+                    match ws.next().await {
+                        Some(Ok(Message::Text(text))) => return Ok(text),
+                        Some(Ok(Message::Close(_))) | None => {
+                            return Err("the connection closed".to_owned())
+                        }
+                        Some(Ok(_)) => continue,
+                        Some(Err(e)) => return Err(e.to_string()),
+                    }
+                },
+                Peer::Stdio { lines, .. } => match lines.next_line().await {
+                    Ok(Some(line)) => Ok(line),
+                    Ok(None) => Err("the app-server closed its stdout".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                },
+            }
+        };
+        match tokio::time::timeout(PATIENCE, next).await {
+            Ok(result) => result.map_err(runtime_err("receive a message")),
+            Err(_) => Err(runtime_err("receive a message")("nothing in time".into())),
+        }
+    }
+
+    async fn recv(&mut self) -> Result<Value, BenchError> {
+        let text = self.recv_text().await?;
+        serde_json::from_str(&text).map_err(|e| runtime_err("parse a message")(e.to_string()))
+    }
+
+    /// A request; its answer's result (notifications in between are skipped).
+    async fn call(&mut self, id: u64, method: &str, params: Value) -> Result<Value, BenchError> {
+        self.send(&json!({"id": id, "method": method, "params": params}))
+            .await?;
+        loop {
+            let message = self.recv().await?;
+            if message.get("id") == Some(&json!(id)) && message.get("method").is_none() {
+                if let Some(error) = message.get("error") {
+                    return Err(runtime_err("a request failed")(format!(
+                        "{method}: {error}"
+                    )));
+                }
+                return Ok(message.get("result").cloned().unwrap_or(Value::Null));
+            }
+        }
+    }
+
+    async fn initialize(&mut self) -> Result<(), BenchError> {
+        self.call(
+            0,
+            "initialize",
+            json!({"clientInfo": {"name": "ctxbridge-bench", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": true}}),
+        )
+        .await?;
+        self.send(&json!({"method": "initialized"})).await
+    }
+
+    async fn start_thread(&mut self) -> Result<String, BenchError> {
+        let result = self
+            .call(
+                1,
+                "thread/start",
+                json!({"baseInstructions": BENCH_BASE_INSTRUCTIONS}),
+            )
+            .await?;
+        result
+            .pointer("/thread/id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| runtime_err("thread/start")(format!("no thread id in {result}")))
+    }
+
+    /// One turn: its latency and the messages received until its `turn/completed` (which
+    /// is found without parsing every message: a substring check, so the client's own cost
+    /// stays small next to the relay's).
+    async fn turn(&mut self, id: u64, thread: &str, text: &str) -> Result<Throughput, BenchError> {
+        let started = Instant::now();
+        self.send(&json!({"id": id, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "text", "text": text}]}}))
+            .await?;
+        let mut messages = 0usize;
+        loop {
+            let text = self.recv_text().await?;
+            messages += 1;
+            if text.contains("\"turn/completed\"") {
+                let message: Value = serde_json::from_str(&text)
+                    .map_err(|e| runtime_err("parse turn/completed")(e.to_string()))?;
+                let status = message
+                    .pointer("/params/turn/status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if status != "completed" {
+                    return Err(runtime_err("a turn failed")(message.to_string()));
+                }
+                return Ok(Throughput {
+                    messages,
+                    elapsed: started.elapsed(),
+                });
+            }
+            if text.starts_with("{\"error\"") || text.contains("\"error\":{\"code\"") {
+                return Err(runtime_err("a turn failed")(text));
+            }
+        }
+    }
+}
+
+/// The Codex app-server configuration of every path (offline against `mock`).
+fn codex_config(binary: &Path, home: &Path, mock: &MockModelServer) -> AppServerConfig {
+    AppServerConfig::new(home.join("codex-home"))
+        .with_command([binary.display().to_string(), "app-server".to_owned()])
+        .with_overrides(offline_overrides(&mock.base_url()))
+        .with_cwd(home)
+}
+
+async fn mock_server(config: MockModelConfig) -> Result<MockModelServer, BenchError> {
+    MockModelServer::start(config)
+        .await
+        .map_err(|source| BenchError::MockModel {
+            operation: "start the mock model server",
+            source,
+        })
+}
+
+/// `serve` in this process in front of `upstream`, pass-through sessions, on a loopback port.
+async fn serve_in_process(
+    upstream: AppServerConfig,
+) -> Result<(proxy::ServeHandle, String), BenchError> {
+    let listen =
+        ListenAddr::parse("ws://127.0.0.1:0").map_err(|e| runtime_err("serve")(e.to_string()))?;
+    let handle = proxy::start(ServeOptions::new(listen, upstream))
+        .await
+        .map_err(|e| runtime_err("start serve")(proxy::error_chain(&e)))?;
+    let addr = handle
+        .local_addr
+        .ok_or_else(|| runtime_err("start serve")("no address".into()))?;
+    Ok((handle, format!("ws://{addr}")))
+}
+
+/// Warm-up turns, then `turns` timed ones on `peer`.
+async fn time_turns(peer: &mut Peer, turns: usize) -> Result<Latency, BenchError> {
+    peer.initialize().await?;
+    let thread = peer.start_thread().await?;
+    let mut samples = Vec::with_capacity(turns);
+    for i in 0..WARMUP_TURNS + turns {
+        let turn = peer
+            .turn(10 + i as u64, &thread, &format!("ping {i}"))
+            .await?;
+        if i >= WARMUP_TURNS {
+            samples.push(turn.elapsed);
+        }
+    }
+    Ok(Latency::of(samples))
+}
+
+/// One long streamed reply after a warm-up turn on `peer` (already initialized).
+async fn long_reply(
+    peer: &mut Peer,
+    mock: &MockModelServer,
+    text: &str,
+) -> Result<Throughput, BenchError> {
+    let thread = peer.start_thread().await?;
+    peer.turn(5, &thread, "warm up").await?;
+    mock.push_reply(ScriptedReply::text(text));
+    peer.turn(6, &thread, "stream a long reply").await
+}
+
+/// The configuration file of the CLI paths (`ctxbridge turn`, `ctxbridge serve`).
+fn write_cli_config(upstream: &AppServerConfig, dir: &Path) -> Result<PathBuf, BenchError> {
+    let mut overrides = Map::new();
+    for (key, value) in &upstream.config_overrides {
+        let value = match value {
+            ConfigValue::String(s) => json!(s),
+            ConfigValue::Bool(b) => json!(b),
+            ConfigValue::Integer(i) => json!(i),
+            ConfigValue::Float(f) => json!(f),
+            other => json!(other.to_toml()),
+        };
+        overrides.insert(key.clone(), value);
+    }
+    let config = json!({
+        "agent": {"baseInstructions": BENCH_BASE_INSTRUCTIONS},
+        "backend": {"kind": "codex", "command": upstream.command, "codexHome": dir.join("cli-codex-home"), "config": overrides},
+        "store": {"path": dir.join("cli-state").join("state.db")},
+    });
+    let path = dir.join("ctxbridge-bench.json5");
+    std::fs::write(&path, config.to_string()).map_err(|source| BenchError::Io {
+        operation: "write the bench configuration",
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+fn current_exe() -> Result<PathBuf, BenchError> {
+    std::env::current_exe().map_err(|source| BenchError::Io {
+        operation: "locate the ctxbridge binary",
+        path: PathBuf::from("ctxbridge"),
+        source,
+    })
+}
+
+/// `ctxbridge turn` once per turn (one warm-up, then `turns` timed).
+async fn cli_turns(config: &Path, dir: &Path, turns: usize) -> Result<Latency, BenchError> {
+    let exe = current_exe()?;
+    let mut samples = Vec::with_capacity(turns);
+    for i in 0..=turns {
+        let started = Instant::now();
+        let output = tokio::process::Command::new(&exe)
+            .arg("--config")
+            .arg(config)
+            .args(["turn", "--session", "bench-cli", &format!("ping {i}")])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|source| BenchError::Io {
+                operation: "run ctxbridge turn",
+                path: exe.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(runtime_err("ctxbridge turn")(
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            ));
+        }
+        if i > 0 {
+            samples.push(started.elapsed());
+        }
+    }
+    Ok(Latency::of(samples))
+}
+
+/// A scripted in-process upstream: answers what `serve` asks, and a `turn/start` with
+/// `turn/started`, `deltas` agent-message deltas and `turn/completed`, each parsed from its
+/// JSON line as the upstream reader parses the child's stdout.
+struct FloodConnector {
+    deltas: usize,
+}
+
+#[async_trait::async_trait]
+impl Connector for FloodConnector {
+    async fn connect(
+        &self,
+        _generation: u64,
+    ) -> Result<(Live, mpsc::UnboundedReceiver<UpstreamEvent>), proxy::UpstreamError> {
+        let (live, events, mut peer) =
+            Live::in_memory(json!({"userAgent": "bench-flood/0", "codexHome": "/nonexistent"}));
+        let deltas = self.deltas;
+        tokio::spawn(async move {
+            let parse = |line: &str| serde_json::from_str::<Map<String, Value>>(line).ok();
+            let mut turns = 0u64;
+            while let Some(line) = peer.written.recv().await {
+                let Some(request) = parse(&line) else {
+                    continue;
+                };
+                let (Some(id), Some(method)) = (
+                    request.get("id").cloned(),
+                    request.get("method").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let thread = "bench-flood-thread";
+                let result = match method {
+                    "thread/start" | "thread/resume" => json!({"thread": {"id": thread}}),
+                    "turn/start" => {
+                        turns += 1;
+                        json!({"turn": {"id": format!("turn-{turns}"), "status": "inProgress", "items": []}})
+                    }
+                    _ => json!({}),
+                };
+                let answer = json!({"id": id, "result": result}).to_string();
+                let mut lines = vec![answer];
+                if method == "turn/start" {
+                    let turn = format!("turn-{turns}");
+                    lines.push(json!({"method": "turn/started", "params": {"threadId": thread, "turn": {"id": turn, "status": "inProgress", "items": []}}}).to_string());
+                    let delta = json!({"method": "item/agentMessage/delta", "params": {"threadId": thread, "turnId": turn, "itemId": "msg-1", "delta": "token "}}).to_string();
+                    lines.extend(std::iter::repeat(delta).take(deltas));
+                    lines.push(json!({"method": "turn/completed", "params": {"threadId": thread, "turn": {"id": turn, "status": "completed", "items": [], "error": null}}}).to_string());
+                }
+                for line in lines {
+                    if let Some(message) = parse(&line) {
+                        if peer.events.send(UpstreamEvent::Message(message)).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok((live, events))
+    }
+}
+
+/// `serve`'s relay alone: a WebSocket client's flood turn through the scripted upstream.
+async fn relay_flood(messages: usize) -> Result<Throughput, BenchError> {
+    let listen =
+        ListenAddr::parse("ws://127.0.0.1:0").map_err(|e| runtime_err("serve")(e.to_string()))?;
+    let options = ServeOptions::new(listen, AppServerConfig::new("/nonexistent"));
+    let handle = proxy::start_with(options, Arc::new(FloodConnector { deltas: messages }))
+        .await
+        .map_err(|e| runtime_err("start serve")(proxy::error_chain(&e)))?;
+    let addr = handle
+        .local_addr
+        .ok_or_else(|| runtime_err("start serve")("no address".into()))?;
+    let mut peer = Peer::ws(&format!("ws://{addr}")).await?;
+    peer.initialize().await?;
+    let thread = peer.start_thread().await?;
+    // A small warm-up flood, then the measured one.
+    let _ = peer.turn(2, &thread, "warm up").await?;
+    let measured = peer.turn(3, &thread, "flood").await;
+    drop(peer);
+    handle.shutdown().await;
+    measured
+}
+
+/// RSS of another process (`/proc/PID/status`), bytes.
+fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix("VmRSS:")?;
+        rest.split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    })
+}
+
+/// A `ctxbridge serve` child; RSS before and after `n` idle initialized connections.
+async fn idle_memory(config: &Path, dir: &Path, n: usize) -> Result<(usize, u64, u64), BenchError> {
+    let exe = current_exe()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|source| BenchError::Io {
+            operation: "pick a loopback port",
+            path: PathBuf::from("127.0.0.1:0"),
+            source,
+        })?
+        .port();
+    let mut child = tokio::process::Command::new(&exe)
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--listen", &format!("ws://127.0.0.1:{port}")])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| BenchError::Io {
+            operation: "start ctxbridge serve",
+            path: exe.clone(),
+            source,
+        })?;
+    let pid = child
+        .id()
+        .ok_or_else(|| runtime_err("start ctxbridge serve")("no pid".into()))?;
+    let url = format!("ws://127.0.0.1:{port}");
+    let deadline = Instant::now() + PATIENCE;
+    let mut first = loop {
+        match Peer::ws(&url).await {
+            Ok(peer) => break peer,
+            Err(error) if Instant::now() > deadline => return Err(error),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    // The first client starts the upstream; a few more warm the allocator up.
+    first.initialize().await?;
+    let mut warm = Vec::new();
+    for _ in 0..8 {
+        let mut peer = Peer::ws(&url).await?;
+        peer.initialize().await?;
+        warm.push(peer);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_of(pid).unwrap_or(0);
+    let mut idle = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut peer = Peer::ws(&url).await?;
+        peer.initialize().await?;
+        idle.push(peer);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = rss_of(pid).unwrap_or(0);
+    drop(idle);
+    drop(warm);
+    drop(first);
+    // SIGTERM: serve stops its upstream child cleanly.
+    let _ = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await;
+    let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+    Ok((n, before, after))
+}
+
+/// `clients` WebSocket clients at once, each on its own thread running `turns` turns.
+async fn concurrent_clients(url: &str, clients: usize, turns: usize) -> (usize, usize, Latency) {
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut failed = 0usize;
+            let setup = async {
+                let mut peer = Peer::ws(&url).await?;
+                peer.initialize().await?;
+                let thread = peer.start_thread().await?;
+                Ok::<_, BenchError>((peer, thread))
+            };
+            match setup.await {
+                Ok((mut peer, thread)) => {
+                    for i in 0..turns {
+                        match peer
+                            .turn(10 + i as u64, &thread, &format!("hello {i}"))
+                            .await
+                        {
+                            Ok(turn) => samples.push(turn.elapsed),
+                            Err(error) => {
+                                tracing::warn!(%error, "bench: a concurrent turn failed");
+                                failed += 1;
+                            }
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "bench: a concurrent client could not start");
+                    failed += turns;
+                }
+            }
+            (samples, failed)
+        }));
+    }
+    let mut samples = Vec::new();
+    let mut failed = 0;
+    for task in tasks {
+        match task.await {
+            Ok((mut s, f)) => {
+                samples.append(&mut s);
+                failed += f;
+            }
+            Err(_) => failed += turns,
+        }
+    }
+    (clients, failed, Latency::of(samples))
+}
+
+/// Runs every measurement of `bench --serve`.
+pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchError> {
+    let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
+    let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
+        operation: "create a temporary directory",
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let mut report = ServeBenchReport::default();
+    let long_text = "token ".repeat(options.codex_deltas.max(1));
+    let mock = mock_server(MockModelConfig {
+        delta_chunks: 3,
+        ..MockModelConfig::default()
+    })
+    .await?;
+    let flood_mock = mock_server(MockModelConfig {
+        delta_chunks: options.codex_deltas.max(1),
+        ..MockModelConfig::default()
+    })
+    .await?;
+
+    // (a) Latency: direct vs through serve, same binary and configuration.
+    let direct_home = dir.path().join("direct");
+    let mut direct = Peer::stdio(&codex_config(&binary, &direct_home, &mock))?;
+    report.direct = time_turns(&mut direct, options.turns).await?;
+    let serve_home = dir.path().join("serve");
+    std::fs::create_dir_all(&serve_home).map_err(|source| BenchError::Io {
+        operation: "create a directory",
+        path: serve_home.clone(),
+        source,
+    })?;
+    let (handle, url) = serve_in_process(codex_config(&binary, &serve_home, &mock)).await?;
+    let mut through = Peer::ws(&url).await?;
+    report.through_serve = time_turns(&mut through, options.turns).await?;
+
+    // (d) Concurrent clients through the same serve.
+    if options.clients > 0 {
+        report.concurrent = concurrent_clients(&url, options.clients, options.client_turns).await;
+    }
+    drop(through);
+    handle.shutdown().await;
+
+    // (b) A long streamed reply through Codex (direct and through serve), then serve's relay
+    // alone.
+    let mut direct = Peer::stdio(&codex_config(
+        &binary,
+        &dir.path().join("flood-direct"),
+        &flood_mock,
+    ))?;
+    direct.initialize().await?;
+    report.codex_direct = long_reply(&mut direct, &flood_mock, &long_text).await?;
+    drop(direct);
+    let flood_home = dir.path().join("flood-serve");
+    std::fs::create_dir_all(&flood_home).map_err(|source| BenchError::Io {
+        operation: "create a directory",
+        path: flood_home.clone(),
+        source,
+    })?;
+    let (handle, url) = serve_in_process(codex_config(&binary, &flood_home, &flood_mock)).await?;
+    let mut through = Peer::ws(&url).await?;
+    through.initialize().await?;
+    report.codex_serve = long_reply(&mut through, &flood_mock, &long_text).await?;
+    drop(through);
+    handle.shutdown().await;
+    report.relay = relay_flood(options.flood_messages.max(1)).await?;
+
+    // The CLI paths share one configuration file.
+    let cli_config = write_cli_config(&codex_config(&binary, dir.path(), &mock), dir.path())?;
+    if options.cli_turns > 0 {
+        report.cli = cli_turns(&cli_config, dir.path(), options.cli_turns).await?;
+    }
+    // (c) Memory per idle connection of a serve process.
+    if options.idle_connections > 0 {
+        report.idle = idle_memory(&cli_config, dir.path(), options.idle_connections).await?;
+    }
+    Ok(report)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+/// The report as a table with the targets beside the figures.
+pub fn format_table(report: &ServeBenchReport, options: &ServeBenchOptions) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, what: &str, figure: String, target: &str| {
+        out.push_str(&format!("  {what:<58} {figure:>22}  {target}\n"));
+    };
+    out.push_str("\nserve in front of codex app-server (offline, loopback mock model)\n");
+    line(&mut out, "what", "figure".into(), "target");
+    let d = report.direct;
+    let s = report.through_serve;
+    line(
+        &mut out,
+        &format!(
+            "turn latency direct (warm app-server, {} turns) p50 / p99 ms",
+            d.n
+        ),
+        format!("{} / {}", ms(d.p50), ms(d.p99)),
+        "",
+    );
+    line(
+        &mut out,
+        &format!(
+            "turn latency through serve (ws, {} turns) p50 / p99 ms",
+            s.n
+        ),
+        format!("{} / {}", ms(s.p50), ms(s.p99)),
+        "",
+    );
+    let added = s.p50.as_secs_f64() - d.p50.as_secs_f64();
+    line(
+        &mut out,
+        "serve added at p50 (ms)",
+        format!("{:.2}", added * 1000.0),
+        "<= 2 ms",
+    );
+    let added99 = s.p99.as_secs_f64() - d.p99.as_secs_f64();
+    line(
+        &mut out,
+        "serve added at p99 (ms)",
+        format!("{:.2}", added99 * 1000.0),
+        "",
+    );
+    line(
+        &mut out,
+        "ratio through serve / direct (p50)",
+        format!("{:.3}", s.p50.as_secs_f64() / d.p50.as_secs_f64().max(1e-9)),
+        "<= 1.05",
+    );
+    let c = report.cli;
+    if c.n > 0 {
+        line(
+            &mut out,
+            &format!(
+                "CLI spawn-per-turn (`ctxbridge turn`, {} turns) p50 / p99 ms",
+                c.n
+            ),
+            format!("{} / {}", ms(c.p50), ms(c.p99)),
+            "",
+        );
+    }
+    let cd = report.codex_direct;
+    let cs = report.codex_serve;
+    line(
+        &mut out,
+        &format!("long reply via Codex, direct ({} msgs) msg/s", cd.messages),
+        format!("{:.0}", cd.per_second()),
+        "(Codex-bound)",
+    );
+    line(
+        &mut out,
+        &format!(
+            "long reply via Codex, through serve ({} msgs) msg/s",
+            cs.messages
+        ),
+        format!("{:.0}", cs.per_second()),
+        "(Codex-bound)",
+    );
+    let r = report.relay;
+    line(
+        &mut out,
+        &format!(
+            "serve relay alone, scripted upstream ({} msgs) msg/s",
+            r.messages
+        ),
+        format!("{:.0}", r.per_second()),
+        ">= 50000",
+    );
+    let (n, before, after) = report.idle;
+    if n > 0 {
+        let per = after.saturating_sub(before) as f64 / n as f64 / 1024.0;
+        line(
+            &mut out,
+            &format!("serve RSS per idle initialized ws connection ({n} conns) KB"),
+            format!("{per:.1}"),
+            "<= 64 KB",
+        );
+        line(
+            &mut out,
+            "serve process RSS before / after (MB)",
+            format!(
+                "{:.1} / {:.1}",
+                before as f64 / 1048576.0,
+                after as f64 / 1048576.0
+            ),
+            "",
+        );
+    }
+    let (clients, failed, l) = report.concurrent;
+    if clients > 0 {
+        line(
+            &mut out,
+            &format!(
+                "{clients} concurrent clients x {} turns: failed turns",
+                options.client_turns
+            ),
+            format!("{failed}"),
+            "0",
+        );
+        line(
+            &mut out,
+            "  their turn latency p50 / p99 ms",
+            format!("{} / {}", ms(l.p50), ms(l.p99)),
+            "",
+        );
+    }
+    out
+}
