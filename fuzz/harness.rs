@@ -21,7 +21,8 @@ use ctxbridge::contract::{
 };
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::{
-    check_unit_result, decode_initialize, parse_incoming, preview, LineBuffer,
+    check_unit_result, decode_initialize, fill_estimated_tokens, parse_incoming, preview,
+    LineBuffer,
 };
 use ctxbridge::quarantine::{
     validate_assemble_result, validate_compact_result, validate_ingest_batch_result, CallerSession,
@@ -222,6 +223,9 @@ pub fn engine_result_decode(data: &[u8]) {
             let _ = decode_result::<BootstrapResult>(method, value);
         }
         EngineMethod::Assemble => {
+            // As `ProcessEngine::assemble`: a missing estimate is filled in before decoding.
+            let mut value = value;
+            fill_estimated_tokens(&mut value);
             if let Ok(result) = decode_result::<AssembleResult>(method, value) {
                 let _ = validate_assemble_result(&result);
             }
