@@ -50,7 +50,7 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
     let turns = run.turns.max(2);
     let decimals = if y_max >= 20.0 { 0 } else { 1 };
     let backend = if runs.len() == 1 {
-        run.backend_label()
+        format!("{} backend", run.backend_label())
     } else {
         let kinds: Vec<String> = runs
             .iter()
@@ -60,7 +60,11 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
                 format!("{kind} {}", if i == 0 { "solid" } else { "dashed" })
             })
             .collect();
-        format!("{}, threads: {}", run.backend.as_str(), kinds.join(", "))
+        format!(
+            "{} backend, threads {}",
+            run.backend.as_str(),
+            kinds.join(", ")
+        )
     };
 
     let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
@@ -68,7 +72,7 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "Cumulative model-request size per turn — {} backend ({} turns, epoch every {})",
+                "Cumulative model-request size per turn — {} ({} turns, epoch every {})",
                 backend, run.turns, run.engine.epoch_turns
             ),
             ("sans-serif", 22),
