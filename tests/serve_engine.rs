@@ -843,6 +843,8 @@ async fn backend_url_uses_a_running_app_server_and_reconnects() {
             listen: "ws://127.0.0.1:0".into(),
             ws_auth: None,
             ws_token_file: None,
+            ws_token_sha256: None,
+            metrics_listen: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         };
         let handle = serve::start(options(&config, &args).await.unwrap())

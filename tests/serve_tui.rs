@@ -143,6 +143,8 @@ async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path) -> ServeHan
         listen: "ws://127.0.0.1:0".into(),
         ws_auth: None,
         ws_token_file: None,
+        ws_token_sha256: None,
+        metrics_listen: None,
         max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
     };
     let options = options(&config, &args).await.unwrap();
