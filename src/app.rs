@@ -553,6 +553,28 @@ pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
 mod tests {
     use super::*;
 
+    /// Outside `serve`, `backend.url` is refused with an error naming it (the Codex backend of
+    /// the other commands starts its own child).
+    #[test]
+    fn backend_url_is_serve_only() {
+        let config = Config::parse(
+            "{ backend: { kind: 'codex', url: 'ws://127.0.0.1:4501' } }",
+            "c.json5",
+        )
+        .unwrap();
+        let BackendConfig::Codex(codex) = &config.backend else {
+            panic!("not codex")
+        };
+        let error = codex_backend_config(&config, codex).unwrap_err();
+        assert!(matches!(error, AppError::BackendUrlNeedsServe { .. }));
+        let text = error.to_string();
+        assert!(
+            text.contains("backend.url (ws://127.0.0.1:4501/)")
+                && text.contains("`ctxbridge serve` only"),
+            "{text}"
+        );
+    }
+
     /// Each configured `developerInstructionDrift` maps to the projection policy of the same
     /// name (the two enums serialize alike).
     #[test]

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::locator::{display_path, locate, PathSegment, Target};
 use super::schema::{
-    AgentConfig, BackendConfig, CodexBackendConfig, Config, MockBackendConfig, PluginsConfig,
-    ProjectionConfig, ServeConfig, StoreConfig, StoreKind,
+    AgentConfig, BackendConfig, BackendUrl, CodexBackendConfig, Config, MockBackendConfig,
+    PluginsConfig, ProjectionConfig, ServeConfig, StoreConfig, StoreKind,
 };
 
 /// The file read when no `--config` is given. Its absence means "all defaults".
@@ -44,7 +44,8 @@ impl Config {
     }
 
     /// Makes the relative paths written in a configuration file (`source`, read from `dir`)
-    /// relative to that directory: `store.path`, `backend.codexHome` and the engines' `cwd`.
+    /// relative to that directory: `store.path`, `backend.codexHome`, a `unix://` `backend.url`
+    /// and the engines' `cwd`.
     /// A default `store.path` (not written in the file) stays relative to the working
     /// directory.
     pub fn resolve_paths_against(&mut self, dir: &Path, source: &str) {
@@ -68,6 +69,9 @@ impl Config {
         if let BackendConfig::Codex(codex) = &mut self.backend {
             if let Some(home) = codex.codex_home.as_mut() {
                 resolve(home);
+            }
+            if let Some(BackendUrl::Unix(socket)) = codex.url.as_mut() {
+                resolve(socket);
             }
         }
         for entry in self.plugins.entries.values_mut() {
