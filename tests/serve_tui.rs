@@ -513,3 +513,78 @@ async fn codex_tui_compact_runs_the_engine_and_ends() {
     );
     rig.stop().await;
 }
+
+/// Esc in the TUI during a turn on a rotated backend thread interrupts it (serve maps the
+/// TUI's `turn/interrupt` to the backend thread): the TUI shows the interruption and the
+/// session keeps working — the next prompt gets its reply, under the same client thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_tui_interrupts_a_turn_on_a_rotated_thread() {
+    let Some(rig) = Rig::start(2).await else {
+        return;
+    };
+    let dialogue = &DIALOGUE[..4];
+    for (prompt, reply) in &dialogue[..2] {
+        rig.script(prompt, reply);
+        rig.converse(prompt, reply).await;
+    }
+    // The third prompt moves the session to a new backend thread; its reply never comes.
+    let (slow, _) = dialogue[2];
+    rig.mock.push_reply_when(
+        move |r: &RecordedRequest| r.last_user_text().is_some_and(|t| t.ends_with(slow)),
+        ScriptedReply::text("Too late").with_delay(Duration::from_secs(600)),
+    );
+    rig.tmux.keys(&["-l", slow]);
+    rig.tmux
+        .wait_for("the slow prompt in the composer", |s| {
+            s.contains(&format!("› {slow}"))
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.tmux.keys(&["Enter"]);
+    rig.tmux
+        .wait_for("the model to be asked", |_| {
+            rig.mock
+                .response_requests()
+                .iter()
+                .any(|r| r.last_user_text().is_some_and(|t| t.ends_with(slow)))
+        })
+        .await;
+    rig.tmux
+        .wait_for("the turn running", |s| s.contains("esc to interrupt"))
+        .await;
+    rig.tmux.keys(&["Escape"]);
+    let screen = rig
+        .tmux
+        .wait_for("the interruption on screen", |s| {
+            s.to_lowercase().contains("interrupted") && !s.contains("esc to interrupt")
+        })
+        .await;
+    assert!(!screen.contains("Too late"), "{screen}");
+    let (prompt, reply) = dialogue[3];
+    rig.script(prompt, reply);
+    let screen = rig.converse(prompt, reply).await;
+    assert_clean(&screen);
+
+    let requests = rig.mock.response_requests();
+    let thread_for = |prompt: &str| {
+        let request = requests
+            .iter()
+            .find(|r| {
+                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
+            })
+            .unwrap_or_else(|| panic!("no model request for {prompt:?}"));
+        thread_of(request)
+    };
+    let first = thread_for(dialogue[0].0);
+    assert_ne!(
+        thread_for(slow),
+        first,
+        "the interrupted turn ran on a rotated backend thread"
+    );
+    assert_eq!(
+        backend_of(&rig.dir.path().join("state"), &first),
+        thread_for(prompt),
+        "the next prompt ran on the session's current backend thread"
+    );
+    rig.stop().await;
+}
