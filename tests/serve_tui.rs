@@ -1,8 +1,9 @@
-//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): `codex --remote ws://…`
-//! driven under tmux, in front of the real `codex app-server`, both pointed at the loopback
-//! mock model with `-c` overrides; the sample `sample-summary` engine (window 2, chunks of 4)
-//! changes its epoch on the fourth prompt. Skips loudly without tmux or Codex; every wait is
-//! bounded, and the tmux server and the TUI are killed on the way out, pass or fail.
+//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): the README's
+//! `codex --remote ws://…` driven under tmux (type, wait a second, Enter; assertions poll the
+//! screen), in front of the real `codex app-server` pointed at the loopback mock model by
+//! `backend.config` (the TUI takes its model and provider from the server), with the sample
+//! `sample-summary` engine behind it. Skips loudly without tmux or Codex; every wait is bounded,
+//! and the tmux server and the TUI are killed on the way out, pass or fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -180,16 +181,20 @@ async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path, chunk: u64)
     serve::start(options).await.unwrap()
 }
 
-/// Start `codex --remote URL` with the mock-provider `-c` overrides in a detached 200×50 tmux
-/// session; the TUI's own Codex home is `home`, its stderr goes to `stderr`.
-fn start_tui(
-    binary: &Path,
-    url: &str,
-    mock: &MockModelServer,
-    home: &Path,
-    cwd: &Path,
-    stderr: &Path,
-) -> Tmux {
+/// Settings that keep the TUI itself off the network (the update check, analytics, feedback,
+/// the plugin marketplace). No model-provider overrides: the TUI takes the model and provider
+/// from the server it connects to, so the mock provider of `backend.config` is all it needs —
+/// the command is the README's `codex --remote ws://…`.
+const TUI_OFFLINE: [&str; 4] = [
+    "check_for_update_on_startup=false",
+    "analytics.enabled=false",
+    "feedback.enabled=false",
+    "features.plugins=false",
+];
+
+/// Start `codex --remote URL` in a detached 200×50 tmux session; the TUI's own Codex home is
+/// `home`, its stderr goes to `stderr`.
+fn start_tui(binary: &Path, url: &str, home: &Path, cwd: &Path, stderr: &Path) -> Tmux {
     let mut tmux = Tmux {
         socket: format!(
             "ctxbridge-tui-{}-{}",
@@ -221,9 +226,9 @@ fn start_tui(
         "--remote".into(),
         url.into(),
     ];
-    for (key, value) in offline_overrides(&mock.base_url()) {
+    for setting in TUI_OFFLINE {
         command.push("-c".into());
-        command.push(format!("{key}={}", value.to_toml()));
+        command.push(setting.into());
     }
     let args: Vec<&str> = command.iter().map(String::as_str).collect();
     let out = tmux.run(&args);
@@ -317,7 +322,7 @@ impl Rig {
         std::fs::create_dir_all(&tui_home).unwrap();
         std::fs::create_dir_all(&cwd).unwrap();
         let stderr = dir.path().join("tui.stderr");
-        let tmux = start_tui(&binary, &url, &mock, &tui_home, &cwd, &stderr);
+        let tmux = start_tui(&binary, &url, &tui_home, &cwd, &stderr);
         tmux.wait_for("the TUI's composer", |s| {
             s.contains("OpenAI Codex") && s.contains("for shortcuts")
         })
