@@ -496,7 +496,10 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
     // The client is shown the compaction turn Codex would have run (none ran upstream).
     c.seen.clear();
     let item = c.until("item/completed").await;
-    assert_eq!(item["params"]["item"]["type"], "contextCompaction", "{item}");
+    assert_eq!(
+        item["params"]["item"]["type"], "contextCompaction",
+        "{item}"
+    );
     let ended = c.until("turn/completed").await;
     assert_eq!(ended["params"]["threadId"], thread, "{ended}");
     assert_eq!(ended["params"]["turn"]["status"], "completed", "{ended}");
