@@ -391,6 +391,9 @@ async fn turns_across_epochs_keep_the_client_thread() {
         )
         .await;
     assert!(compact.get("result").is_some(), "{compact}");
+    c.seen.clear();
+    let ended = c.until("turn/completed").await;
+    assert_eq!(ended["params"]["threadId"], thread, "{ended}");
 
     // An ephemeral helper thread passes through: no projection, no engine instructions.
     let helper = c.start_thread(json!(5), true).await;
@@ -467,7 +470,8 @@ async fn resume_after_restart_continues_the_current_backend_thread() {
 }
 
 /// `thread/compact/start` on a session takes the manual-compaction path: the engine's forced
-/// `compact` (the sample engine owns compaction and summarises everything) starts a new epoch,
+/// `compact` (the sample engine owns compaction and summarises everything; the client is shown
+/// a compaction turn ending, as Codex shows one) starts a new epoch,
 /// so the next turn — which the window alone would have kept on the thread — moves to a new
 /// backend thread carrying the projection, still under the client's id.
 #[tokio::test(flavor = "multi_thread")]
@@ -498,6 +502,16 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
         )
         .await;
     assert!(compact.get("result").is_some(), "{compact}");
+    // The client is shown the compaction turn Codex would have run (none ran upstream).
+    c.seen.clear();
+    let item = c.until("item/completed").await;
+    assert_eq!(
+        item["params"]["item"]["type"], "contextCompaction",
+        "{item}"
+    );
+    let ended = c.until("turn/completed").await;
+    assert_eq!(ended["params"]["threadId"], thread, "{ended}");
+    assert_eq!(ended["params"]["turn"]["status"], "completed", "{ended}");
     let (_, done) = c.turn("d", &thread, "three").await;
     assert_eq!(done["params"]["threadId"], thread);
     assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");

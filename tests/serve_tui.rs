@@ -1,12 +1,14 @@
-//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): `codex --remote ws://…`
-//! driven under tmux, in front of the real `codex app-server`, both pointed at the loopback
-//! mock model with `-c` overrides; the sample `sample-summary` engine (window 2, chunks of 4)
-//! changes its epoch on the fourth prompt. Skips loudly without tmux or Codex; every wait is
-//! bounded, and the tmux server and the TUI are killed on the way out, pass or fail.
+//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): the README's
+//! `codex --remote ws://…` driven under tmux (type, wait a second, Enter; assertions poll the
+//! screen), in front of the real `codex app-server` pointed at the loopback mock model by
+//! `backend.config` (the TUI takes its model and provider from the server), with the sample
+//! `sample-summary` engine behind it. Skips loudly without tmux or Codex; every wait is bounded,
+//! and the tmux server and the TUI are killed on the way out, pass or fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
@@ -14,7 +16,9 @@ use ctxbridge::config::Config;
 use ctxbridge::serve::command::{options, ServeArgs};
 use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
 use ctxbridge::store::{SqliteStore, StateStore};
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, ScriptedReply};
+use ctxbridge_mock_model::{
+    MockModelConfig, MockModelServer, RecordedRequest, RequestKind, ScriptedReply,
+};
 use serde_json::{json, Value};
 
 /// How long one screen condition may take to appear on a loaded machine before the test fails.
@@ -27,6 +31,10 @@ const ENGINE_INSTRUCTIONS: &str = "Context comes from the sample summary engine"
 const TITLE_PROMPT: &str = "Generate a concise, single-line task title";
 /// The scripted title (Codex 0.171 names the thread after the first prompt anyway).
 const TITLE: &str = "Greek letter roll call";
+/// What the TUI prints when a turn ended.
+const WORKED: &str = "Worked for";
+/// The reply to anything not scripted.
+const UNSCRIPTED: &str = "Unscripted mock reply";
 /// Texts of the projection's frame that must never reach the screen.
 const PROJECTION_TEXTS: [&str; 4] = [
     CONTEXT,
@@ -43,9 +51,14 @@ const DIALOGUE: [(&str, &str); 5] = [
     ("fifth prompt epsilon", "Reply five acknowledges epsilon"),
 ];
 
+/// Numbers the tmux sockets of the tests of this process.
+static SOCKETS: AtomicU64 = AtomicU64::new(0);
+
 /// A tmux server of its own (its own socket), killed with everything in it when dropped.
 struct Tmux {
     socket: String,
+    /// Where the TUI's stderr goes (shown when a wait fails).
+    stderr: PathBuf,
     /// The pid of the pane's process (the TUI), killed too in case it ignores the hangup.
     pane_pid: Option<u32>,
 }
@@ -75,7 +88,7 @@ impl Tmux {
 
     /// Wait until `done` holds for the screen; fail with the screen (and the TUI's stderr)
     /// after [`PATIENCE`].
-    async fn wait_for(&self, what: &str, stderr: &Path, done: impl Fn(&str) -> bool) -> String {
+    async fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let screen = self.screen();
@@ -83,11 +96,29 @@ impl Tmux {
                 return screen;
             }
             if start.elapsed() > PATIENCE {
-                let err = std::fs::read_to_string(stderr).unwrap_or_default();
+                let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
                 panic!("timed out waiting for {what}; screen:\n{screen}\nTUI stderr:\n{err}");
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Type `text` into the composer and submit it; returns once the TUI reported a finished
+    /// turn more than before (its "Worked for …" line) and `done` holds for the screen.
+    async fn submit(&self, text: &str, done: impl Fn(&str) -> bool) -> String {
+        let turns_before = self.screen().matches(WORKED).count();
+        self.keys(&["-l", text]);
+        self.wait_for(&format!("{text:?} in the composer"), |s| {
+            s.contains(&format!("› {text}"))
+        })
+        .await;
+        // Typed text arrives as one burst; an Enter inside the burst would be a newline.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.keys(&["Enter"]);
+        self.wait_for(&format!("the end of the turn of {text:?}"), |s| {
+            s.matches(WORKED).count() > turns_before && done(s)
+        })
+        .await
     }
 }
 
@@ -110,9 +141,10 @@ fn tmux_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// `serve` on `dir` (store, Codex home) with the sample engine: window 2, chunks of 4, so
-/// prompts 1–3 share the first epoch, the fourth starts a new one and the fifth stays in it.
-async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path) -> ServeHandle {
+/// `serve` on `dir` (store, Codex home) with the sample engine keeping a window of 2 messages
+/// and summarising `chunk` at a time (chunks of 4: prompts 1–3 share the first epoch, the
+/// fourth starts a new one and the fifth stays in it).
+async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path, chunk: u64) -> ServeHandle {
     let mut overrides = serde_json::Map::new();
     for (k, v) in offline_overrides(&mock.base_url()) {
         let value = match v {
@@ -127,7 +159,7 @@ async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path) -> ServeHan
     let config = json!({
         "plugins": {
             "slots": {"contextEngine": "sample-summary"},
-            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 4}}}
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": chunk}}}
         },
         "agent": {"developerInstructions": "Be brief."},
         "backend": {
@@ -151,18 +183,27 @@ async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path) -> ServeHan
     serve::start(options).await.unwrap()
 }
 
-/// Start `codex --remote URL` with the mock-provider `-c` overrides in a detached 200×50 tmux
-/// session; the TUI's own Codex home is `home`, its stderr goes to `stderr`.
-fn start_tui(
-    binary: &Path,
-    url: &str,
-    mock: &MockModelServer,
-    home: &Path,
-    cwd: &Path,
-    stderr: &Path,
-) -> Tmux {
+/// Settings that keep the TUI itself off the network (the update check, analytics, feedback,
+/// the plugin marketplace). No model-provider overrides: the TUI takes the model and provider
+/// from the server it connects to, so the mock provider of `backend.config` is all it needs —
+/// the command is the README's `codex --remote ws://…`.
+const TUI_OFFLINE: [&str; 4] = [
+    "check_for_update_on_startup=false",
+    "analytics.enabled=false",
+    "feedback.enabled=false",
+    "features.plugins=false",
+];
+
+/// Start `codex --remote URL` in a detached 200×50 tmux session; the TUI's own Codex home is
+/// `home`, its stderr goes to `stderr`.
+fn start_tui(binary: &Path, url: &str, home: &Path, cwd: &Path, stderr: &Path) -> Tmux {
     let mut tmux = Tmux {
-        socket: format!("ctxbridge-tui-{}", std::process::id()),
+        socket: format!(
+            "ctxbridge-tui-{}-{}",
+            std::process::id(),
+            SOCKETS.fetch_add(1, Ordering::Relaxed)
+        ),
+        stderr: stderr.to_owned(),
         pane_pid: None,
     };
     // `sh -c 'exec "$0" "$@" 2>FILE'` keeps every argument intact (no quoting) and the TUI's
@@ -187,9 +228,9 @@ fn start_tui(
         "--remote".into(),
         url.into(),
     ];
-    for (key, value) in offline_overrides(&mock.base_url()) {
+    for setting in TUI_OFFLINE {
         command.push("-c".into());
-        command.push(format!("{key}={}", value.to_toml()));
+        command.push(setting.into());
     }
     let args: Vec<&str> = command.iter().map(String::as_str).collect();
     let out = tmux.run(&args);
@@ -250,6 +291,84 @@ fn thread_of(request: &RecordedRequest) -> String {
         .to_owned()
 }
 
+/// The rig: the mock model (unscripted requests get a fixed text, so no reply can echo a
+/// projection to the screen; the title helper gets [`TITLE`]), `serve` on a temp dir and the
+/// TUI connected to it, its composer ready. `None` (after a loud message): no tmux or Codex.
+struct Rig {
+    mock: MockModelServer,
+    dir: tempfile::TempDir,
+    handle: ServeHandle,
+    tmux: Tmux,
+}
+
+impl Rig {
+    async fn start(chunk: u64) -> Option<Rig> {
+        if !tmux_available() {
+            eprintln!("\n!!!!!!!! SKIPPED serve_tui: tmux is not installed !!!!!!!!\n");
+            return None;
+        }
+        let Some(binary) = locate_codex_binary() else {
+            eprintln!("\n!!!!!!!! SKIPPED serve_tui: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+            return None;
+        };
+        let mock = MockModelServer::start(MockModelConfig::default())
+            .await
+            .unwrap();
+        mock.set_default_reply(ScriptedReply::text(UNSCRIPTED));
+        mock.push_reply_when(is_title_request, ScriptedReply::text(TITLE));
+        let dir = tempfile::tempdir().unwrap();
+        let handle = serve_in(dir.path(), &mock, &binary, chunk).await;
+        let url = format!("ws://{}", handle.local_addr.unwrap());
+        let tui_home = dir.path().join("tui-home");
+        let cwd = dir.path().join("work");
+        std::fs::create_dir_all(&tui_home).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        let stderr = dir.path().join("tui.stderr");
+        let tmux = start_tui(&binary, &url, &tui_home, &cwd, &stderr);
+        tmux.wait_for("the TUI's composer", |s| {
+            s.contains("OpenAI Codex") && s.contains("for shortcuts")
+        })
+        .await;
+        Some(Rig {
+            mock,
+            dir,
+            handle,
+            tmux,
+        })
+    }
+
+    /// The mock answers the session's turn for `prompt` with `reply`.
+    fn script(&self, prompt: &'static str, reply: &str) {
+        self.mock.push_reply_when(
+            move |r: &RecordedRequest| {
+                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
+            },
+            ScriptedReply::text(reply),
+        );
+    }
+
+    /// Types `prompt` and waits for `reply` on screen.
+    async fn converse(&self, prompt: &str, reply: &str) -> String {
+        self.tmux.submit(prompt, |s| s.contains(reply)).await
+    }
+
+    async fn stop(self) {
+        drop(self.tmux);
+        self.handle.shutdown().await;
+    }
+}
+
+/// The screen holds no trace of a projection and no unscripted reply.
+fn assert_clean(screen: &str) {
+    for text in PROJECTION_TEXTS {
+        assert!(
+            !screen.contains(text),
+            "projection text {text:?} on screen:\n{screen}"
+        );
+    }
+    assert!(!screen.contains(UNSCRIPTED), "{screen}");
+}
+
 /// Five prompts typed into the real Codex TUI connected to `ctxbridge serve`, across an epoch
 /// change of the sample engine: the screen shows every prompt and every reply and never the
 /// projection (though the rotated backend thread's user message holds it); the model got the
@@ -259,57 +378,16 @@ fn thread_of(request: &RecordedRequest) -> String {
 /// instructions; the session stayed one client thread.
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_tui_converses_across_an_epoch_change() {
-    if !tmux_available() {
-        eprintln!("\n!!!!!!!! SKIPPED serve_tui: tmux is not installed !!!!!!!!\n");
-        return;
-    }
-    let Some(binary) = locate_codex_binary() else {
-        eprintln!("\n!!!!!!!! SKIPPED serve_tui: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+    let Some(rig) = Rig::start(4).await else {
         return;
     };
-    let mock = MockModelServer::start(MockModelConfig::default())
-        .await
-        .unwrap();
-    // Anything unscripted gets a fixed text, so no reply can echo a projection to the screen.
-    mock.set_default_reply(ScriptedReply::text("Unscripted mock reply"));
-    mock.push_reply_when(is_title_request, ScriptedReply::text(TITLE));
     for (prompt, reply) in DIALOGUE {
-        mock.push_reply_when(
-            move |r: &RecordedRequest| {
-                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
-            },
-            ScriptedReply::text(reply),
-        );
+        rig.script(prompt, reply);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let handle = serve_in(dir.path(), &mock, &binary).await;
-    let url = format!("ws://{}", handle.local_addr.unwrap());
-    let tui_home = dir.path().join("tui-home");
-    let cwd = dir.path().join("work");
-    std::fs::create_dir_all(&tui_home).unwrap();
-    std::fs::create_dir_all(&cwd).unwrap();
-    let stderr = dir.path().join("tui.stderr");
-    let tmux = start_tui(&binary, &url, &mock, &tui_home, &cwd, &stderr);
-
-    tmux.wait_for("the TUI's composer", &stderr, |s| {
-        s.contains("OpenAI Codex") && s.contains("for shortcuts")
-    })
-    .await;
-    for (i, (prompt, reply)) in DIALOGUE.iter().enumerate() {
-        tmux.keys(&["-l", prompt]);
-        tmux.wait_for(&format!("{prompt:?} in the composer"), &stderr, |s| {
-            s.contains(&format!("› {prompt}"))
-        })
-        .await;
-        // Typed text arrives as one burst; an Enter inside the burst would be a newline.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        tmux.keys(&["Enter"]);
-        tmux.wait_for(&format!("the reply to {prompt:?}"), &stderr, |s| {
-            s.contains(reply) && s.matches("Worked for").count() > i
-        })
-        .await;
+    for (prompt, reply) in DIALOGUE {
+        rig.converse(prompt, reply).await;
     }
-    let screen = tmux.screen();
+    let screen = rig.tmux.screen();
 
     // The screen: every prompt and reply, in order, and no projection.
     let mut at = 0;
@@ -322,17 +400,10 @@ async fn codex_tui_converses_across_an_epoch_change() {
             .unwrap_or_else(|| panic!("{reply:?} not on screen after its prompt:\n{screen}"));
         at += p + r;
     }
-    for text in PROJECTION_TEXTS {
-        assert!(
-            !screen.contains(text),
-            "projection text {text:?} on screen:\n{screen}"
-        );
-    }
-    assert!(!screen.contains("Unscripted mock reply"), "{screen}");
-
+    assert_clean(&screen);
     // The model: no context in the first epoch; the new epoch's context once, on the turn
     // that started it, then kept (not re-sent) by its backend thread.
-    let requests = mock.response_requests();
+    let requests = rig.mock.response_requests();
     let turns = turn_requests(&requests);
     assert!(
         turns[0].body_contains(ENGINE_INSTRUCTIONS),
@@ -390,8 +461,137 @@ async fn codex_tui_converses_across_an_epoch_change() {
     let backend = thread_of(&turns[3]);
     assert_ne!(backend, client, "the fourth prompt moved the session");
     assert_eq!(thread_of(&turns[4]), backend, "the fifth stayed");
-    assert_eq!(backend_of(&dir.path().join("state"), &client), backend);
+    assert_eq!(backend_of(&rig.dir.path().join("state"), &client), backend);
+    rig.stop().await;
+}
 
-    drop(tmux);
-    handle.shutdown().await;
+/// `/compact` in the TUI on a session whose engine owns compaction: the TUI shows the
+/// compaction end (serve shows it the compaction turn Codex would have run; the upstream ran
+/// none and the model was not asked to summarise), and the next prompt starts the engine's new
+/// epoch — a new backend thread whose first request carries the summary of the compacted
+/// turns — with no projection on screen.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_tui_compact_runs_the_engine_and_ends() {
+    let Some(rig) = Rig::start(4).await else {
+        return;
+    };
+    let dialogue = &DIALOGUE[..3];
+    for (prompt, reply) in dialogue {
+        rig.script(prompt, reply);
+    }
+    for (prompt, reply) in &dialogue[..2] {
+        rig.converse(prompt, reply).await;
+    }
+    rig.tmux
+        .submit("/compact", |s| s.contains("Context compacted"))
+        .await;
+    let (prompt, reply) = dialogue[2];
+    let screen = rig.converse(prompt, reply).await;
+    assert_clean(&screen);
+
+    let requests = rig.mock.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.kind != RequestKind::Compact && !r.body_contains("CONTEXT CHECKPOINT")),
+        "the engine compacted; the model was not asked to"
+    );
+    let requests = rig.mock.response_requests();
+    let find = |prompt: &str| {
+        requests
+            .iter()
+            .find(|r| {
+                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
+            })
+            .unwrap_or_else(|| panic!("no model request for {prompt:?}"))
+    };
+    let first = find(DIALOGUE[0].0);
+    let third = find(prompt);
+    let input = third.last_user_text().unwrap();
+    assert!(input.contains(CONTEXT), "the new epoch projects: {input}");
+    assert!(
+        input.contains(DIALOGUE[0].0),
+        "the summary covers the compacted turns: {input}"
+    );
+    assert_ne!(
+        thread_of(third),
+        thread_of(first),
+        "the compaction's epoch moved the session to a new backend thread"
+    );
+    rig.stop().await;
+}
+
+/// Esc in the TUI during a turn on a rotated backend thread interrupts it (serve maps the
+/// TUI's `turn/interrupt` to the backend thread): the TUI shows the interruption and the
+/// session keeps working — the next prompt gets its reply, under the same client thread.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_tui_interrupts_a_turn_on_a_rotated_thread() {
+    let Some(rig) = Rig::start(2).await else {
+        return;
+    };
+    let dialogue = &DIALOGUE[..4];
+    for (prompt, reply) in &dialogue[..2] {
+        rig.script(prompt, reply);
+        rig.converse(prompt, reply).await;
+    }
+    // The third prompt moves the session to a new backend thread; its reply never comes.
+    let (slow, _) = dialogue[2];
+    rig.mock.push_reply_when(
+        move |r: &RecordedRequest| r.last_user_text().is_some_and(|t| t.ends_with(slow)),
+        ScriptedReply::text("Too late").with_delay(Duration::from_secs(600)),
+    );
+    rig.tmux.keys(&["-l", slow]);
+    rig.tmux
+        .wait_for("the slow prompt in the composer", |s| {
+            s.contains(&format!("› {slow}"))
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.tmux.keys(&["Enter"]);
+    rig.tmux
+        .wait_for("the model to be asked", |_| {
+            rig.mock
+                .response_requests()
+                .iter()
+                .any(|r| r.last_user_text().is_some_and(|t| t.ends_with(slow)))
+        })
+        .await;
+    rig.tmux
+        .wait_for("the turn running", |s| s.contains("esc to interrupt"))
+        .await;
+    rig.tmux.keys(&["Escape"]);
+    let screen = rig
+        .tmux
+        .wait_for("the interruption on screen", |s| {
+            s.to_lowercase().contains("interrupted") && !s.contains("esc to interrupt")
+        })
+        .await;
+    assert!(!screen.contains("Too late"), "{screen}");
+    let (prompt, reply) = dialogue[3];
+    rig.script(prompt, reply);
+    let screen = rig.converse(prompt, reply).await;
+    assert_clean(&screen);
+
+    let requests = rig.mock.response_requests();
+    let thread_for = |prompt: &str| {
+        let request = requests
+            .iter()
+            .find(|r| {
+                !is_title_request(r) && r.last_user_text().is_some_and(|t| t.ends_with(prompt))
+            })
+            .unwrap_or_else(|| panic!("no model request for {prompt:?}"));
+        thread_of(request)
+    };
+    let first = thread_for(dialogue[0].0);
+    assert_ne!(
+        thread_for(slow),
+        first,
+        "the interrupted turn ran on a rotated backend thread"
+    );
+    assert_eq!(
+        backend_of(&rig.dir.path().join("state"), &first),
+        thread_for(prompt),
+        "the next prompt ran on the session's current backend thread"
+    );
+    rig.stop().await;
 }
