@@ -1,5 +1,5 @@
-//! `ctxbridge serve` as a Codex app-server proxy (SPEC §16): WebSocket and unix clients in
-//! front of the real `codex app-server`, run offline against the mock model server. Tests that
+//! `ctxbridge serve` as a Codex app-server proxy (SPEC §16): WebSocket clients (over TCP and
+//! over a unix socket, as Codex's listeners) in front of the real `codex app-server`, run offline against the mock model server. Tests that
 //! need Codex skip loudly when it is not installed; transport-level tests run without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +13,8 @@ use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -93,12 +94,10 @@ async fn without_codex(tweak: impl FnOnce(&mut ServeOptions)) -> Env {
     }
 }
 
-type WsStream =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A test WebSocket client that keeps notifications it skipped while waiting for a response.
-struct Client {
-    ws: WsStream,
+/// A test WebSocket client that keeps notifications it skipped while waiting for a response;
+/// over TCP (`ws://`) by default, or over a unix socket.
+struct Client<S = tokio_tungstenite::MaybeTlsStream<TcpStream>> {
+    ws: tokio_tungstenite::WebSocketStream<S>,
     seen: Vec<Value>,
 }
 
@@ -110,7 +109,24 @@ impl Client {
             seen: Vec::new(),
         }
     }
+}
 
+impl Client<UnixStream> {
+    /// Connects as Codex's own client does to a `unix://` app-server: the WebSocket upgrade
+    /// (at `/rpc`) over the socket.
+    async fn connect_unix(path: &Path) -> Client<UnixStream> {
+        let stream = UnixStream::connect(path).await.unwrap();
+        let (ws, _) = tokio_tungstenite::client_async("ws://localhost/rpc", stream)
+            .await
+            .unwrap();
+        Client {
+            ws,
+            seen: Vec::new(),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     async fn send(&mut self, message: Value) {
         self.ws
             .send(Message::Text(message.to_string()))
@@ -427,16 +443,25 @@ async fn http_get(
     path: &str,
     authorization: Option<&str>,
 ) -> (String, String) {
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    http_get_over(TcpStream::connect(addr).await.unwrap(), path, authorization).await
+}
+
+/// `GET path` over an open connection: the status line and the body.
+async fn http_get_over(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    path: &str,
+    authorization: Option<&str>,
+) -> (String, String) {
     let auth = authorization.map_or(String::new(), |v| format!("Authorization: {v}\r\n"));
-    tcp.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
     let mut text = String::new();
-    tcp.read_to_string(&mut text).await.unwrap();
+    stream.read_to_string(&mut text).await.unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     (
         head.lines().next().unwrap_or("").to_owned(),
@@ -532,14 +557,9 @@ async fn metrics_listen_for_a_unix_listener() {
         ctxbridge::metrics::sample(&before, "ctxbridge_connected_clients"),
         Some(0.0)
     );
-    let mut unix = tokio::net::UnixStream::connect(&socket).await.unwrap();
-    unix.write_all(b"{\"id\":1,\"method\":\"thread/list\"}\n")
-        .await
-        .unwrap();
-    let mut reader = BufReader::new(&mut unix);
-    let mut line = String::new();
-    reader.read_line(&mut line).await.unwrap();
-    assert!(line.contains("Not initialized"), "{line}");
+    let mut unix = Client::connect_unix(&socket).await;
+    let early = unix.call(json!(1), "thread/list", json!({})).await;
+    assert_eq!(early["error"]["message"], "Not initialized", "{early}");
     let (status, during) = http_get(addr, "/metrics", None).await;
     assert!(status.contains("200"), "{status}");
     assert_eq!(
@@ -550,7 +570,10 @@ async fn metrics_listen_for_a_unix_listener() {
     handle.shutdown().await;
 }
 
-/// A unix socket listener is created with mode 0600 and speaks newline-delimited JSON-RPC.
+/// A unix socket listener is created with mode 0600 and speaks WebSocket over the socket, as
+/// Codex's `--listen unix://PATH`: the upgrade at Codex's client path `/rpc` (or any other)
+/// carries the `initialize` handshake through to the upstream; a plain HTTP request is no
+/// upgrade and gets no health endpoint (Codex's unix listener serves none).
 #[tokio::test]
 async fn unix_socket_is_private() {
     use std::os::unix::fs::PermissionsExt;
@@ -571,19 +594,8 @@ async fn unix_socket_is_private() {
     let handle = serve::start(options).await.unwrap();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
-    let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    write
-        .write_all(b"{\"id\":1,\"method\":\"initialize\",\"params\":{\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n")
-        .await
-        .unwrap();
-    let line = tokio::time::timeout(PATIENCE, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let init: Value = serde_json::from_str(&line).unwrap();
+    let mut c = Client::connect_unix(&path).await;
+    let init = c.initialize(json!(1)).await;
     assert!(
         init["result"]["userAgent"]
             .as_str()
@@ -591,8 +603,90 @@ async fn unix_socket_is_private() {
             .contains("ctxbridge/"),
         "{init}"
     );
-    drop(write);
+    let listed = c.call(json!(2), "thread/list", json!({})).await;
+    assert!(listed["result"]["data"].is_array(), "{listed}");
+    // Any path upgrades, as on Codex's socket.
+    let (mut other, _) = tokio_tungstenite::client_async(
+        "ws://localhost/",
+        UnixStream::connect(&path).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    other
+        .send(Message::Text(
+            "{\"id\":1,\"method\":\"thread/list\"}".into(),
+        ))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(PATIENCE, other.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        reply.to_text().unwrap().contains("Not initialized"),
+        "{reply}"
+    );
+    let (status, body) =
+        http_get_over(UnixStream::connect(&path).await.unwrap(), "/readyz", None).await;
+    assert!(
+        status.starts_with("HTTP/1.1 4") && body != "ok",
+        "{status}: {body}"
+    );
+    drop(c);
     handle.shutdown().await;
+    env.handle.shutdown().await;
+}
+
+/// The real Codex CLI as a client of serve's unix socket: `codex exec --remote unix://PATH`
+/// (which speaks WebSocket over the socket, as to `codex app-server --listen unix://PATH`)
+/// runs its turn through serve on the real app-server and prints the model's reply.
+#[tokio::test]
+async fn codex_exec_over_the_unix_socket() {
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("serve.sock");
+    let Some(env) = with_codex(|o| o.listen = ListenAddr::Unix(path.clone())).await else {
+        return;
+    };
+    let mock = env.mock.as_ref().unwrap();
+    mock.set_default_reply(ScriptedReply::text("Seven swans over the unix socket"));
+    let binary = locate_codex_binary().unwrap();
+    // `exec --remote` takes no `-c` overrides ("configure the agent on the server"); the
+    // client's own offline settings go in its Codex home's config.toml.
+    let home = env.dir.path().join("client-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config: String = offline_overrides(&mock.base_url())
+        .iter()
+        .map(|(key, value)| format!("{key} = {}\n", value.to_toml()))
+        .collect();
+    std::fs::write(home.join("config.toml"), config).unwrap();
+    let mut exec = tokio::process::Command::new(&binary);
+    exec.env("CODEX_HOME", &home)
+        .arg("exec")
+        .arg("--remote")
+        .arg(format!("unix://{}", path.display()))
+        .arg("--skip-git-repo-check")
+        .arg("count the swans")
+        .current_dir(env.dir.path())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(PATIENCE, exec.output())
+        .await
+        .expect("codex exec finished in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Seven swans over the unix socket"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        mock.requests().iter().any(|r| r
+            .last_user_text()
+            .is_some_and(|t| t.contains("count the swans"))),
+        "the prompt reached the model through serve"
+    );
     env.handle.shutdown().await;
 }
 
@@ -632,11 +726,23 @@ async fn capability_token_auth() {
 }
 
 /// A garbage frame gets a JSON-RPC parse error and the connection keeps working; a frame
-/// over the limit closes the connection with 1009.
+/// over the limit closes the connection with 1009 — over TCP and over a unix socket alike.
 #[tokio::test]
 async fn garbage_and_oversize_frames() {
     let env = without_codex(|o| o.max_message_bytes = 1024).await;
-    let mut c = Client::connect(&env.url()).await;
+    garbage_then_oversize(Client::connect(&env.url()).await).await;
+    let socket = env.dir.path().join("limits.sock");
+    let unix = without_codex(|o| {
+        o.listen = ListenAddr::Unix(socket.clone());
+        o.max_message_bytes = 1024;
+    })
+    .await;
+    garbage_then_oversize(Client::connect_unix(&socket).await).await;
+    unix.handle.shutdown().await;
+    env.handle.shutdown().await;
+}
+
+async fn garbage_then_oversize<S: AsyncRead + AsyncWrite + Unpin>(mut c: Client<S>) {
     c.ws.send(Message::Text("this is not json".into()))
         .await
         .unwrap();
@@ -657,7 +763,6 @@ async fn garbage_and_oversize_frames() {
         }
     };
     assert_eq!(u16::from(close.unwrap().code), 1009);
-    env.handle.shutdown().await;
 }
 
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
@@ -665,7 +770,7 @@ async fn garbage_and_oversize_frames() {
 async fn health_endpoints() {
     let env = without_codex(|_| {}).await;
     for path in ["/readyz", "/healthz"] {
-        let mut tcp = tokio::net::TcpStream::connect(env.handle.local_addr.unwrap())
+        let mut tcp = TcpStream::connect(env.handle.local_addr.unwrap())
             .await
             .unwrap();
         tcp.write_all(

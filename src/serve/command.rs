@@ -18,7 +18,8 @@ use crate::store::{open_store, StateStore};
 /// `ctxbridge serve` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// `ws://IP:PORT`, `unix://PATH` or `stdio://`.
+    /// `ws://IP:PORT` or `unix://PATH` (WebSocket, over TCP or the unix socket, as Codex's) or
+    /// `stdio://` (newline-delimited).
     #[arg(long, value_name = "URL", default_value = "stdio://")]
     pub listen: String,
     /// WebSocket client auth (with `--ws-token-file` or `--ws-token-sha256`).

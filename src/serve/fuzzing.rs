@@ -1,9 +1,9 @@
 //! Entry points for the fuzz targets (`fuzz/`); not part of the API.
 //!
-//! [`client_frames`] runs a client's bytes through exactly what a unix-socket or stdio
-//! connection runs them through — the bounded line reader, the client actor's classification
-//! with its handshake state — and what the router does to a frame before any I/O: the
-//! client→backend thread-id rewriting and the routing decisions taken from method and params.
+//! [`client_frames`] runs a client's bytes through exactly what a stdio connection runs them
+//! through — the bounded line reader, the client actor's classification with its handshake
+//! state — and what the router does to a frame before any I/O: the client→backend thread-id
+//! rewriting and the routing decisions taken from method and params.
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, BufReader};

@@ -15,7 +15,8 @@ use subtle::ConstantTimeEq;
 pub enum ListenAddr {
     /// WebSocket (text frames, one JSON-RPC message each) plus `/readyz` and `/healthz`.
     Ws(SocketAddr),
-    /// A unix socket, newline-delimited JSON-RPC; the socket file gets mode 0600.
+    /// WebSocket over a unix socket (an HTTP upgrade on any path, then text frames, as Codex's
+    /// `--listen unix://PATH`); the socket file gets mode 0600.
     Unix(PathBuf),
     /// One client on this process's stdin/stdout, newline-delimited JSON-RPC.
     Stdio,

@@ -5,8 +5,9 @@
 //! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
 //! processor routing each request, an outgoing side owning server→client requests):
 //! - [`listen`]: the `--listen` URL and capability-token auth; the exposure rules.
-//! - `transport`: the WebSocket (axum, `/readyz`, `/healthz`), unix-socket and stdio
-//!   listeners; one client actor per accepted connection plus a writer task.
+//! - `transport`: the WebSocket listeners (TCP: axum, `/readyz`, `/healthz`; unix socket: the
+//!   same upgrade and frames, as Codex's) and stdio (newline-delimited); one client actor per
+//!   accepted connection plus a writer task.
 //! - `client`: the client actor — framing errors, its `initialize` state, its own id space.
 //! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
 //!   ownership, server→client requests, and the [`SessionTurns`] seam through which a session's
@@ -19,7 +20,7 @@
 //!   (`backend.url`), and the raw JSON-RPC connection.
 //! - `history`: a session's conversation across its backend threads, as `thread/read` and
 //!   `thread/turns/list` show it.
-//! - `framing`: bounded newline-delimited reading.
+//! - `framing`: bounded newline-delimited reading (stdio, the upstream child).
 //! - `fuzzing`: the fuzz targets' entry point (client bytes → frames → routing), not API.
 
 use std::net::SocketAddr;
@@ -229,6 +230,11 @@ pub(crate) async fn start_with(
         auth: options.auth.clone(),
         next_conn: Arc::new(AtomicU64::new(0)),
         metrics: options.metrics.clone(),
+        transport: match options.listen {
+            ListenAddr::Ws(_) => "ws",
+            ListenAddr::Unix(_) => "unix",
+            ListenAddr::Stdio => "stdio",
+        },
     };
     let (metrics_addr, metrics_task) = match options.metrics_listen {
         Some(addr) => {
@@ -280,8 +286,9 @@ pub(crate) async fn start_with(
                 what: format!("unix://{}", path.display()),
                 source,
             })?;
-            tracing::info!(path = %path.display(), "serve: listening (unix socket)");
-            tokio::spawn(transport::accept_unix(listener, shared, stop_rx))
+            tracing::info!(path = %path.display(), "serve: listening (WebSocket on a unix socket)");
+            let app = transport::unix_router(shared);
+            tokio::spawn(transport::accept_unix(listener, app, stop_rx))
         }
         ListenAddr::Stdio => {
             let span = tracing::info_span!("client", conn = 1u64, transport = "stdio");

@@ -1,7 +1,8 @@
-//! The listeners: WebSocket (axum; `/readyz`, `/healthz` on the same port; optional bearer
-//! capability token checked on the upgrade), unix socket (newline-delimited, mode 0600) and
-//! stdio (one client). Each accepted connection becomes a client actor ([`client::run`]) plus
-//! a writer task draining its [`Outbound`] queue.
+//! The listeners: WebSocket on TCP (axum; `/readyz`, `/healthz` on the same port; optional
+//! bearer capability token checked on the upgrade), WebSocket on a unix socket (mode 0600;
+//! the same upgrade and frames, as Codex's `--listen unix://PATH`) and stdio
+//! (newline-delimited, one client). Each accepted connection becomes a client actor
+//! ([`client::run`]) plus a writer task draining its [`Outbound`] queue.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures::{SinkExt, StreamExt};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -38,6 +42,8 @@ pub(crate) struct Shared {
     pub auth: Option<CapabilityToken>,
     pub next_conn: Arc<AtomicU64>,
     pub metrics: Arc<Registry>,
+    /// The listener kind, as logged with each client (`ws`, `unix`, `stdio`).
+    pub transport: &'static str,
 }
 
 /// Counts a client connection as connected while it lives.
@@ -74,6 +80,13 @@ pub(crate) fn ws_router(shared: Shared) -> Router {
         .route("/metrics", get(ws_metrics))
         .route("/", get(ws_upgrade))
         .with_state(shared)
+}
+
+/// The unix-socket app: as Codex's `--listen unix://PATH`, every request is the WebSocket
+/// upgrade whatever its path (Codex's own client asks for `/rpc`), and nothing else is served
+/// (no health or metrics endpoints: `--metrics-listen` exports the metrics).
+pub(crate) fn unix_router(shared: Shared) -> Router {
+    Router::new().fallback(ws_upgrade).with_state(shared)
 }
 
 /// The `--metrics-listen` app: only `GET /metrics` (loopback only, no auth).
@@ -131,7 +144,7 @@ async fn ws_upgrade(
         .max_frame_size(backstop)
         .on_upgrade(move |socket| {
             let conn = shared.conn_id();
-            let span = tracing::info_span!("client", conn, transport = "ws");
+            let span = tracing::info_span!("client", conn, transport = shared.transport);
             serve_ws(socket, conn, shared).instrument(span)
         })
 }
@@ -235,7 +248,7 @@ fn spawn_client(
     )
 }
 
-/// Serves one newline-delimited connection (unix socket or stdio).
+/// Serves one newline-delimited connection (stdio).
 pub(crate) async fn serve_lines<R, W>(reader: R, mut writer: W, conn: u64, shared: Shared)
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -337,22 +350,32 @@ pub(crate) fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener
     Ok(listener)
 }
 
-/// Accepts unix-socket clients until `stop` fires.
+/// Accepts unix-socket clients until `stop` fires. Each connection is served HTTP/1 by `app`
+/// ([`unix_router`]): the WebSocket upgrade, then the same frames as on `ws://`.
 pub(crate) async fn accept_unix(
     listener: tokio::net::UnixListener,
-    shared: Shared,
+    app: Router,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let conn = shared.conn_id();
-                    let (read, write) = stream.into_split();
-                    let span = tracing::info_span!("client", conn, transport = "unix");
-                    tokio::spawn(serve_lines(read, write, conn, shared.clone()).instrument(span));
+                    let service = TowerToHyperService::new(app.clone());
+                    tokio::spawn(async move {
+                        if let Err(error) = auto::Builder::new(TokioExecutor::new())
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .await
+                        {
+                            tracing::info!(%error, "serve: a unix-socket connection failed");
+                        }
+                    });
                 }
-                Err(error) => tracing::warn!(%error, "serve: accepting a unix client failed"),
+                Err(error) => {
+                    tracing::warn!(%error, "serve: accepting a unix client failed");
+                    // Out of descriptors, say: give the system a moment instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
             },
             _ = stop.changed() => return,
         }
