@@ -7,13 +7,16 @@
 //! Around it, [`ResponseStream`] enforces the idle timeout between events, the overall turn
 //! deadline, and the cap on the reply text.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
+use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, Stream, StreamExt};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -38,13 +41,23 @@ pub enum SseDecodeError {
 }
 
 /// An incremental SSE decoder (the `text/event-stream` line rules: lines end with LF, CRLF or
-/// CR; `event:` and `data:` fields; `:` comments; a blank line dispatches the event). Bytes
-/// are appended to a buffer and each is scanned once, so decoding is linear in the input.
+/// CR; `event:` and `data:` fields; `:` comments; a blank line dispatches the event).
+///
+/// It is one pass per chunk and never revisits a byte: each chunk is split at its line ends
+/// (SIMD `memchr`), and a line's bytes go straight to where they belong as they arrive — the
+/// field name is collected up to its `:`, a `data:` value is checked for UTF-8 and appended to
+/// the event's data while the chunk is still in cache, comments are skipped. A line is never
+/// buffered whole and then copied again, so an event of several megabytes costs one copy.
 #[derive(Debug)]
 pub struct SseDecoder {
-    buffer: Vec<u8>,
-    /// How far `buffer` has been scanned for a line end without finding one.
-    scanned: usize,
+    /// What the bytes of the current line are.
+    state: LineState,
+    /// The current line's field name so far (until its first `:`).
+    field: Vec<u8>,
+    /// The bytes of a character cut by the end of the last chunk (at most 3).
+    partial: Vec<u8>,
+    /// The current line's length so far.
+    line_len: usize,
     /// A CR ended the last line; a LF that follows it belongs to the same line end.
     after_cr: bool,
     event: String,
@@ -53,12 +66,36 @@ pub struct SseDecoder {
     limit: usize,
 }
 
+/// Where the decoder is within the current line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineState {
+    /// Nothing of the line has arrived yet.
+    Start,
+    /// A `:` comment: skipped.
+    Comment,
+    /// Reading the field name.
+    Field,
+    /// Reading the value of a field; `at_start`: its first byte (a space to drop) is still due.
+    Value { field: Field, at_start: bool },
+}
+
+/// The fields the decoder keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Event,
+    Data,
+    /// `id`, `retry` and unknown fields mean nothing to this client (checked, then dropped).
+    Other,
+}
+
 impl SseDecoder {
     /// A decoder that fails on any line or event data longer than `limit` bytes.
     pub fn new(limit: usize) -> Self {
         SseDecoder {
-            buffer: Vec::new(),
-            scanned: 0,
+            state: LineState::Start,
+            field: Vec::new(),
+            partial: Vec::new(),
+            line_len: 0,
             after_cr: false,
             event: String::new(),
             data: String::new(),
@@ -73,92 +110,187 @@ impl SseDecoder {
         chunk: &[u8],
         out: &mut VecDeque<SseEvent>,
     ) -> Result<(), SseDecodeError> {
-        let mut chunk = chunk;
-        if self.after_cr {
+        let mut rest = chunk;
+        if self.after_cr && !rest.is_empty() {
             self.after_cr = false;
-            if let Some(rest) = chunk.strip_prefix(b"\n") {
-                chunk = rest;
+            if let Some(tail) = rest.strip_prefix(b"\n") {
+                rest = tail;
             }
         }
-        self.buffer.extend_from_slice(chunk);
-        // The buffer is taken out while its lines are handled, so they can be borrowed from it.
-        let buffer = std::mem::take(&mut self.buffer);
-        let mut start = 0;
-        let mut index = self.scanned;
-        let mut outcome = Ok(());
-        // memchr2 scans with SIMD: the one pass over every byte stays cheap for huge lines.
-        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &buffer[index..]) {
-            let end = index + offset;
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', rest) {
+            self.piece(&rest[..end])?;
+            self.end_line(out)?;
             let mut next = end + 1;
-            if buffer[end] == b'\r' {
-                match buffer.get(next) {
+            if rest[end] == b'\r' {
+                match rest.get(next) {
                     Some(b'\n') => next += 1,
                     Some(_) => {}
                     // The LF of a CRLF may come with the next chunk.
                     None => self.after_cr = true,
                 }
             }
-            outcome = self.line(&buffer[start..end], out);
-            start = next;
-            index = next;
-            if outcome.is_err() {
-                break;
-            }
+            rest = &rest[next..];
         }
-        self.buffer = buffer;
-        outcome?;
-        if start > 0 {
-            self.buffer.drain(..start);
-        }
-        self.scanned = self.buffer.len();
-        if self.buffer.len() > self.limit {
-            return Err(SseDecodeError::TooLarge { limit: self.limit });
-        }
-        Ok(())
+        self.piece(rest)
     }
 
-    /// One complete line (without its line end).
-    fn line(&mut self, line: &[u8], out: &mut VecDeque<SseEvent>) -> Result<(), SseDecodeError> {
-        if line.is_empty() {
-            if self.has_data {
-                out.push_back(SseEvent {
-                    event: std::mem::take(&mut self.event),
-                    data: std::mem::take(&mut self.data),
-                });
-            }
-            self.event.clear();
-            self.data.clear();
-            self.has_data = false;
+    /// Bytes of the current line (no line end among them).
+    fn piece(&mut self, bytes: &[u8]) -> Result<(), SseDecodeError> {
+        if bytes.is_empty() {
             return Ok(());
         }
-        if line.len() > self.limit {
+        self.line_len = self.line_len.saturating_add(bytes.len());
+        if self.line_len > self.limit {
             return Err(SseDecodeError::TooLarge { limit: self.limit });
         }
-        if line[0] == b':' {
-            return Ok(());
-        }
-        let line = std::str::from_utf8(line).map_err(|_| SseDecodeError::InvalidUtf8)?;
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line, ""),
-        };
-        match field {
-            "event" => value.clone_into(&mut self.event),
-            "data" => {
-                if self.data.len() + value.len() + 1 > self.limit {
-                    return Err(SseDecodeError::TooLarge { limit: self.limit });
+        let mut bytes = bytes;
+        loop {
+            match self.state {
+                LineState::Start => {
+                    self.state = if bytes[0] == b':' {
+                        LineState::Comment
+                    } else {
+                        LineState::Field
+                    };
                 }
+                LineState::Comment => return Ok(()),
+                LineState::Field => match memchr::memchr(b':', bytes) {
+                    None => {
+                        self.field.extend_from_slice(bytes);
+                        return Ok(());
+                    }
+                    Some(colon) => {
+                        self.field.extend_from_slice(&bytes[..colon]);
+                        self.begin_value()?;
+                        bytes = &bytes[colon + 1..];
+                        if bytes.is_empty() {
+                            return Ok(());
+                        }
+                    }
+                },
+                LineState::Value { field, at_start } => {
+                    if at_start {
+                        self.state = LineState::Value {
+                            field,
+                            at_start: false,
+                        };
+                        if let Some(tail) = bytes.strip_prefix(b" ") {
+                            bytes = tail;
+                        }
+                    }
+                    let target = match field {
+                        Field::Event => Some(&mut self.event),
+                        Field::Data => Some(&mut self.data),
+                        Field::Other => None,
+                    };
+                    push_utf8(&mut self.partial, bytes, target)?;
+                    if self.data.len() > self.limit {
+                        return Err(SseDecodeError::TooLarge { limit: self.limit });
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The field name is complete: the value that follows goes to its field.
+    fn begin_value(&mut self) -> Result<(), SseDecodeError> {
+        let field = match std::str::from_utf8(&self.field) {
+            Ok("event") => Field::Event,
+            Ok("data") => Field::Data,
+            Ok(_) => Field::Other,
+            Err(_) => return Err(SseDecodeError::InvalidUtf8),
+        };
+        self.field.clear();
+        match field {
+            Field::Event => self.event.clear(),
+            Field::Data => {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(value);
                 self.has_data = true;
             }
-            // `id`, `retry` and unknown fields mean nothing to this client.
-            _ => {}
+            Field::Other => {}
         }
+        self.state = LineState::Value {
+            field,
+            at_start: true,
+        };
         Ok(())
     }
+
+    /// The current line ended: a blank line dispatches the event.
+    fn end_line(&mut self, out: &mut VecDeque<SseEvent>) -> Result<(), SseDecodeError> {
+        match self.state {
+            LineState::Start => {
+                if self.has_data {
+                    out.push_back(SseEvent {
+                        event: std::mem::take(&mut self.event),
+                        data: std::mem::take(&mut self.data),
+                    });
+                }
+                self.event.clear();
+                self.data.clear();
+                self.has_data = false;
+            }
+            LineState::Comment => {}
+            // A field without a `:` has an empty value.
+            LineState::Field => self.begin_value()?,
+            LineState::Value { .. } => {
+                if !self.partial.is_empty() {
+                    return Err(SseDecodeError::InvalidUtf8);
+                }
+            }
+        }
+        self.state = LineState::Start;
+        self.line_len = 0;
+        Ok(())
+    }
+}
+
+/// Appends `bytes`, a piece of a field's value, to `target` (or only checks it) once it is
+/// known to be UTF-8. A character cut by the end of the piece waits in `partial` for the rest
+/// of its bytes (the piece's whole characters are then checked a second time, while they are
+/// still in cache: `from_utf8`'s ASCII path is far cheaper than `utf8_chunks`).
+fn push_utf8(
+    partial: &mut Vec<u8>,
+    mut bytes: &[u8],
+    mut target: Option<&mut String>,
+) -> Result<(), SseDecodeError> {
+    while !partial.is_empty() {
+        let Some((first, tail)) = bytes.split_first() else {
+            return Ok(());
+        };
+        partial.push(*first);
+        bytes = tail;
+        match std::str::from_utf8(partial) {
+            Ok(character) => {
+                if let Some(target) = target.as_deref_mut() {
+                    target.push_str(character);
+                }
+                partial.clear();
+            }
+            Err(error) if error.error_len().is_none() => {}
+            Err(_) => return Err(SseDecodeError::InvalidUtf8),
+        }
+    }
+    let (valid, cut) = match std::str::from_utf8(bytes) {
+        Ok(valid) => (valid, &[][..]),
+        // Only the last bytes of the piece may be the start of a character still arriving.
+        Err(error) if error.error_len().is_none() => {
+            let (head, cut) = bytes.split_at(error.valid_up_to());
+            (
+                std::str::from_utf8(head).map_err(|_| SseDecodeError::InvalidUtf8)?,
+                cut,
+            )
+        }
+        Err(_) => return Err(SseDecodeError::InvalidUtf8),
+    };
+    if let Some(target) = target {
+        target.push_str(valid);
+    }
+    partial.extend_from_slice(cut);
+    Ok(())
 }
 
 /// The bounds of one streaming response.
@@ -296,6 +428,8 @@ impl ResponseStream {
         while let Some(event) = self.inner.next().await {
             match event? {
                 ResponseEvent::Created { .. } => {}
+                // The first delta becomes the text as it is: a single huge delta is not copied.
+                ResponseEvent::OutputTextDelta { delta } if deltas.is_empty() => deltas = delta,
                 ResponseEvent::OutputTextDelta { delta } => deltas.push_str(&delta),
                 ResponseEvent::OutputItemDone { item } => {
                     if let Some(text) = output_item_text(&item) {
@@ -345,7 +479,7 @@ where
     let idle_at = Instant::now().checked_add(state.limits.idle_timeout);
     let outcome = loop {
         if let Some(event) = state.pending.pop_front() {
-            match parse_event(&event, state.operation) {
+            match parse_event(event, state.operation) {
                 Ok(None) => continue,
                 Ok(Some(event)) => break check_reply_size(state, event),
                 Err(error) => break Err(error),
@@ -459,13 +593,19 @@ fn check_reply_size<S>(
 /// One SSE event → a typed event, `None` for events this client does not use, or the error a
 /// failure event reports.
 fn parse_event(
-    event: &SseEvent,
+    event: SseEvent,
     operation: &'static str,
 ) -> Result<Option<ResponseEvent>, ResponsesError> {
     let data = event.data.trim();
     if data.is_empty() || data == "[DONE]" {
         return Ok(None);
     }
+    let event = match text_delta(event) {
+        Ok(delta) => return Ok(Some(ResponseEvent::OutputTextDelta { delta })),
+        Err(event) => event,
+    };
+    let event = &event;
+    let data = event.data.trim();
     let malformed = |what: &str, message: String| ResponsesError::Decode {
         operation,
         what: format!("{what} event"),
@@ -551,6 +691,58 @@ fn parse_event(
         other => {
             tracing::trace!(event = other, "skipping Responses stream event");
             Ok(None)
+        }
+    }
+}
+
+/// A `response.output_text.delta` event's payload, borrowing the delta from the event's data
+/// where it holds no escapes.
+#[derive(Deserialize)]
+struct TextDelta<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    delta: Cow<'a, str>,
+}
+
+/// The delta of a `response.output_text.delta` event, decoded without copying it: a delta
+/// without escapes is cut out of the event's own data in place. The event back for any other
+/// event, or a payload this fast path does not read (the general path then decides, with its
+/// errors).
+fn text_delta(event: SseEvent) -> Result<String, SseEvent> {
+    match locate_delta(&event) {
+        None => Err(event),
+        Some(Ok(delta)) => Ok(delta),
+        Some(Err(range)) => {
+            let mut text = event.data;
+            text.truncate(range.end);
+            text.drain(..range.start);
+            Ok(text)
+        }
+    }
+}
+
+/// Where a text delta is: decoded (it held escapes) or the byte range of the event's data
+/// that is the delta as is. `None` when the event is not a text delta this path reads.
+fn locate_delta(event: &SseEvent) -> Option<Result<String, Range<usize>>> {
+    const DELTA: &str = "response.output_text.delta";
+    if !(event.event.is_empty() || event.event == DELTA) {
+        return None;
+    }
+    let payload: TextDelta<'_> = serde_json::from_str(event.data.trim()).ok()?;
+    if payload.kind.as_deref().unwrap_or(&event.event) != DELTA {
+        return None;
+    }
+    match payload.delta {
+        Cow::Owned(delta) => Some(Ok(delta)),
+        Cow::Borrowed(delta) => {
+            // The borrowed delta is a slice of the data: its offset is the pointers' distance.
+            let start = (delta.as_ptr() as usize).checked_sub(event.data.as_ptr() as usize)?;
+            let end = start.checked_add(delta.len())?;
+            if end > event.data.len() || !event.data.is_char_boundary(start) {
+                return Some(Ok(delta.to_owned()));
+            }
+            Some(Err(start..end))
         }
     }
 }
@@ -1007,6 +1199,74 @@ mod tests {
                 "chunk size {size}"
             );
         }
+    }
+
+    /// UTF-8 is checked per line, whatever the chunking: a character cut between chunks is
+    /// whole again, a line with invalid bytes (or ending inside a character) is an error, and a
+    /// comment's bytes are never looked at.
+    #[test]
+    fn decoder_checks_utf8_per_line() {
+        let mut bytes = b": ".to_vec();
+        bytes.push(0xff);
+        bytes.extend_from_slice(" skipped\ndata: \u{2713} ok\n\n".as_bytes());
+        for size in [1, 2, 3, 64] {
+            let mut decoder = SseDecoder::new(1_000);
+            let mut out = VecDeque::new();
+            for chunk in bytes.chunks(size) {
+                decoder.feed(chunk, &mut out).unwrap();
+            }
+            assert_eq!(
+                out.pop_front().unwrap().data,
+                "\u{2713} ok",
+                "chunk size {size}"
+            );
+        }
+        let invalid: [&[u8]; 3] = [b"data: a\xffb\n\n", b"id: \xff\n\n", b"data: \xe2\x9c\n\n"];
+        for bytes in invalid {
+            for size in [1, 2, 64] {
+                let mut decoder = SseDecoder::new(1_000);
+                let mut out = VecDeque::new();
+                let fed: Result<(), SseDecodeError> = bytes
+                    .chunks(size)
+                    .try_for_each(|chunk| decoder.feed(chunk, &mut out));
+                assert_eq!(fed, Err(SseDecodeError::InvalidUtf8), "{bytes:?} by {size}");
+            }
+        }
+    }
+
+    /// A delta with escapes, one without (cut out of the event in place), and one in a
+    /// data-only event decode to their text; a delta event whose payload lacks a string delta
+    /// is still the decode error naming the event.
+    #[tokio::test]
+    async fn escaped_and_plain_deltas_decode_alike() {
+        let body = [
+            sse(
+                "response.created",
+                r#"{"type":"response.created","response":{"id":"r"}}"#,
+            ),
+            delta_frame("plain "),
+            delta_frame("esc\"aped\n\u{2713} "),
+            "data: {\"delta\":\"data-only\",\"type\":\"response.output_text.delta\"}\n\n".into(),
+            sse(
+                "response.completed",
+                r#"{"type":"response.completed","response":{"id":"r"}}"#,
+            ),
+        ]
+        .concat();
+        let done = stream_of(vec![body.into_bytes()]).collect().await.unwrap();
+        assert_eq!(done.text, "plain esc\"aped\n\u{2713} data-only");
+        let bad = sse(
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","delta":7}"#,
+        );
+        let error = stream_of(vec![bad.into_bytes()])
+            .collect()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, ResponsesError::Decode { message, .. } if message.contains("missing string delta")),
+            "{error:?}"
+        );
     }
 
     /// A transport failure mid-stream is a transport error, not a silent end.
