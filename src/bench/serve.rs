@@ -214,11 +214,14 @@ enum Peer {
             >,
         >,
     ),
-    Stdio {
-        _child: tokio::process::Child,
-        stdin: tokio::process::ChildStdin,
-        lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    },
+    Stdio(Box<StdioPeer>),
+}
+
+/// An app-server child and its stdio.
+struct StdioPeer {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Peer {
@@ -261,11 +264,11 @@ impl Peer {
                 "stdio not piped".into(),
             ));
         };
-        Ok(Peer::Stdio {
+        Ok(Peer::Stdio(Box::new(StdioPeer {
             _child: child,
             stdin,
             lines: BufReader::new(stdout).lines(),
-        })
+        })))
     }
 
     async fn send(&mut self, message: &Value) -> Result<(), BenchError> {
@@ -275,10 +278,14 @@ impl Peer {
                 .send(Message::Text(text))
                 .await
                 .map_err(|e| e.to_string()),
-            Peer::Stdio { stdin, .. } => {
+            Peer::Stdio(stdio) => {
                 let mut line = text.into_bytes();
                 line.push(b'\n');
-                stdin.write_all(&line).await.map_err(|e| e.to_string())
+                stdio
+                    .stdin
+                    .write_all(&line)
+                    .await
+                    .map_err(|e| e.to_string())
             }
         };
         sent.map_err(runtime_err("send a message"))
@@ -298,7 +305,7 @@ impl Peer {
                         Some(Err(e)) => return Err(e.to_string()),
                     }
                 },
-                Peer::Stdio { lines, .. } => match lines.next_line().await {
+                Peer::Stdio(stdio) => match stdio.lines.next_line().await {
                     Ok(Some(line)) => Ok(line),
                     Ok(None) => Err("the app-server closed its stdout".to_owned()),
                     Err(e) => Err(e.to_string()),
