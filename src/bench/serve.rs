@@ -1,7 +1,7 @@
 //! `ctxbridge bench --serve`: what `serve` costs in front of the same upstream, the real
 //! `codex app-server` run offline against the loopback mock model server.
 //!
-//! - **Turn latency** (`turn/start` sent → `turn/completed` received) through `serve` (a
+//! - **Turn latency** (`turn/start` sent → `turn/completed` received), interleaved, through `serve` (a
 //!   WebSocket client, pass-through sessions) vs straight to an app-server child of the same
 //!   binary and configuration (JSONL over its stdio), both warm; the CLI's spawn-per-turn
 //!   (`ctxbridge turn`, a process and an app-server per turn) beside them.
@@ -950,7 +950,7 @@ pub fn format_table(report: &ServeBenchReport, options: &ServeBenchOptions) -> S
     line(
         &mut out,
         &format!(
-            "long reply via Codex, through serve ({} msgs) msg/s",
+            "long reply via Codex, through serve ({} msgs, median of 3) msg/s",
             cs.messages
         ),
         format!("{:.0}", cs.per_second()),
