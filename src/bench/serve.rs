@@ -1,8 +1,8 @@
 //! `ctxbridge bench --serve`: what `serve` costs in front of the same upstream, the real
 //! `codex app-server` run offline against the loopback mock model server.
 //!
-//! - **Turn latency** (`turn/start` sent → `turn/completed` received), interleaved, through `serve` (a
-//!   WebSocket client, pass-through sessions) vs straight to an app-server child of the same
+//! - **Turn latency** (`turn/start` sent → `turn/completed` received), the two paths
+//!   interleaved, through `serve` (a WebSocket client, pass-through sessions) vs straight to an app-server child of the same
 //!   binary and configuration (JSONL over its stdio), both warm; the CLI's spawn-per-turn
 //!   (`ctxbridge turn`, a process and an app-server per turn) beside them.
 //! - **Notification relay throughput**: one turn whose reply streams many deltas, through
