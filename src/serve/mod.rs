@@ -5,7 +5,7 @@
 //! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
 //! processor routing each request, an outgoing side owning server→client requests):
 //! - [`listen`]: the `--listen` URL and capability-token auth; the exposure rules.
-//! - `transport`: the WebSocket (axum, `/readyz`, `/healthz`), unix-socket and stdio
+//! - `transport`: the WebSocket (axum, `/readyz`, `/healthz`, `/metrics`), unix-socket and stdio
 //!   listeners; one client actor per accepted connection plus a writer task.
 //! - `client`: the client actor — framing errors, its `initialize` state, its own id space.
 //! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
