@@ -1,7 +1,7 @@
 //! The listeners: WebSocket (axum; `/readyz`, `/healthz` and `/metrics` on the same port;
 //! optional bearer capability token checked on the upgrade and on `/metrics`), unix socket
-//! (newline-delimited, mode 0600) and stdio (one client). Each accepted connection becomes a client actor ([`client::run`]) plus
-//! a writer task draining its [`Outbound`] queue.
+//! (newline-delimited, mode 0600) and stdio (one client). Each accepted connection becomes a
+//! client actor ([`client::run`]) plus a writer task draining its [`Outbound`] queue.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
