@@ -446,4 +446,40 @@ mod tests {
         assert!(text.contains("# TYPE ctxbridge_turn_duration_seconds histogram"));
         assert!(text.contains("# TYPE ctxbridge_connected_clients gauge"));
     }
+
+    /// The quarantine book reports a quarantine it records (once: the first failure wins) to
+    /// the sink it was given, by engine and method.
+    #[test]
+    fn quarantine_book_reports_to_the_sink() {
+        use crate::contract::EngineMethod;
+        use crate::quarantine::{FailedOperation, QuarantineBook};
+        let registry = std::sync::Arc::new(Registry::new());
+        let book = QuarantineBook::new();
+        book.report_to(registry.clone());
+        assert!(book.quarantine(
+            "flaky",
+            FailedOperation::Method(EngineMethod::Assemble),
+            "boom"
+        ));
+        assert!(!book.quarantine(
+            "flaky",
+            FailedOperation::Method(EngineMethod::Ingest),
+            "again"
+        ));
+        assert!(!book.quarantine("legacy", FailedOperation::Factory, "never"));
+        let text = registry.render();
+        assert_eq!(
+            sample(
+                &text,
+                "ctxbridge_engine_quarantines_total{engine=\"flaky\",method=\"assemble\"}"
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("ctxbridge_engine_quarantines_total{").count(),
+            1,
+            "{text}"
+        );
+    }
 }

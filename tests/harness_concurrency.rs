@@ -155,3 +155,53 @@ async fn a_dead_holders_lease_expires() {
     assert_eq!(r.reason, "legacy-engine");
     assert_eq!(h.transcript("s").unwrap().len(), 2);
 }
+
+/// The harness reports lease figures to its metrics sink: waiting for another holder's lease
+/// until it expires is one lease wait; a lease held by a process of this host that no longer
+/// runs is taken over at once (no wait) and counted as a takeover; both turns complete.
+#[tokio::test]
+async fn lease_waits_and_takeovers_reach_the_metrics() {
+    let Some(host) = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+    else {
+        eprintln!("\n!!!!!!!! SKIPPED lease metrics: no /proc hostname !!!!!!!!\n");
+        return;
+    };
+    let rig = Rig::new();
+    let registry = Arc::new(ctxbridge::metrics::Registry::new());
+    let h = rig.harness(None, cfg()).with_metrics(registry.clone());
+    let key = h.binding_key_for("s");
+    let taken = rig
+        .store
+        .try_acquire_lease(&key, "another-process", ctxbridge::harness::now_ms(), 50)
+        .unwrap();
+    assert!(matches!(taken, LeaseAttempt::Acquired(_)));
+    turn(&h, "after the wait").await;
+    // This process's pid with another start time: a holder that died (its pid reused).
+    let dead = format!("ctxbridge@{host}:{}:1:deadbeef0000", std::process::id());
+    let taken = rig
+        .store
+        .try_acquire_lease(&key, &dead, ctxbridge::harness::now_ms(), 600_000)
+        .unwrap();
+    assert!(matches!(taken, LeaseAttempt::Acquired(_)));
+    turn(&h, "after the takeover").await;
+    let text = registry.render();
+    let value = |series: &str| ctxbridge::metrics::sample(&text, series);
+    assert_eq!(value("ctxbridge_lease_waits_total"), Some(1.0), "{text}");
+    assert!(
+        value("ctxbridge_lease_wait_seconds_total").unwrap() > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        value("ctxbridge_lease_takeovers_total"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value("ctxbridge_turns_total{outcome=\"completed\"}"),
+        Some(2.0),
+        "{text}"
+    );
+}

@@ -1,8 +1,8 @@
 //! `ctxbridge bench --serve`: what `serve` costs in front of the same upstream, the real
 //! `codex app-server` run offline against the loopback mock model server.
 //!
-//! - **Turn latency** (`turn/start` sent → `turn/completed` received) through `serve` (a
-//!   WebSocket client, pass-through sessions) vs straight to an app-server child of the same
+//! - **Turn latency** (`turn/start` sent → `turn/completed` received), the two paths
+//!   interleaved, through `serve` (a WebSocket client, pass-through sessions) vs straight to an app-server child of the same
 //!   binary and configuration (JSONL over its stdio), both warm; the CLI's spawn-per-turn
 //!   (`ctxbridge turn`, a process and an app-server per turn) beside them.
 //! - **Notification relay throughput**: one turn whose reply streams many deltas, through
@@ -214,11 +214,14 @@ enum Peer {
             >,
         >,
     ),
-    Stdio {
-        _child: tokio::process::Child,
-        stdin: tokio::process::ChildStdin,
-        lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    },
+    Stdio(Box<StdioPeer>),
+}
+
+/// An app-server child and its stdio.
+struct StdioPeer {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Peer {
@@ -261,11 +264,11 @@ impl Peer {
                 "stdio not piped".into(),
             ));
         };
-        Ok(Peer::Stdio {
+        Ok(Peer::Stdio(Box::new(StdioPeer {
             _child: child,
             stdin,
             lines: BufReader::new(stdout).lines(),
-        })
+        })))
     }
 
     async fn send(&mut self, message: &Value) -> Result<(), BenchError> {
@@ -275,10 +278,14 @@ impl Peer {
                 .send(Message::Text(text))
                 .await
                 .map_err(|e| e.to_string()),
-            Peer::Stdio { stdin, .. } => {
+            Peer::Stdio(stdio) => {
                 let mut line = text.into_bytes();
                 line.push(b'\n');
-                stdin.write_all(&line).await.map_err(|e| e.to_string())
+                stdio
+                    .stdin
+                    .write_all(&line)
+                    .await
+                    .map_err(|e| e.to_string())
             }
         };
         sent.map_err(runtime_err("send a message"))
@@ -298,7 +305,7 @@ impl Peer {
                         Some(Err(e)) => return Err(e.to_string()),
                     }
                 },
-                Peer::Stdio { lines, .. } => match lines.next_line().await {
+                Peer::Stdio(stdio) => match stdio.lines.next_line().await {
                     Ok(Some(line)) => Ok(line),
                     Ok(None) => Err("the app-server closed its stdout".to_owned()),
                     Err(e) => Err(e.to_string()),
@@ -423,32 +430,88 @@ async fn serve_in_process(
     Ok((handle, format!("ws://{addr}")))
 }
 
-/// Warm-up turns, then `turns` timed ones on `peer`.
-async fn time_turns(peer: &mut Peer, turns: usize) -> Result<Latency, BenchError> {
-    peer.initialize().await?;
-    let thread = peer.start_thread().await?;
-    let mut samples = Vec::with_capacity(turns);
-    for i in 0..WARMUP_TURNS + turns {
-        let turn = peer
-            .turn(10 + i as u64, &thread, &format!("ping {i}"))
-            .await?;
-        if i >= WARMUP_TURNS {
-            samples.push(turn.elapsed);
+/// Warm-up turns on both peers, then `turns` timed turns on each, interleaved (the order
+/// alternating every round) so that load from elsewhere on the machine falls on both paths
+/// alike. Returns (direct, through serve).
+async fn time_turns_interleaved(
+    direct: &mut Peer,
+    through: &mut Peer,
+    turns: usize,
+) -> Result<(Latency, Latency), BenchError> {
+    let mut threads = Vec::new();
+    for peer in [&mut *direct, &mut *through] {
+        peer.initialize().await?;
+        let thread = peer.start_thread().await?;
+        for i in 0..WARMUP_TURNS {
+            peer.turn(2 + i as u64, &thread, &format!("warm up {i}"))
+                .await?;
+        }
+        threads.push(thread);
+    }
+    let (mut d, mut s) = (Vec::with_capacity(turns), Vec::with_capacity(turns));
+    for i in 0..turns {
+        let id = 10 + i as u64;
+        let text = format!("ping {i}");
+        if i % 2 == 0 {
+            d.push(direct.turn(id, &threads[0], &text).await?.elapsed);
+            s.push(through.turn(id, &threads[1], &text).await?.elapsed);
+        } else {
+            s.push(through.turn(id, &threads[1], &text).await?.elapsed);
+            d.push(direct.turn(id, &threads[0], &text).await?.elapsed);
         }
     }
-    Ok(Latency::of(samples))
+    Ok((Latency::of(d), Latency::of(s)))
 }
 
-/// One long streamed reply after a warm-up turn on `peer` (already initialized).
-async fn long_reply(
-    peer: &mut Peer,
+/// Long streamed replies, `rounds` on each peer (initialized), interleaved; the median
+/// round of each by rate. Returns (direct, through serve).
+async fn long_replies_interleaved(
+    direct: &mut Peer,
+    through: &mut Peer,
     mock: &MockModelServer,
     text: &str,
-) -> Result<Throughput, BenchError> {
-    let thread = peer.start_thread().await?;
-    peer.turn(5, &thread, "warm up").await?;
-    mock.push_reply(ScriptedReply::text(text));
-    peer.turn(6, &thread, "stream a long reply").await
+    rounds: usize,
+) -> Result<(Throughput, Throughput), BenchError> {
+    let mut threads = Vec::new();
+    for peer in [&mut *direct, &mut *through] {
+        let thread = peer.start_thread().await?;
+        peer.turn(5, &thread, "warm up").await?;
+        threads.push(thread);
+    }
+    let (mut d, mut s) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let id = 10 + round as u64;
+        mock.push_reply(ScriptedReply::text(text));
+        let first = if round % 2 == 0 {
+            &mut *direct
+        } else {
+            &mut *through
+        };
+        let one = first
+            .turn(id, &threads[round % 2], "stream a long reply")
+            .await?;
+        mock.push_reply(ScriptedReply::text(text));
+        let second = if round % 2 == 0 {
+            &mut *through
+        } else {
+            &mut *direct
+        };
+        let other = second
+            .turn(id, &threads[(round + 1) % 2], "stream a long reply")
+            .await?;
+        if round % 2 == 0 {
+            d.push(one);
+            s.push(other);
+        } else {
+            s.push(one);
+            d.push(other);
+        }
+    }
+    let median = |mut runs: Vec<Throughput>| {
+        runs.sort_by(|a, b| a.per_second().total_cmp(&b.per_second()));
+        runs.get(runs.len() / 2).copied().unwrap_or_default()
+    };
+    Ok((median(d), median(s)))
 }
 
 /// The configuration file of the CLI paths (`ctxbridge turn`, `ctxbridge serve`).
@@ -752,10 +815,8 @@ pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchE
     })
     .await?;
 
-    // (a) Latency: direct vs through serve, same binary and configuration.
-    let direct_home = dir.path().join("direct");
-    let mut direct = Peer::stdio(&codex_config(&binary, &direct_home, &mock))?;
-    report.direct = time_turns(&mut direct, options.turns).await?;
+    // (a) Latency: direct vs through serve, same binary and configuration, interleaved.
+    let mut direct = Peer::stdio(&codex_config(&binary, &dir.path().join("direct"), &mock))?;
     let serve_home = dir.path().join("serve");
     std::fs::create_dir_all(&serve_home).map_err(|source| BenchError::Io {
         operation: "create a directory",
@@ -764,7 +825,9 @@ pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchE
     })?;
     let (handle, url) = serve_in_process(codex_config(&binary, &serve_home, &mock)).await?;
     let mut through = Peer::ws(&url).await?;
-    report.through_serve = time_turns(&mut through, options.turns).await?;
+    (report.direct, report.through_serve) =
+        time_turns_interleaved(&mut direct, &mut through, options.turns).await?;
+    drop(direct);
 
     // (d) Concurrent clients through the same serve.
     if options.clients > 0 {
@@ -773,16 +836,14 @@ pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchE
     drop(through);
     handle.shutdown().await;
 
-    // (b) A long streamed reply through Codex (direct and through serve), then serve's relay
-    // alone.
+    // (b) Long streamed replies through Codex (direct and through serve, interleaved), then
+    // serve's relay alone.
     let mut direct = Peer::stdio(&codex_config(
         &binary,
         &dir.path().join("flood-direct"),
         &flood_mock,
     ))?;
     direct.initialize().await?;
-    report.codex_direct = long_reply(&mut direct, &flood_mock, &long_text).await?;
-    drop(direct);
     let flood_home = dir.path().join("flood-serve");
     std::fs::create_dir_all(&flood_home).map_err(|source| BenchError::Io {
         operation: "create a directory",
@@ -792,7 +853,9 @@ pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchE
     let (handle, url) = serve_in_process(codex_config(&binary, &flood_home, &flood_mock)).await?;
     let mut through = Peer::ws(&url).await?;
     through.initialize().await?;
-    report.codex_serve = long_reply(&mut through, &flood_mock, &long_text).await?;
+    (report.codex_direct, report.codex_serve) =
+        long_replies_interleaved(&mut direct, &mut through, &flood_mock, &long_text, 3).await?;
+    drop(direct);
     drop(through);
     handle.shutdown().await;
     report.relay = relay_flood(options.flood_messages.max(1)).await?;
@@ -877,14 +940,17 @@ pub fn format_table(report: &ServeBenchReport, options: &ServeBenchOptions) -> S
     let cs = report.codex_serve;
     line(
         &mut out,
-        &format!("long reply via Codex, direct ({} msgs) msg/s", cd.messages),
+        &format!(
+            "long reply via Codex, direct ({} msgs, median of 3) msg/s",
+            cd.messages
+        ),
         format!("{:.0}", cd.per_second()),
         "(Codex-bound)",
     );
     line(
         &mut out,
         &format!(
-            "long reply via Codex, through serve ({} msgs) msg/s",
+            "long reply via Codex, through serve ({} msgs, median of 3) msg/s",
             cs.messages
         ),
         format!("{:.0}", cs.per_second()),

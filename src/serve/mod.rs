@@ -5,9 +5,9 @@
 //! Layout (modelled on Codex's own `app-server`: a transport per listener kind, a message
 //! processor routing each request, an outgoing side owning server→client requests):
 //! - [`listen`]: the `--listen` URL and capability-token auth; the exposure rules.
-//! - `transport`: the WebSocket listeners (TCP: axum, `/readyz`, `/healthz`; unix socket: the
-//!   same upgrade and frames, as Codex's) and stdio (newline-delimited); one client actor per
-//!   accepted connection plus a writer task.
+//! - `transport`: the WebSocket listeners (TCP: axum, `/readyz`, `/healthz`, `/metrics`; unix
+//!   socket: the same upgrade and frames, as Codex's) and stdio (newline-delimited); one client
+//!   actor per accepted connection plus a writer task.
 //! - `client`: the client actor — framing errors, its `initialize` state, its own id space.
 //! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
 //!   ownership, server→client requests, and the [`SessionTurns`] seam through which a session's

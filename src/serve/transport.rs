@@ -1,7 +1,7 @@
-//! The listeners: WebSocket on TCP (axum; `/readyz`, `/healthz` on the same port; optional
-//! bearer capability token checked on the upgrade), WebSocket on a unix socket (mode 0600;
-//! the same upgrade and frames, as Codex's `--listen unix://PATH`) and stdio
-//! (newline-delimited, one client). Each accepted connection becomes a client actor
+//! The listeners: WebSocket on TCP (axum; `/readyz`, `/healthz` and `/metrics` on the same
+//! port; optional bearer capability token checked on the upgrade and on `/metrics`), WebSocket
+//! on a unix socket (mode 0600; the same upgrade and frames, as Codex's `--listen unix://PATH`)
+//! and stdio (newline-delimited, one client). Each accepted connection becomes a client actor
 //! ([`client::run`]) plus a writer task draining its [`Outbound`] queue.
 
 use std::path::{Path, PathBuf};
