@@ -8,6 +8,7 @@
 mod engine;
 mod hooks;
 mod message;
+mod messages;
 mod runtime;
 mod tools;
 mod types;
@@ -18,6 +19,7 @@ pub use hooks::{
     HOOK_GATEWAY_STOP, HOOK_SESSION_START,
 };
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
+pub use messages::Messages;
 pub use runtime::RuntimeCallbacks;
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
 pub use types::{
