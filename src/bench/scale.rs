@@ -21,7 +21,9 @@ use crate::backend::{MockBackend, ThreadId};
 use crate::harness::TurnSpec;
 use crate::harness::{Harness, HarnessError};
 use crate::projection::{binding_key, ThreadBinding};
-use crate::store::{PostgresOptions, PostgresStore, SqliteStore, StateStore, StoreError};
+use crate::store::{
+    HeldTimes, PostgresOptions, PostgresStore, SqliteStore, StateStore, StoreError,
+};
 
 /// Turns per session of the scale run.
 pub const TURNS_PER_SESSION: usize = 5;
@@ -69,6 +71,22 @@ pub struct ScaleResult {
     /// Whether `peak_rss` is the peak of this run (the mark was reset at its start) rather than
     /// of the whole process.
     pub peak_is_this_run: bool,
+    /// SQLite stores: how long their connections were held during the run.
+    pub held: Option<HeldTimes>,
+}
+
+impl ScaleResult {
+    /// The share of the run's wall time that no second worker can overlap: the writer's (on a
+    /// file, readers run beside it), or the writer's and the readers' (in memory, where they
+    /// exclude each other; an upper bound, readers may overlap one another).
+    pub fn serial_share(&self) -> Option<f64> {
+        let held = self.held?;
+        let serial = match self.store {
+            ScaleStore::Memory => held.writer + held.readers,
+            _ => held.writer,
+        };
+        Some(serial.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9))
+    }
 }
 
 impl ScaleResult {
@@ -227,7 +245,11 @@ impl Drop for StoreHold {
     }
 }
 
-fn open_store(target: &ScaleTarget) -> Result<(Arc<dyn StateStore>, StoreHold), BenchError> {
+/// The scale run's store, what must outlive it, and the SQLite store itself (for its held
+/// times).
+type OpenedStore = (Arc<dyn StateStore>, StoreHold, Option<Arc<SqliteStore>>);
+
+fn open_store(target: &ScaleTarget) -> Result<OpenedStore, BenchError> {
     let opened = |store: Result<Arc<dyn StateStore>, StoreError>| {
         store.map_err(|source| BenchError::Store {
             operation: "open the scale store",
@@ -235,20 +257,19 @@ fn open_store(target: &ScaleTarget) -> Result<(Arc<dyn StateStore>, StoreHold), 
         })
     };
     match target.store {
-        ScaleStore::Memory => Ok((
-            opened(SqliteStore::in_memory().map(|s| Arc::new(s) as Arc<dyn StateStore>))?,
-            StoreHold::None,
-        )),
+        ScaleStore::Memory => {
+            let sqlite = Arc::new(opened_sqlite(SqliteStore::in_memory())?);
+            Ok((sqlite.clone(), StoreHold::None, Some(sqlite)))
+        }
         ScaleStore::File => {
             let dir = tempfile::tempdir().map_err(|e| BenchError::Runtime {
                 operation: "create the scale store directory",
                 message: e.to_string(),
             })?;
-            let store = opened(
-                SqliteStore::open(dir.path().join("state.db"))
-                    .map(|s| Arc::new(s) as Arc<dyn StateStore>),
-            )?;
-            Ok((store, StoreHold::Dir(dir)))
+            let sqlite = Arc::new(opened_sqlite(SqliteStore::open(
+                dir.path().join("state.db"),
+            ))?);
+            Ok((sqlite.clone(), StoreHold::Dir(dir), Some(sqlite)))
         }
         ScaleStore::Postgres => {
             let schema = format!("ctxb_bench_{}", uuid::Uuid::new_v4().simple());
@@ -262,21 +283,30 @@ fn open_store(target: &ScaleTarget) -> Result<(Arc<dyn StateStore>, StoreHold), 
                 PostgresStore::connect(&target.pg_url, options)
                     .map(|s| Arc::new(s) as Arc<dyn StateStore>),
             )?;
-            Ok((store, hold))
+            Ok((store, hold, None))
         }
     }
 }
 
+fn opened_sqlite(store: Result<SqliteStore, StoreError>) -> Result<SqliteStore, BenchError> {
+    store.map_err(|source| BenchError::Store {
+        operation: "open the scale store",
+        source,
+    })
+}
+
 /// The scale harness and what must outlive it (a file store's directory, a schema).
-fn scale_harness(target: &ScaleTarget) -> Result<(Harness, StoreHold), BenchError> {
-    let (store, hold) = open_store(target)?;
+fn scale_harness(
+    target: &ScaleTarget,
+) -> Result<(Harness, StoreHold, Option<Arc<SqliteStore>>), BenchError> {
+    let (store, hold, sqlite) = open_store(target)?;
     let (harness, _) = bench_harness(
         BenchMode::ThreadBootstrap,
         scale_engine(),
         Arc::new(MockBackend::new()),
         store,
     );
-    Ok((harness, hold))
+    Ok((harness, hold, sqlite))
 }
 
 /// Runs `sessions` × [`TURNS_PER_SESSION`] turns on the current runtime.
@@ -345,13 +375,22 @@ fn run_blocking(
             message: e.to_string(),
         })?;
     runtime.block_on(async move {
-        let (harness, hold) = scale_harness(target)?;
+        let (harness, hold, sqlite) = scale_harness(target)?;
         let harness = Arc::new(harness);
         let peak_is_this_run = reset_peak_rss();
         let rss_before = rss_bytes();
+        let held_before = sqlite.as_ref().map(|s| s.held_times());
         let started = Instant::now();
         let turns = run_sessions(harness.clone(), sessions).await?;
         let elapsed = started.elapsed();
+        let held = sqlite
+            .as_ref()
+            .map(|s| s.held_times())
+            .zip(held_before)
+            .map(|(after, before)| HeldTimes {
+                writer: after.writer.saturating_sub(before.writer),
+                readers: after.readers.saturating_sub(before.readers),
+            });
         let rss_after = rss_bytes();
         harness.shutdown().await;
         // The store goes before what it lives in (the directory, the schema).
@@ -367,6 +406,7 @@ fn run_blocking(
             rss_after,
             peak_rss: peak_rss_bytes(),
             peak_is_this_run,
+            held,
         })
     })
 }
@@ -392,7 +432,7 @@ fn binding_heap_bytes(b: &ThreadBinding) -> usize {
 /// the allocator reuses.
 pub async fn measure_binding_cache(n: usize) -> Result<BindingMemory, BenchError> {
     let template = {
-        let (harness, _hold) = scale_harness(&ScaleTarget::sqlite(ScaleStore::Memory))?;
+        let (harness, _hold, _) = scale_harness(&ScaleTarget::sqlite(ScaleStore::Memory))?;
         harness
             .turn(TurnSpec::new("scale-session-0", bench_prompt(1)))
             .await
@@ -486,6 +526,32 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             out,
             "scaling 1 → 2 workers: {ratio:.2}× (target ≥ 1.6×: {}; a loaded machine depresses the 2-worker figure)",
             if ratio >= 1.6 { "met" } else { "MISSED" }
+        );
+    }
+    for r in results {
+        if let (Some(held), Some(share)) = (r.held, r.serial_share()) {
+            let pct = |d: Duration| 100.0 * d.as_secs_f64() / r.elapsed.as_secs_f64().max(1e-9);
+            let _ = writeln!(
+                out,
+                "{} worker(s): store writer held {:.0}% of the run, readers {:.0}% (summed); serial share {:.0}%",
+                r.workers,
+                pct(held.writer),
+                pct(held.readers),
+                100.0 * share
+            );
+        }
+    }
+    if let Some(share) = results
+        .iter()
+        .find(|r| r.workers == 1)
+        .and_then(ScaleResult::serial_share)
+    {
+        // Amdahl: the serial part runs on one core, the rest on two.
+        let bound = 1.0 / (share + (1.0 - share) / 2.0);
+        let _ = writeln!(
+            out,
+            "serial share of the 1-worker run {:.0}% → at most {bound:.2}× from a second worker (Amdahl; a ratio of shares, so machine load skews it far less than the turns/s ratio)",
+            100.0 * share
         );
     }
     if results.iter().any(|r| !r.peak_is_this_run) {

@@ -8,7 +8,7 @@
 //! a named database of SQLite's `memdb` VFS shared by the same connections.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -188,6 +188,26 @@ pub struct SqliteStore {
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     busy_timeout: Duration,
+    /// Nanoseconds the writer connection was held (what concurrent writes queue on).
+    writer_held_nanos: AtomicU64,
+    /// Nanoseconds reader connections were held, summed over the readers.
+    readers_held_nanos: AtomicU64,
+}
+
+/// How long a store's connections were held since it was opened (see
+/// [`SqliteStore::held_times`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldTimes {
+    /// The writer connection: every write, one at a time.
+    pub writer: Duration,
+    /// The reader connections, summed (readers run side by side on a file; in memory they
+    /// exclude the writer).
+    pub readers: Duration,
+}
+
+fn add_elapsed(total: &AtomicU64, since: Instant) {
+    let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    total.fetch_add(nanos, Ordering::Relaxed);
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -260,6 +280,8 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers: Vec::new(),
             next_reader: AtomicUsize::new(0),
+            writer_held_nanos: AtomicU64::new(0),
+            readers_held_nanos: AtomicU64::new(0),
             busy_timeout,
         };
         store.init_retrying(&target)?;
@@ -271,6 +293,17 @@ impl SqliteStore {
             readers.push(Mutex::new(conn));
         }
         Ok(SqliteStore { readers, ..store })
+    }
+
+    /// How long the writer and the readers were held since the store was opened: the
+    /// writer's share of a run's wall time is the part of the store's work that concurrent
+    /// turns cannot overlap (a measure of serialisation that machine load does not skew
+    /// much, unlike a throughput ratio).
+    pub fn held_times(&self) -> HeldTimes {
+        HeldTimes {
+            writer: Duration::from_nanos(self.writer_held_nanos.load(Ordering::Relaxed)),
+            readers: Duration::from_nanos(self.readers_held_nanos.load(Ordering::Relaxed)),
+        }
     }
 
     /// The database file.
@@ -388,7 +421,11 @@ impl SqliteStore {
             .as_ref()
             .map(|g| g.write().unwrap_or_else(|p| p.into_inner()));
         let mut conn = lock(&self.writer);
-        f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+        let held = Instant::now();
+        let result =
+            f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
+        add_elapsed(&self.writer_held_nanos, held);
+        result
     }
 
     /// Runs `f` (reads only) on a reader connection: a free one if any, else the next in turn.
@@ -416,7 +453,11 @@ impl SqliteStore {
             Some(guard) => guard,
             None => lock(&self.readers[start % n]),
         };
-        f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+        let held = Instant::now();
+        let result =
+            f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
+        add_elapsed(&self.readers_held_nanos, held);
+        result
     }
 
     /// Runs `f` in a write transaction that holds the write lock from its start.
