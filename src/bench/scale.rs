@@ -550,7 +550,7 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
         let bound = 1.0 / (share + (1.0 - share) / 2.0);
         let _ = writeln!(
             out,
-            "serial share of the 1-worker run {:.0}% → at most {bound:.2}× from a second worker (Amdahl; a ratio of shares, so machine load skews it far less than the turns/s ratio)",
+            "serial share of the 1-worker run {:.0}% → at most {bound:.2}× from a second worker (Amdahl; indicative: held times are wall times, and a preempted writer keeps the lock, so load inflates them too)",
             100.0 * share
         );
     }

@@ -297,8 +297,8 @@ impl SqliteStore {
 
     /// How long the writer and the readers were held since the store was opened: the
     /// writer's share of a run's wall time is the part of the store's work that concurrent
-    /// turns cannot overlap (a measure of serialisation that machine load does not skew
-    /// much, unlike a throughput ratio).
+    /// turns cannot overlap (wall time: a writer preempted by other work keeps the lock, so
+    /// machine load inflates it too).
     pub fn held_times(&self) -> HeldTimes {
         HeldTimes {
             writer: Duration::from_nanos(self.writer_held_nanos.load(Ordering::Relaxed)),
