@@ -64,7 +64,7 @@ fn bench_process_engine(c: &mut Criterion) {
         .collect();
     let assemble = AssembleParams {
         session_id: "bench".into(),
-        messages: transcript,
+        messages: transcript.into(),
         prompt: Some("what next?".into()),
         token_budget: Some(100_000),
         ..Default::default()

@@ -107,7 +107,7 @@ fn transcript(n: usize) -> Vec<AgentMessage> {
 
 fn assembled(n: usize) -> AssembleResult {
     AssembleResult {
-        messages: transcript(n),
+        messages: transcript(n).into(),
         estimated_tokens: 0.0,
         system_prompt_addition: Some("Recall: the user prefers short answers.".into()),
         prompt_authority: None,

@@ -123,7 +123,7 @@ impl ContextEngine for ReferenceEngine {
     async fn assemble(&self, params: AssembleParams) -> Result<AssembleResult, EngineError> {
         Ok(self.with_session(&params.session_id, |s| {
             let source = if s.messages.is_empty() {
-                params.messages.clone()
+                params.messages.to_vec()
             } else {
                 s.messages.clone()
             };
@@ -134,7 +134,7 @@ impl ContextEngine for ReferenceEngine {
             let estimated_tokens = estimate_tokens(&source, &s.summary);
             messages.extend(source);
             AssembleResult {
-                messages,
+                messages: messages.into(),
                 estimated_tokens,
                 system_prompt_addition: Some(
                     "Context is curated by the Rust reference engine.".into(),
@@ -273,7 +273,7 @@ fn ingest(session: &str, message: AgentMessage) -> IngestParams {
 fn assemble(session: &str, messages: Vec<AgentMessage>) -> AssembleParams {
     AssembleParams {
         session_id: session.into(),
-        messages,
+        messages: messages.into(),
         token_budget: Some(100_000),
         ..Default::default()
     }

@@ -567,7 +567,7 @@ impl ctxbridge::contract::ContextEngine for FixedContextEngine {
         messages.push(ctxbridge::contract::AgentMessage::user(BICYCLE));
         messages.push(ctxbridge::contract::AgentMessage::assistant("noted"));
         Ok(ctxbridge::contract::AssembleResult {
-            messages,
+            messages: messages.into(),
             estimated_tokens: 0.0,
             system_prompt_addition: None,
             prompt_authority: None,

@@ -54,7 +54,7 @@ async fn engine(mode: &str) -> ProcessEngine {
 fn assemble_params(session: &str) -> AssembleParams {
     AssembleParams {
         session_id: session.into(),
-        messages: vec![AgentMessage::user("hello")],
+        messages: vec![AgentMessage::user("hello")].into(),
         ..Default::default()
     }
 }

@@ -231,7 +231,7 @@ proptest! {
     #[test]
     fn bounding_keeps_whole_turns_within_the_limit(messages in prop::collection::vec(simple_message(), 0..30), limit in 0usize..3_000) {
         let result = AssembleResult {
-            messages,
+            messages: messages.into(),
             context_projection: Some(ContextProjection::per_turn()),
             ..AssembleResult::default()
         };

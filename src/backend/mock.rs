@@ -539,7 +539,12 @@ impl ThreadedBackend for MockBackend {
                 Ok(reply)
             };
             let model_request_chars = if overflow { 0 } else { request_chars };
-            let snapshot = thread.clone();
+            // Copied only to be persisted (outside the lock), so that turns of other threads do
+            // not queue behind a copy they do not need.
+            let snapshot = (
+                thread.id.clone(),
+                self.store.is_some().then(|| thread.clone()),
+            );
             st.calls.push(MockCall::Turn {
                 thread_id: request.thread_id.0.clone(),
                 input: request.input,
@@ -548,7 +553,10 @@ impl ThreadedBackend for MockBackend {
             });
             (snapshot, outcome?, compaction)
         };
-        self.persist(&thread, "turn/start")?;
+        let (thread_id, snapshot) = thread;
+        if let Some(thread) = &snapshot {
+            self.persist(thread, "turn/start")?;
+        }
         if let Some(summary) = &compaction {
             let _ = events
                 .send(TurnEvent::Compacted {
@@ -563,7 +571,7 @@ impl ThreadedBackend for MockBackend {
             let _ = events.send(TurnEvent::TextDelta(chunk.concat())).await;
         }
         Ok(TurnOutcome {
-            thread_id: ThreadId(thread.id),
+            thread_id: ThreadId(thread_id),
             reply,
             auto_compaction: compaction.map(|s| AutoCompaction { summary: Some(s) }),
             usage: None,

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, CompactParams, CompactResult, ContextEngine,
     ContextProjection, EngineError, EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, MethodSet, ProjectionMode, Role,
+    IngestParams, IngestResult, Messages, MethodSet, ProjectionMode, Role,
 };
 
 /// The engine's id.
@@ -63,11 +63,27 @@ pub struct BenchView {
     pub epoch_index: usize,
 }
 
+/// The view the engine last assembled for a session, and what it was built from: the next
+/// turn's view is this one plus the transcript's new messages while the epoch stays (an
+/// engine keeping its view incrementally, so its assemble does not copy the whole session).
+#[derive(Debug)]
+struct SessionView {
+    epoch_index: usize,
+    /// Transcript messages in the view (after the background).
+    transcript_len: usize,
+    /// `user` messages among them.
+    users: usize,
+    /// Characters of the view's plain text.
+    chars: usize,
+    messages: Messages,
+}
+
 /// The bench engine.
 #[derive(Debug)]
 pub struct BenchEngine {
     config: BenchEngineConfig,
     backgrounds: Mutex<HashMap<usize, Arc<[AgentMessage]>>>,
+    views: Mutex<HashMap<String, SessionView>>,
     assemble_nanos: AtomicU64,
 }
 
@@ -79,6 +95,7 @@ impl BenchEngine {
                 ..config
             },
             backgrounds: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
             assemble_nanos: AtomicU64::new(0),
         }
     }
@@ -126,6 +143,65 @@ impl BenchEngine {
             epoch_index,
         }
     }
+
+    /// The view of a turn whose transcript (before the turn) is `transcript`, as [`Self::view`]
+    /// gives it, grown from the session's previous view when that one is a prefix of it in the
+    /// same epoch (O(new messages)); rebuilt otherwise. Also its plain-text size.
+    fn session_view(
+        &self,
+        session_id: &str,
+        transcript: &[AgentMessage],
+    ) -> (Messages, String, usize) {
+        // Plain map of owned values: a panic elsewhere cannot leave it inconsistent.
+        let previous = self
+            .views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session_id);
+        // The previous view still describes this transcript's start (same length prefix, same
+        // last message: the host's transcript only grows unless it is rewritten).
+        let grown = previous.filter(|v| {
+            v.transcript_len <= transcript.len()
+                && (v.transcript_len == 0
+                    || v.messages.last() == transcript.get(v.transcript_len - 1))
+        });
+        let view = match grown {
+            Some(mut v) => {
+                let new = &transcript[v.transcript_len..];
+                let users = v.users + new.iter().filter(|m| m.role == Role::User).count();
+                if users / self.config.epoch_turns == v.epoch_index {
+                    v.chars += new.iter().map(|m| m.plain_text().len()).sum::<usize>();
+                    v.messages.extend(new.iter().cloned());
+                    v.transcript_len = transcript.len();
+                    v.users = users;
+                    Some(v)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        let view = view.unwrap_or_else(|| {
+            let full = self.view(transcript.to_vec());
+            SessionView {
+                epoch_index: full.epoch_index,
+                transcript_len: transcript.len(),
+                users: transcript.iter().filter(|m| m.role == Role::User).count(),
+                chars: full.messages.iter().map(|m| m.plain_text().len()).sum(),
+                messages: Messages::from(full.messages),
+            }
+        });
+        let out = (
+            view.messages.clone(),
+            Self::epoch_label(view.epoch_index),
+            view.chars,
+        );
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session_id.to_string(), view);
+        out
+    }
 }
 
 #[async_trait]
@@ -157,14 +233,13 @@ impl ContextEngine for BenchEngine {
 
     async fn assemble(&self, params: AssembleParams) -> Result<AssembleResult, EngineError> {
         let started = Instant::now();
-        let view = self.view(params.messages);
-        let chars: usize = view.messages.iter().map(|m| m.plain_text().len()).sum();
+        let (messages, epoch, chars) = self.session_view(&params.session_id, &params.messages);
         let projection = match self.config.projection {
-            ProjectionMode::ThreadBootstrap => ContextProjection::thread_bootstrap(view.epoch),
+            ProjectionMode::ThreadBootstrap => ContextProjection::thread_bootstrap(epoch),
             ProjectionMode::PerTurn => ContextProjection::per_turn(),
         };
         let result = AssembleResult {
-            messages: view.messages,
+            messages,
             estimated_tokens: (chars / 4) as f64,
             system_prompt_addition: Some(BENCH_SYSTEM_PROMPT_ADDITION.to_string()),
             prompt_authority: None,
@@ -328,7 +403,7 @@ mod tests {
             let r = engine
                 .assemble(AssembleParams {
                     session_id: "s".into(),
-                    messages: transcript(12),
+                    messages: transcript(12).into(),
                     ..Default::default()
                 })
                 .await

@@ -224,6 +224,22 @@ pub fn bench_harness(
     (harness, engine)
 }
 
+/// The machine's load averages over 1, 5 and 15 minutes as `/proc/loadavg` gives them (for the
+/// reports: absolute figures mean little on a loaded machine); `None` off Linux.
+pub fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    (fields.len() == 3).then(|| fields.join(" "))
+}
+
+/// The load line printed under a report's heading.
+pub fn load_line() -> String {
+    match load_average() {
+        Some(load) => format!("machine load average (1/5/15 min): {load}"),
+        None => "machine load average: not available".to_string(),
+    }
+}
+
 /// Nearest-rank percentile (`p` in 0..=100) of sorted values; `None` when empty.
 pub fn percentile(sorted: &[Duration], p: usize) -> Option<Duration> {
     if sorted.is_empty() {

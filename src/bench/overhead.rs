@@ -375,6 +375,7 @@ pub fn format_long_session(points: &[LongSessionPoint]) -> String {
         out,
         "\n== Reused-turn overhead along one session (thread_bootstrap, in-memory store; median of the reused turns within ±{CHECKPOINT_WINDOW}; µs) =="
     );
+    let _ = writeln!(out, "{}", super::load_line());
     let _ = writeln!(
         out,
         "{:>6} {:>10} {:>8} {:>8} {:>10}",

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::bench::scale::{self, ScaleStore};
+use crate::bench::scale::{self, ScaleStore, ScaleTarget};
 use crate::bench::{chart, overhead, projection_cost, BenchBackend, BenchError};
 use crate::cli::context::{CliError, CommandContext, EXIT_OK};
 
@@ -21,16 +21,20 @@ pub struct BenchArgs {
     /// Where the CSV and SVG go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
-    /// Sessions of the scale run (5 turns each).
-    #[arg(long, default_value_t = 10_000)]
-    pub sessions: usize,
+    /// Sessions of the scale run (5 turns each; default 10 000, 200 on PostgreSQL).
+    #[arg(long)]
+    pub sessions: Option<usize>,
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
     /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
-    /// what the CLI uses.
+    /// what the CLI uses, `postgres` a fresh schema on `--pg-url` (dropped afterwards).
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
     pub scale_store: ScaleStore,
+    /// The PostgreSQL server of `--scale-store postgres` (else `CTXBRIDGE_TEST_PG_URL`, else
+    /// postgres://postgres@127.0.0.1:5432/test).
+    #[arg(long)]
+    pub pg_url: Option<String>,
     /// Also time one session of 2 005 turns: reused-turn overhead at turns 10, 100, 1 000 and
     /// 2 000.
     #[arg(long)]
@@ -62,11 +66,21 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         path: args.out.clone(),
         source,
     })?;
+    let sessions = args
+        .sessions
+        .unwrap_or_else(|| args.scale_store.default_sessions())
+        .max(1);
+    let target = ScaleTarget {
+        store: args.scale_store,
+        pg_url: scale::pg_url(args.pg_url.as_deref()),
+    };
+    // Without a server the PostgreSQL scale run is skipped, loudly; the rest still runs.
+    let skip_scale = args.skip_scale || !postgres_ready(&target);
     // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
-    let binding_memory = if args.skip_scale {
+    let binding_memory = if skip_scale {
         None
     } else {
-        Some(scale::measure_binding_cache(args.sessions.max(1)).await?)
+        Some(scale::measure_binding_cache(sessions).await?)
     };
 
     let runs = projection_cost::run(args.backend, turns).await?;
@@ -99,11 +113,27 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
     if let Some(memory) = binding_memory {
         let mut results = Vec::new();
         for workers in [1, 2] {
-            results.push(
-                scale::run_on_own_runtime(args.sessions.max(1), workers, args.scale_store).await?,
-            );
+            results.push(scale::run_on_own_runtime(sessions, workers, target.clone()).await?);
         }
         print!("{}", scale::format_report(&results, &memory));
     }
     Ok(())
+}
+
+/// Whether the scale run's store can be reached: always for SQLite; for PostgreSQL, whether a
+/// server answers (if not, a SKIPPED line says why and how to point at one).
+fn postgres_ready(target: &ScaleTarget) -> bool {
+    if target.store != ScaleStore::Postgres {
+        return true;
+    }
+    match scale::postgres_answers(&target.pg_url) {
+        Ok(()) => true,
+        Err(reason) => {
+            println!(
+                "\n*** SKIPPED the scale run on PostgreSQL: no server answers at {} ({reason}). Start one, or pass --pg-url / set CTXBRIDGE_TEST_PG_URL.",
+                crate::store::redact_url(&target.pg_url)
+            );
+            false
+        }
+    }
 }

@@ -9,6 +9,7 @@ mod commands;
 mod engine;
 mod hooks;
 mod message;
+mod messages;
 mod runtime;
 mod tools;
 mod types;
@@ -20,6 +21,7 @@ pub use hooks::{
     HOOK_BEFORE_RESET, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP, HOOK_SESSION_END, HOOK_SESSION_START,
 };
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
+pub use messages::Messages;
 pub use runtime::RuntimeCallbacks;
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
 pub use types::{

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::message::AgentMessage;
+use super::messages::Messages;
 use super::runtime::RuntimeCallbacks;
 
 /// `info.turnMaintenanceMode`.
@@ -472,8 +473,8 @@ pub struct AssembleParams {
     /// The host's stable key of the session (a host param, SPEC §5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The session's messages (the host's transcript).
-    pub messages: Vec<AgentMessage>,
+    /// The session's messages (the host's transcript), shared: cloning them is O(1).
+    pub messages: Messages,
     /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
@@ -567,8 +568,9 @@ impl ContextProjection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleResult {
-    /// What the model sees, in order.
-    pub messages: Vec<AgentMessage>,
+    /// What the model sees, in order (shared: an engine may return the transcript it was
+    /// given, or a view it keeps, without copying it).
+    pub messages: Messages,
     /// The engine's token estimate of `messages`.
     pub estimated_tokens: f64,
     /// Text prepended to the system prompt; on threaded backends it goes into the

@@ -232,7 +232,7 @@ impl ContextEngine for SampleSummaryEngine {
             ProjectionMode::PerTurn => ContextProjection::per_turn(),
         };
         Ok(AssembleResult {
-            messages,
+            messages: messages.into(),
             estimated_tokens: (chars / 4) as f64,
             system_prompt_addition: Some(format!(
                 "Context comes from the sample summary engine ({} summarised chunk(s)). \
@@ -326,7 +326,7 @@ mod tests {
         let r = e
             .assemble(AssembleParams {
                 session_id: "s".into(),
-                messages: transcript(7),
+                messages: transcript(7).into(),
                 ..Default::default()
             })
             .await
@@ -350,7 +350,7 @@ mod tests {
         let before = e
             .assemble(AssembleParams {
                 session_id: "s".into(),
-                messages: t.clone(),
+                messages: t.clone().into(),
                 ..Default::default()
             })
             .await
@@ -369,7 +369,7 @@ mod tests {
         let after = again
             .assemble(AssembleParams {
                 session_id: "s".into(),
-                messages: t,
+                messages: t.into(),
                 ..Default::default()
             })
             .await

@@ -10,9 +10,8 @@ use super::turn::{RecordedTurn, TurnContext};
 use super::{store_err, Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
 use crate::contract::{
-    AfterTurnParams, AgentMessage, CommitTurnParams, ContextEngine, EngineMethod,
-    IngestBatchParams, IngestParams, MaintainParams, MaintainReason, ReasonCode,
-    TurnMaintenanceMode,
+    AfterTurnParams, CommitTurnParams, ContextEngine, EngineMethod, IngestBatchParams,
+    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, TurnMaintenanceMode,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -28,7 +27,7 @@ impl Harness {
     pub(super) async fn notify_engine(
         &self,
         ctx: &TurnContext<'_>,
-        mut messages: Vec<AgentMessage>,
+        messages: Messages,
         recorded: RecordedTurn,
         outcome: &TurnOutcome,
         retried: bool,
@@ -43,8 +42,9 @@ impl Harness {
         let session_id = ctx.session_id.as_str();
         let is_heartbeat = ctx.spec.is_heartbeat.then_some(true);
         let pre_prompt = messages.len();
-        messages.push(user.clone());
-        messages.push(assistant.clone());
+        // The turn's two new messages; the whole transcript is copied only for `afterTurn`,
+        // whose params carry it.
+        let appended = vec![user.clone(), assistant.clone()];
 
         let fallback = retried.then_some(ReasonCode::ContextOverflow);
         let session_target = || {
@@ -94,7 +94,7 @@ impl Harness {
                     session_key: Some(session_key.to_string()),
                     session_file: self.ensure_session_file(session_id),
                     session_target: session_target(),
-                    messages: messages.clone(),
+                    messages: messages.iter().chain(&appended).cloned().collect(),
                     pre_prompt_message_count: pre_prompt as u64,
                     auto_compaction_summary: outcome
                         .auto_compaction
@@ -120,7 +120,7 @@ impl Harness {
                 IngestBatchParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
-                    messages: messages[pre_prompt..].to_vec(),
+                    messages: appended.clone(),
                     is_heartbeat,
                 },
                 &ctx.info,
@@ -129,7 +129,7 @@ impl Harness {
                 tracing::warn!(error = %e, "ingestBatch failed");
             }
         } else {
-            for message in &messages[pre_prompt..] {
+            for message in &appended {
                 let params = project_host_params(
                     IngestParams {
                         session_id: session_id.to_string(),

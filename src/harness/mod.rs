@@ -38,8 +38,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
 use crate::contract::{
-    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, ReasonCode,
-    RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
+    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, Messages,
+    ReasonCode, RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
     SubagentContextMode, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP,
 };
 use crate::engines::LegacyEngine;
@@ -369,7 +369,7 @@ const RECORD_ATTEMPTS: u32 = 4;
 /// A session transcript as this harness last read it, with the store cursor where it ends.
 struct CachedTranscript {
     cursor: TranscriptCursor,
-    messages: Vec<AgentMessage>,
+    messages: Messages,
 }
 
 /// The namespace of session-id documents in the store (session key → current session id).
@@ -387,7 +387,7 @@ pub struct Harness {
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
     /// Session transcripts as last read, per session id: a turn reads only the entries
     /// appended since (a rewrite anywhere makes the store hand out the whole transcript).
-    transcripts: moka::future::Cache<String, Arc<CachedTranscript>>,
+    transcripts: moka::future::Cache<String, Arc<Mutex<Option<CachedTranscript>>>>,
     locks: Arc<SessionLocks>,
     holder: String,
     background: TaskTracker,
@@ -528,31 +528,38 @@ impl Harness {
             .collect())
     }
 
-    /// The messages of a session's transcript: the cached copy plus what was appended since,
-    /// or the whole transcript when it was rewritten (or never read).
-    async fn session_messages(&self, session_id: &str) -> Result<Vec<AgentMessage>, HarnessError> {
-        let cached = self.transcripts.get(session_id).await;
+    /// The messages of a session's transcript: the cached list plus what was appended since,
+    /// or the whole transcript when it was rewritten (or never read). The cached list grows in
+    /// place (no copy of the transcript per turn) unless an engine still holds the previous
+    /// turn's list; the returned handle shares it.
+    async fn session_messages(&self, session_id: &str) -> Result<Messages, HarnessError> {
+        let slot = match self.transcripts.get(session_id).await {
+            Some(slot) => slot,
+            None => {
+                let slot = Arc::new(Mutex::new(None));
+                self.transcripts
+                    .insert(session_id.to_string(), slot.clone())
+                    .await;
+                slot
+            }
+        };
+        // Held only across the synchronous store read; the session lock already orders turns.
+        // A poisoned slot only means a panic mid-update: the cursor and list were replaced
+        // together or not at all, so its content is still coherent.
+        let mut cached = slot.lock().unwrap_or_else(|p| p.into_inner());
         let read = self
             .store
             .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
             .map_err(store_err("load transcript"))?;
-        let fresh = read.entries.into_iter().map(|e| e.message);
-        let messages: Vec<AgentMessage> = match cached {
-            Some(c) if read.appended => c.messages.iter().cloned().chain(fresh).collect(),
-            _ => fresh.collect(),
+        let mut messages = match cached.take() {
+            Some(c) if read.appended => c.messages,
+            _ => Messages::new(),
         };
-        match read.cursor {
-            Some(cursor) => {
-                let entry = CachedTranscript {
-                    cursor,
-                    messages: messages.clone(),
-                };
-                self.transcripts
-                    .insert(session_id.to_string(), Arc::new(entry))
-                    .await;
-            }
-            None => self.transcripts.invalidate(session_id).await,
-        }
+        messages.extend(read.entries.into_iter().map(|e| e.message));
+        *cached = read.cursor.map(|cursor| CachedTranscript {
+            cursor,
+            messages: messages.clone(),
+        });
         Ok(messages)
     }
 

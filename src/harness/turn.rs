@@ -17,8 +17,8 @@ use crate::backend::{
 };
 use crate::contract::{
     AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
-    EngineMethod, HookCall, HostOperation, MaintainReason, PromptAuthority, PromptBuildResult,
-    HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
+    EngineMethod, HookCall, HostOperation, MaintainReason, Messages, PromptAuthority,
+    PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -364,14 +364,14 @@ impl Harness {
         serving: &QuarantineEngine,
         spec: &TurnSpec,
         session_id: &str,
-        messages: &[AgentMessage],
+        messages: &Messages,
     ) -> AssembleResult {
         let info = serving.info();
         let params = project_host_params(
             AssembleParams {
                 session_id: session_id.to_string(),
                 session_key: Some(spec.session_key.clone()),
-                messages: messages.to_vec(),
+                messages: messages.clone(),
                 token_budget: Some(self.cfg.engine_token_budget()),
                 available_tools: Some(available_tool_names(&self.cfg.tools, &serving.tools())),
                 citations_mode: self.cfg.citations_mode.clone(),
@@ -393,7 +393,7 @@ impl Harness {
             Err(e) => {
                 tracing::warn!(error = %e, "assemble returned no result; using the transcript as is");
                 AssembleResult {
-                    messages: messages.to_vec(),
+                    messages: messages.clone(),
                     ..Default::default()
                 }
             }

@@ -206,7 +206,7 @@ mod tests {
         AssembleParams {
             session_id: "s".into(),
             session_key: Some("k".into()),
-            messages: vec![AgentMessage::user("hi")],
+            messages: vec![AgentMessage::user("hi")].into(),
             token_budget: Some(100),
             available_tools: Some(vec!["shell".into()]),
             citations_mode: Some("on".into()),

@@ -57,7 +57,8 @@ impl Bounded<'_> {
 /// borrowed.
 pub fn bound_assembled(result: &AssembleResult, transcript_byte_limit: usize) -> Bounded<'_> {
     let messages = result.messages.as_slice();
-    let transcript_bytes = transcript_json_bytes(messages);
+    // Kept by the list as it grows (O(1)); equal to `transcript_json_bytes(messages)`.
+    let transcript_bytes = result.messages.json_bytes();
     let system_prompt_addition = result.system_prompt_addition.as_deref();
     // An empty transcript has nothing to drop, even under a limit below its 2 bytes.
     if transcript_bytes <= transcript_byte_limit || messages.is_empty() {
@@ -341,7 +342,7 @@ mod tests {
 
     fn assembled(messages: Vec<AgentMessage>) -> AssembleResult {
         AssembleResult {
-            messages,
+            messages: messages.into(),
             estimated_tokens: 0.0,
             system_prompt_addition: Some("Remember X.".into()),
             prompt_authority: None,
@@ -484,12 +485,14 @@ mod tests {
         assert_eq!(bounded.messages, &result.messages[5..]);
         // A tool result carried as a part blocks the boundary the same way.
         let mut as_part = result.clone();
-        as_part.messages[3] = AgentMessage::user("");
-        as_part.messages[3].content = Some(MessageContent::Parts(vec![ContentPart::ToolResult {
+        let mut parts = as_part.messages.to_vec();
+        parts[3] = AgentMessage::user("");
+        parts[3].content = Some(MessageContent::Parts(vec![ContentPart::ToolResult {
             tool_call_id: "c1".into(),
             content: json!("result"),
             extra: Map::new(),
         }]));
+        as_part.messages = parts.into();
         let limit = transcript_json_bytes(&as_part.messages[2..]);
         assert_eq!(bound_assembled(&as_part, limit).omitted_messages, 5);
     }

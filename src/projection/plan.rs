@@ -242,7 +242,8 @@ mod tests {
             messages: vec![
                 AgentMessage::user(HISTORY),
                 AgentMessage::assistant("noted"),
-            ],
+            ]
+            .into(),
             estimated_tokens: 10.0,
             system_prompt_addition: addition.map(str::to_owned),
             prompt_authority: None,
@@ -457,7 +458,8 @@ mod tests {
                 AgentMessage::assistant("ok"),
                 AgentMessage::user(HISTORY),
                 AgentMessage::assistant("noted"),
-            ],
+            ]
+            .into(),
             estimated_tokens: 10.0,
             system_prompt_addition: None,
             prompt_authority: None,
@@ -511,7 +513,7 @@ mod tests {
     fn turn_input_limit_caps_the_input() {
         let long = "x".repeat(5_000);
         let result = AssembleResult {
-            messages: vec![AgentMessage::user(long), AgentMessage::assistant("ok")],
+            messages: vec![AgentMessage::user(long), AgentMessage::assistant("ok")].into(),
             ..assembled(Some(ContextProjection::per_turn()), None)
         };
         let limit = 2_000;

@@ -23,7 +23,7 @@ pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use retention::{
     idle_before_ms, sweep_once, RetentionSweeper, SweepListener, SWEEP_BATCH, SWEEP_INTERVAL,
 };
-pub use sqlite::SqliteStore;
+pub use sqlite::{HeldTimes, SqliteStore};
 
 /// Errors of the state store. Each names the file and the operation.
 #[derive(Debug, thiserror::Error)]

@@ -8,8 +8,8 @@
 //! a named database of SQLite's `memdb` VFS shared by the same connections.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -178,10 +178,36 @@ INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
 /// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
 pub struct SqliteStore {
     path: PathBuf,
+    /// In-memory stores only: readers share it, the writer takes it alone. The `memdb` VFS
+    /// has no WAL, so a reader cannot start while a write transaction holds its lock and a
+    /// commit cannot finish while a reader holds one; without this gate they find out by
+    /// `SQLITE_BUSY` and SQLite's busy handler sleeps a millisecond or more — longer than a
+    /// whole turn. With it they wait on the lock, and wake as soon as it is free.
+    gate: Option<RwLock<()>>,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     busy_timeout: Duration,
+    /// Nanoseconds the writer connection was held (what concurrent writes queue on).
+    writer_held_nanos: AtomicU64,
+    /// Nanoseconds reader connections were held, summed over the readers.
+    readers_held_nanos: AtomicU64,
+}
+
+/// How long a store's connections were held since it was opened (see
+/// [`SqliteStore::held_times`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldTimes {
+    /// The writer connection: every write, one at a time.
+    pub writer: Duration,
+    /// The reader connections, summed (readers run side by side on a file; in memory they
+    /// exclude the writer).
+    pub readers: Duration,
+}
+
+fn add_elapsed(total: &AtomicU64, since: Instant) {
+    let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    total.fetch_add(nanos, Ordering::Relaxed);
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -249,10 +275,13 @@ impl SqliteStore {
         };
         let writer = connect("open")?;
         let store = SqliteStore {
+            gate: matches!(target, Target::Memory(_)).then(|| RwLock::new(())),
             path: path.clone(),
             writer: Mutex::new(writer),
             readers: Vec::new(),
             next_reader: AtomicUsize::new(0),
+            writer_held_nanos: AtomicU64::new(0),
+            readers_held_nanos: AtomicU64::new(0),
             busy_timeout,
         };
         store.init_retrying(&target)?;
@@ -264,6 +293,17 @@ impl SqliteStore {
             readers.push(Mutex::new(conn));
         }
         Ok(SqliteStore { readers, ..store })
+    }
+
+    /// How long the writer and the readers were held since the store was opened: the
+    /// writer's share of a run's wall time is the part of the store's work that concurrent
+    /// turns cannot overlap (wall time: a writer preempted by other work keeps the lock, so
+    /// machine load inflates it too).
+    pub fn held_times(&self) -> HeldTimes {
+        HeldTimes {
+            writer: Duration::from_nanos(self.writer_held_nanos.load(Ordering::Relaxed)),
+            readers: Duration::from_nanos(self.readers_held_nanos.load(Ordering::Relaxed)),
+        }
     }
 
     /// The database file.
@@ -376,8 +416,16 @@ impl SqliteStore {
         operation: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
+        let _gate = self
+            .gate
+            .as_ref()
+            .map(|g| g.write().unwrap_or_else(|p| p.into_inner()));
         let mut conn = lock(&self.writer);
-        f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+        let held = Instant::now();
+        let result =
+            f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
+        add_elapsed(&self.writer_held_nanos, held);
+        result
     }
 
     /// Runs `f` (reads only) on a reader connection: a free one if any, else the next in turn.
@@ -389,6 +437,11 @@ impl SqliteStore {
         if self.readers.is_empty() {
             return self.with_conn(operation, f);
         }
+        // A poisoned gate guards no data (see `lock`).
+        let _gate = self
+            .gate
+            .as_ref()
+            .map(|g| g.read().unwrap_or_else(|p| p.into_inner()));
         let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let n = self.readers.len();
         let free = (0..n).find_map(|i| match self.readers[(start + i) % n].try_lock() {
@@ -400,7 +453,11 @@ impl SqliteStore {
             Some(guard) => guard,
             None => lock(&self.readers[start % n]),
         };
-        f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout))
+        let held = Instant::now();
+        let result =
+            f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
+        add_elapsed(&self.readers_held_nanos, held);
+        result
     }
 
     /// Runs `f` in a write transaction that holds the write lock from its start.

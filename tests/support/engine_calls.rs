@@ -61,7 +61,7 @@ pub async fn call(
                 .assemble(AssembleParams {
                     session_id,
                     session_key,
-                    messages: transcript(),
+                    messages: transcript().into(),
                     prompt: Some("next".into()),
                     ..Default::default()
                 })

@@ -418,9 +418,9 @@ impl ContextEngine for ScriptEngine {
         }
         let s = self.script();
         let mut messages = s.preamble.clone();
-        messages.extend(params.messages);
+        messages.extend(params.messages.iter().cloned());
         Ok(AssembleResult {
-            messages,
+            messages: messages.into(),
             estimated_tokens: 10.0,
             system_prompt_addition: s.addition.clone(),
             prompt_authority: None,
