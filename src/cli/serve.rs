@@ -16,10 +16,9 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
         .await
         .map_err(|e| CliError::Usage(error_chain(&e)))?;
     // Sweeps idle state while serving; stops when serving ends.
-    let _sweeper = options
-        .store
-        .clone()
-        .and_then(|store| crate::app::retention_sweeper(&config, store));
+    let _sweeper = options.store.clone().and_then(|store| {
+        crate::app::retention_sweeper_with(&config, store, options.sweep_listener.clone())
+    });
     crate::serve::run(options)
         .await
         .map_err(|source| CliError::Serve { source })?;

@@ -140,6 +140,8 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
         let app = open_with_backend(config, store.clone(), backend.clone()).await;
         tracing::info!(engine = %app.resolved.slot.engine_id, "serve: client threads run the context engine");
         let harness = app.harness.with_metrics(options.metrics.clone());
+        // Sessions the retention sweep removes end with `session_end` on the engine.
+        options.sweep_listener = Some(harness.sweep_listener());
         options.sessions = Arc::new(EngineSessions::new(Arc::new(harness), backend));
     }
     options.store = Some(store);

@@ -33,7 +33,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::BackendUrl;
 use crate::metrics::Registry;
-use crate::store::StateStore;
+use crate::store::{StateStore, SweepListener};
 
 mod client;
 pub mod command;
@@ -88,6 +88,9 @@ pub struct ServeOptions {
     /// A separate loopback HTTP listener serving only `GET /metrics` (for `unix://` and
     /// `stdio://` listeners, which have no HTTP port; allowed with `ws://` too).
     pub metrics_listen: Option<SocketAddr>,
+    /// Told what each retention sweep removed (the engine sessions' harness fires
+    /// `session_end` for them); see [`crate::app::retention_sweeper_with`].
+    pub sweep_listener: Option<SweepListener>,
 }
 
 impl std::fmt::Debug for ServeHandle {
@@ -123,6 +126,7 @@ impl ServeOptions {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             metrics: Arc::new(Registry::new()),
             metrics_listen: None,
+            sweep_listener: None,
         }
     }
 }
