@@ -194,7 +194,10 @@ impl PageRequest {
 pub fn item_entries(turns: &[Value], turn_id: Option<&str>) -> Vec<Value> {
     turns
         .iter()
-        .filter(|turn| turn_id.is_none_or(|id| turn.get("id").and_then(Value::as_str) == Some(id)))
+        .filter(|turn| match turn_id {
+            Some(id) => turn.get("id").and_then(Value::as_str) == Some(id),
+            None => true,
+        })
         .flat_map(|turn| {
             let id = turn.get("id").cloned().unwrap_or(Value::Null);
             turn.get("items")
