@@ -1,7 +1,10 @@
-//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read` and
-//! `thread/turns/list` of a client thread id show the turns of the session's earlier backend
-//! threads rebuilt from ctxbridge's transcript, then the current backend thread's turns, with
-//! user-message items holding the user's own input instead of a projected turn input.
+//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read`,
+//! `thread/resume` (its turns, `initialTurnsPage` and backwards cursors), `thread/turns/list`
+//! and `thread/items/list` of a client thread id show the turns (items) of the session's
+//! earlier backend threads rebuilt from ctxbridge's transcript, then the current backend
+//! thread's, with user-message items holding the user's own input instead of a projected turn
+//! input. Across backend threads ctxbridge pages itself, with its own `ctxbridge:N` cursors (a
+//! position between turns, or between items).
 //!
 //! Everything here is pure; the engine sessions fetch the upstream's turns and the transcript.
 

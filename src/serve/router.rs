@@ -5,8 +5,8 @@
 //! ([`HubMsg`]); it never awaits a client, so one slow client cannot stall the others.
 //!
 //! Every client request is routed one of two ways:
-//! - **Session requests** — `turn/start`, `thread/compact/start` and `thread/resume` on a
-//!   non-ephemeral thread — go through the [`SessionTurns`] seam, run as their own task with an
+//! - **Session requests** — `turn/start`, `thread/compact/start`, `thread/resume`,
+//!   `thread/read`, `thread/turns/list` and `thread/items/list` on a non-ephemeral thread — go through the [`SessionTurns`] seam, run as their own task with an
 //!   [`UpstreamHandle`]. [`PassThroughSessions`] relays them unchanged (SPEC §16: every thread
 //!   is pure pass-through when only `legacy` is selected and `serve.engineThreads` is `none`);
 //!   an engine-driven implementation runs the harness turn there instead.

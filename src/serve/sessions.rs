@@ -27,8 +27,8 @@
 //! Delivery of the projection: per `projection.codexContextDelivery`; unset, the upstream's
 //! version decides as for the Codex backend (additional context from 0.171.0). In the turn
 //! input, the relayed `userMessage` items of the turn show the client's own input instead (the
-//! router swaps them). `thread/read`, `thread/resume` and `thread/turns/list` of a session show
-//! the conversation as the user had it ([`crate::serve::history`]): the earlier backend
+//! router swaps them). `thread/read`, `thread/resume`, `thread/turns/list` and
+//! `thread/items/list` of a session show the conversation as the user had it ([`crate::serve::history`]): the earlier backend
 //! threads' turns rebuilt from the transcript, then the current thread's, framed inputs cut
 //! back to the user's request.
 
