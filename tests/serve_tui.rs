@@ -300,24 +300,27 @@ fn is_title_request(request: &RecordedRequest) -> bool {
         .is_some_and(|t| t.starts_with(TITLE_PROMPT))
 }
 
-/// How many user messages of a request carry a rendered projection.
-fn projections_in(request: &RecordedRequest) -> usize {
-    request
-        .conversation_texts("user")
-        .iter()
-        .filter(|t| t.contains(CONTEXT))
-        .count()
-}
-
-/// How many input items of a request, of any role, carry a rendered projection (after the
-/// upstream resumed a thread from its rollout, the context is a developer message).
-fn context_items(request: &RecordedRequest) -> usize {
+/// The input items of a request, of any role, that carry a rendered projection (serve
+/// delivers it per `projection.codexContextDelivery`: in the turn input, or as Codex's
+/// additional context, a developer message), as JSON text.
+fn context_items_of(request: &RecordedRequest) -> Vec<String> {
     request.body["input"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|item| item.to_string().contains(CONTEXT))
-        .count()
+        .map(Value::to_string)
+        .filter(|item| item.contains(CONTEXT))
+        .collect()
+}
+
+/// How many input items of a request carry a rendered projection.
+fn context_items(request: &RecordedRequest) -> usize {
+    context_items_of(request).len()
+}
+
+/// The different projections the model was sent over `requests`.
+fn distinct_contexts(requests: &[RecordedRequest]) -> std::collections::BTreeSet<String> {
+    requests.iter().flat_map(context_items_of).collect()
 }
 
 /// The backend thread the store maps a client thread id to (SPEC §16 "Sessions").
@@ -456,7 +459,7 @@ fn assert_in_order(screen: &str, dialogue: &[(&str, &str)]) {
 
 /// Five prompts typed into the real Codex TUI connected to `ctxbridge serve`, across an epoch
 /// change of the sample engine: the screen shows every prompt and every reply and never the
-/// projection (though the rotated backend thread's user message holds it); the model got the
+/// projection (though the rotated backend thread holds it); the model got the
 /// engine's context once for the new epoch (the fourth prompt's request carries it, the fifth
 /// — same epoch, same backend thread — gets the bare prompt with the context once in its
 /// history) and none before; the TUI's ephemeral title helper got neither context nor engine
@@ -487,15 +490,14 @@ async fn codex_tui_converses_across_an_epoch_change() {
     );
     for (request, (prompt, _)) in turns.iter().zip(DIALOGUE).take(3) {
         assert_eq!(request.last_user_text().unwrap(), prompt, "bare prompt");
-        assert_eq!(projections_in(request), 0, "the first epoch has no context");
+        assert_eq!(context_items(request), 0, "the first epoch has no context");
     }
-    let fourth = turns[3].last_user_text().unwrap();
-    assert!(fourth.contains(CONTEXT), "the new epoch projects: {fourth}");
+    assert_eq!(context_items(&turns[3]), 1, "the new epoch projects");
+    let fourth = context_items_of(&turns[3]).join("");
     assert!(
         fourth.contains("first prompt alpha"),
         "the context summarises the earlier prompts: {fourth}"
     );
-    assert_eq!(projections_in(&turns[3]), 1);
     assert!(
         !turns[3]
             .conversation_texts("user")
@@ -509,21 +511,21 @@ async fn codex_tui_converses_across_an_epoch_change() {
         "same epoch: the bare prompt"
     );
     assert_eq!(
-        projections_in(&turns[4]),
+        context_items(&turns[4]),
         1,
         "the epoch's context sits once in the thread's history"
     );
-    let projecting = requests
-        .iter()
-        .filter(|r| r.last_user_text().is_some_and(|t| t.contains(CONTEXT)))
-        .count();
-    assert_eq!(projecting, 1, "the context was sent once for its one epoch");
+    assert_eq!(
+        distinct_contexts(&requests).len(),
+        1,
+        "the context was rendered once for its one epoch"
+    );
 
     // The TUI's title helper: ephemeral, passed through untouched.
     let titles: Vec<&RecordedRequest> = requests.iter().filter(|r| is_title_request(r)).collect();
     assert!(!titles.is_empty(), "the TUI generated a title");
     for title in titles {
-        assert_eq!(projections_in(title), 0, "no context for the title helper");
+        assert_eq!(context_items(title), 0, "no context for the title helper");
         assert!(!title.body_contains(CONTEXT));
         assert!(!title.body_contains(ENGINE_INSTRUCTIONS));
     }
@@ -583,8 +585,8 @@ async fn codex_tui_compact_runs_the_engine_and_ends() {
     };
     let first = find(DIALOGUE[0].0);
     let third = find(prompt);
-    let input = third.last_user_text().unwrap();
-    assert!(input.contains(CONTEXT), "the new epoch projects: {input}");
+    assert_eq!(context_items(third), 1, "the new epoch projects");
+    let input = context_items_of(third).join("");
     assert!(
         input.contains(DIALOGUE[0].0),
         "the summary covers the compacted turns: {input}"
@@ -751,12 +753,7 @@ async fn codex_tui_resumes_a_rotated_session() {
         "the epoch's context sits once in the thread's history: {}",
         next.body["input"]
     );
-    let contexts: std::collections::BTreeSet<String> = requests
-        .iter()
-        .flat_map(|r| r.body["input"].as_array().cloned().unwrap_or_default())
-        .map(|item| item.to_string())
-        .filter(|item| item.contains(CONTEXT))
-        .collect();
+    let contexts = distinct_contexts(&requests);
     assert_eq!(
         contexts.len(),
         1,
