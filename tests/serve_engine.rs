@@ -684,6 +684,157 @@ async fn reads_show_the_conversation_across_rotations() {
     env.handle.shutdown().await;
 }
 
+/// The user-message texts of `thread/items/list` entries, in order.
+fn entry_user_texts(entries: &[Value]) -> Vec<String> {
+    let items: Vec<Value> = entries.iter().map(|e| e["item"].clone()).collect();
+    user_texts(&[json!({ "items": items })])
+}
+
+/// The Codex TUI's way of opening a session (0.171): `thread/resume` with `excludeTurns` and
+/// `initialTurnsPage`, then `thread/turns/list` from the answer's `turnsBackwardsCursor`
+/// (`itemsView: "notLoaded"`) and `thread/items/list` from its `itemsBackwardsCursor`. After
+/// two rotations every answer covers the whole conversation under the client's id — the
+/// initial page the newest turns, the turn list every turn without items, the item list every
+/// prompt and reply newest first with the user's own words and each item's turn — and a
+/// `turnId` filter with an item anchor pages within one earlier turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_pages_turns_and_items_across_rotations() {
+    let Some(env) = start().await else {
+        return;
+    };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    let prompts = [
+        "hello there",
+        "second message",
+        "third message",
+        "fourth message",
+    ];
+    for (i, prompt) in prompts.iter().enumerate() {
+        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    assert_ne!(env.backend_of(&thread), thread, "the session rotated");
+
+    let mut tui = Client::connect(&env.url()).await;
+    tui.initialize().await;
+    let resume = tui
+        .call(
+            json!("resume"),
+            "thread/resume",
+            json!({"threadId": thread, "excludeTurns": true,
+                   "initialTurnsPage": {"limit": 2, "itemsView": "full"}}),
+        )
+        .await;
+    let result = &resume["result"];
+    assert_eq!(result["thread"]["id"], thread, "{resume}");
+    assert!(
+        result["thread"]["turns"]
+            .as_array()
+            .map_or(true, Vec::is_empty),
+        "excludeTurns: {resume}"
+    );
+    let initial = result["initialTurnsPage"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resume}"));
+    assert_eq!(user_texts(initial), ["fourth message", "third message"]);
+    assert!(!resume.to_string().contains(CONTEXT), "{resume}");
+    let backend = env.backend_of(&thread);
+    for field in [
+        "initialTurnsPage",
+        "turnsBackwardsCursor",
+        "itemsBackwardsCursor",
+    ] {
+        assert!(
+            !result[field].is_null() && !result[field].to_string().contains(&backend),
+            "{field} is ctxbridge's: {resume}"
+        );
+    }
+
+    let turns = tui
+        .call(
+            json!("turns"),
+            "thread/turns/list",
+            json!({"threadId": thread, "cursor": result["turnsBackwardsCursor"],
+                   "limit": 5, "sortDirection": "desc", "itemsView": "notLoaded"}),
+        )
+        .await;
+    let page = turns["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{turns}"));
+    assert_eq!(page.len(), 4, "every turn: {turns}");
+    assert!(
+        page.iter()
+            .all(|t| t["items"] == json!([]) && t["itemsView"] == "notLoaded"),
+        "{turns}"
+    );
+    assert!(turns["result"]["nextCursor"].is_null(), "{turns}");
+    let turn_ids: Vec<Value> = page.iter().rev().map(|t| t["id"].clone()).collect();
+
+    let items = tui
+        .call(
+            json!("items"),
+            "thread/items/list",
+            json!({"threadId": thread, "cursor": result["itemsBackwardsCursor"],
+                   "limit": 100, "sortDirection": "desc"}),
+        )
+        .await;
+    let entries = items["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{items}"));
+    let mut newest_first = prompts.to_vec();
+    newest_first.reverse();
+    assert_eq!(entry_user_texts(entries), newest_first, "{items}");
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e["item"]["type"] == "agentMessage")
+            .count(),
+        4,
+        "every reply: {items}"
+    );
+    assert!(!items.to_string().contains(CONTEXT), "{items}");
+    let entry_turns: std::collections::BTreeSet<String> = entries
+        .iter()
+        .map(|e| e["turnId"].as_str().unwrap().to_owned())
+        .collect();
+    let listed: std::collections::BTreeSet<String> = turn_ids
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(entry_turns, listed, "items name the listed turns");
+
+    let first_turn = tui
+        .call(
+            json!("first"),
+            "thread/items/list",
+            json!({"threadId": thread, "turnId": turn_ids[0]}),
+        )
+        .await;
+    let first = first_turn["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{first_turn}"));
+    assert_eq!(entry_user_texts(first), ["hello there"], "{first_turn}");
+    let anchor = json!({"type": "item", "itemId": first[0]["item"]["id"]});
+    let after = tui
+        .call(
+            json!("after"),
+            "thread/items/list",
+            json!({"threadId": thread, "turnId": turn_ids[0], "cursor": anchor}),
+        )
+        .await;
+    let rest = after["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{after}"));
+    assert_eq!(rest.len(), first.len() - 1, "{after}");
+    assert!(
+        rest.iter().all(|e| e["item"]["type"] == "agentMessage"),
+        "{after}"
+    );
+    env.handle.shutdown().await;
+}
+
 /// A backend thread started by rotation gets the client's thread settings: the client
 /// started its thread with its own `cwd`, `approvalPolicy`, `sandbox` and `config` overrides
 /// that turn the environment context and permissions instructions on (serve's Codex has them

@@ -95,9 +95,11 @@ impl Tmux {
             if done(&screen) {
                 return screen;
             }
-            if start.elapsed() > PATIENCE {
+            let gone = !self.run(&["has-session", "-t", "tui"]).status.success();
+            if gone || start.elapsed() > PATIENCE {
                 let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-                panic!("timed out waiting for {what}; screen:\n{screen}\nTUI stderr:\n{err}");
+                let why = if gone { "the TUI exited" } else { "timed out" };
+                panic!("{why} waiting for {what}; screen:\n{screen}\nTUI stderr:\n{err}");
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -119,6 +121,27 @@ impl Tmux {
             s.matches(WORKED).count() > turns_before && done(s)
         })
         .await
+    }
+}
+
+impl Tmux {
+    /// Quit the TUI with `/quit` and wait (at most [`PATIENCE`]) until it exited and its tmux
+    /// session with it.
+    async fn quit(&self) {
+        self.keys(&["-l", "/quit"]);
+        self.wait_for("/quit in the composer", |s| s.contains("› /quit"))
+            .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.keys(&["Enter"]);
+        let start = Instant::now();
+        while self.run(&["has-session", "-t", "tui"]).status.success() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the TUI did not quit; screen:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 }
 
@@ -194,9 +217,17 @@ const TUI_OFFLINE: [&str; 4] = [
     "features.plugins=false",
 ];
 
-/// Start `codex --remote URL` in a detached 200×50 tmux session; the TUI's own Codex home is
-/// `home`, its stderr goes to `stderr`.
-fn start_tui(binary: &Path, url: &str, home: &Path, cwd: &Path, stderr: &Path) -> Tmux {
+/// Start `codex --remote URL` (with `resume`: `codex resume --remote URL THREAD`) in a
+/// detached 200×50 tmux session; the TUI's own Codex home is `home`, its stderr goes to
+/// `stderr`.
+fn start_tui(
+    binary: &Path,
+    url: &str,
+    home: &Path,
+    cwd: &Path,
+    stderr: &Path,
+    resume: Option<&str>,
+) -> Tmux {
     let mut tmux = Tmux {
         socket: format!(
             "ctxbridge-tui-{}-{}",
@@ -225,12 +256,18 @@ fn start_tui(binary: &Path, url: &str, home: &Path, cwd: &Path, stderr: &Path) -
         "-c".into(),
         format!("exec \"$0\" \"$@\" 2>'{}'", stderr.display()),
         binary.display().to_string(),
-        "--remote".into(),
-        url.into(),
     ];
+    if resume.is_some() {
+        command.push("resume".into());
+    }
+    command.push("--remote".into());
+    command.push(url.into());
     for setting in TUI_OFFLINE {
         command.push("-c".into());
         command.push(setting.into());
+    }
+    if let Some(thread) = resume {
+        command.push(thread.into());
     }
     let args: Vec<&str> = command.iter().map(String::as_str).collect();
     let out = tmux.run(&args);
@@ -263,13 +300,27 @@ fn is_title_request(request: &RecordedRequest) -> bool {
         .is_some_and(|t| t.starts_with(TITLE_PROMPT))
 }
 
-/// How many user messages of a request carry a rendered projection.
-fn projections_in(request: &RecordedRequest) -> usize {
-    request
-        .conversation_texts("user")
-        .iter()
-        .filter(|t| t.contains(CONTEXT))
-        .count()
+/// The input items of a request, of any role, that carry a rendered projection (serve
+/// delivers it per `projection.codexContextDelivery`: in the turn input, or as Codex's
+/// additional context, a developer message), as JSON text.
+fn context_items_of(request: &RecordedRequest) -> Vec<String> {
+    request.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(Value::to_string)
+        .filter(|item| item.contains(CONTEXT))
+        .collect()
+}
+
+/// How many input items of a request carry a rendered projection.
+fn context_items(request: &RecordedRequest) -> usize {
+    context_items_of(request).len()
+}
+
+/// The different projections the model was sent over `requests`.
+fn distinct_contexts(requests: &[RecordedRequest]) -> std::collections::BTreeSet<String> {
+    requests.iter().flat_map(context_items_of).collect()
 }
 
 /// The backend thread the store maps a client thread id to (SPEC §16 "Sessions").
@@ -299,6 +350,7 @@ struct Rig {
     dir: tempfile::TempDir,
     handle: ServeHandle,
     tmux: Tmux,
+    binary: PathBuf,
 }
 
 impl Rig {
@@ -311,6 +363,12 @@ impl Rig {
             eprintln!("\n!!!!!!!! SKIPPED serve_tui: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
             return None;
         };
+        // `RUST_LOG=ctxbridge::serve=debug` shows what the TUI asks serve (its requests'
+        // methods and history/paging params).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let mock = MockModelServer::start(MockModelConfig::default())
             .await
             .unwrap();
@@ -318,13 +376,9 @@ impl Rig {
         mock.push_reply_when(is_title_request, ScriptedReply::text(TITLE));
         let dir = tempfile::tempdir().unwrap();
         let handle = serve_in(dir.path(), &mock, &binary, chunk).await;
-        let url = format!("ws://{}", handle.local_addr.unwrap());
-        let tui_home = dir.path().join("tui-home");
-        let cwd = dir.path().join("work");
-        std::fs::create_dir_all(&tui_home).unwrap();
-        std::fs::create_dir_all(&cwd).unwrap();
-        let stderr = dir.path().join("tui.stderr");
-        let tmux = start_tui(&binary, &url, &tui_home, &cwd, &stderr);
+        std::fs::create_dir_all(dir.path().join("tui-home")).unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let tmux = Rig::tui(&binary, dir.path(), &handle, None);
         tmux.wait_for("the TUI's composer", |s| {
             s.contains("OpenAI Codex") && s.contains("for shortcuts")
         })
@@ -334,7 +388,26 @@ impl Rig {
             dir,
             handle,
             tmux,
+            binary,
         })
+    }
+
+    /// The TUI on `dir` (its Codex home, working directory and stderr file there) connected to
+    /// `handle`'s serve, resuming `resume` if given.
+    fn tui(binary: &Path, dir: &Path, handle: &ServeHandle, resume: Option<&str>) -> Tmux {
+        let url = format!("ws://{}", handle.local_addr.unwrap());
+        let stderr = dir.join(match resume {
+            None => "tui.stderr",
+            Some(_) => "tui-resume.stderr",
+        });
+        start_tui(
+            binary,
+            &url,
+            &dir.join("tui-home"),
+            &dir.join("work"),
+            &stderr,
+            resume,
+        )
     }
 
     /// The mock answers the session's turn for `prompt` with `reply`.
@@ -369,9 +442,24 @@ fn assert_clean(screen: &str) {
     assert!(!screen.contains(UNSCRIPTED), "{screen}");
 }
 
+/// The screen shows each prompt of `dialogue` (as the TUI shows the user's messages) followed
+/// by its reply, in order.
+fn assert_in_order(screen: &str, dialogue: &[(&str, &str)]) {
+    let mut at = 0;
+    for (prompt, reply) in dialogue {
+        let p = screen[at..]
+            .find(&format!("› {prompt}"))
+            .unwrap_or_else(|| panic!("{prompt:?} not on screen in order:\n{screen}"));
+        let r = screen[at + p..]
+            .find(reply)
+            .unwrap_or_else(|| panic!("{reply:?} not on screen after its prompt:\n{screen}"));
+        at += p + r;
+    }
+}
+
 /// Five prompts typed into the real Codex TUI connected to `ctxbridge serve`, across an epoch
 /// change of the sample engine: the screen shows every prompt and every reply and never the
-/// projection (though the rotated backend thread's user message holds it); the model got the
+/// projection (though the rotated backend thread holds it); the model got the
 /// engine's context once for the new epoch (the fourth prompt's request carries it, the fifth
 /// — same epoch, same backend thread — gets the bare prompt with the context once in its
 /// history) and none before; the TUI's ephemeral title helper got neither context nor engine
@@ -390,16 +478,7 @@ async fn codex_tui_converses_across_an_epoch_change() {
     let screen = rig.tmux.screen();
 
     // The screen: every prompt and reply, in order, and no projection.
-    let mut at = 0;
-    for (prompt, reply) in DIALOGUE {
-        let p = screen[at..]
-            .find(&format!("› {prompt}"))
-            .unwrap_or_else(|| panic!("{prompt:?} not on screen in order:\n{screen}"));
-        let r = screen[at + p..]
-            .find(reply)
-            .unwrap_or_else(|| panic!("{reply:?} not on screen after its prompt:\n{screen}"));
-        at += p + r;
-    }
+    assert_in_order(&screen, &DIALOGUE);
     assert_clean(&screen);
     // The model: no context in the first epoch; the new epoch's context once, on the turn
     // that started it, then kept (not re-sent) by its backend thread.
@@ -411,15 +490,14 @@ async fn codex_tui_converses_across_an_epoch_change() {
     );
     for (request, (prompt, _)) in turns.iter().zip(DIALOGUE).take(3) {
         assert_eq!(request.last_user_text().unwrap(), prompt, "bare prompt");
-        assert_eq!(projections_in(request), 0, "the first epoch has no context");
+        assert_eq!(context_items(request), 0, "the first epoch has no context");
     }
-    let fourth = turns[3].last_user_text().unwrap();
-    assert!(fourth.contains(CONTEXT), "the new epoch projects: {fourth}");
+    assert_eq!(context_items(&turns[3]), 1, "the new epoch projects");
+    let fourth = context_items_of(&turns[3]).join("");
     assert!(
         fourth.contains("first prompt alpha"),
         "the context summarises the earlier prompts: {fourth}"
     );
-    assert_eq!(projections_in(&turns[3]), 1);
     assert!(
         !turns[3]
             .conversation_texts("user")
@@ -433,21 +511,21 @@ async fn codex_tui_converses_across_an_epoch_change() {
         "same epoch: the bare prompt"
     );
     assert_eq!(
-        projections_in(&turns[4]),
+        context_items(&turns[4]),
         1,
         "the epoch's context sits once in the thread's history"
     );
-    let projecting = requests
-        .iter()
-        .filter(|r| r.last_user_text().is_some_and(|t| t.contains(CONTEXT)))
-        .count();
-    assert_eq!(projecting, 1, "the context was sent once for its one epoch");
+    assert_eq!(
+        distinct_contexts(&requests).len(),
+        1,
+        "the context was rendered once for its one epoch"
+    );
 
     // The TUI's title helper: ephemeral, passed through untouched.
     let titles: Vec<&RecordedRequest> = requests.iter().filter(|r| is_title_request(r)).collect();
     assert!(!titles.is_empty(), "the TUI generated a title");
     for title in titles {
-        assert_eq!(projections_in(title), 0, "no context for the title helper");
+        assert_eq!(context_items(title), 0, "no context for the title helper");
         assert!(!title.body_contains(CONTEXT));
         assert!(!title.body_contains(ENGINE_INSTRUCTIONS));
     }
@@ -507,8 +585,8 @@ async fn codex_tui_compact_runs_the_engine_and_ends() {
     };
     let first = find(DIALOGUE[0].0);
     let third = find(prompt);
-    let input = third.last_user_text().unwrap();
-    assert!(input.contains(CONTEXT), "the new epoch projects: {input}");
+    assert_eq!(context_items(third), 1, "the new epoch projects");
+    let input = context_items_of(third).join("");
     assert!(
         input.contains(DIALOGUE[0].0),
         "the summary covers the compacted turns: {input}"
@@ -593,5 +671,94 @@ async fn codex_tui_interrupts_a_turn_on_a_rotated_thread() {
         thread_for(prompt),
         "the next prompt ran on the session's current backend thread"
     );
+    rig.stop().await;
+}
+
+/// `codex resume --remote ws://… ID` of a session that moved to a new backend thread: after
+/// four prompts across an epoch change and quitting the TUI, the resumed TUI — which resumes
+/// with `excludeTurns` and fetches the history with `thread/turns/list` and
+/// `thread/items/list` from the resume's backwards cursors — shows the whole conversation (the
+/// first epoch's prompts and replies, rebuilt by serve from its transcript, then the current
+/// backend thread's) in order, with the user's own words and no projection; the next prompt
+/// runs on the session's current backend thread as a bare prompt (same epoch: the context
+/// stays once in that thread's history; nothing is projected again).
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_tui_resumes_a_rotated_session() {
+    let Some(mut rig) = Rig::start(4).await else {
+        return;
+    };
+    let (before, (prompt, reply)) = (&DIALOGUE[..4], DIALOGUE[4]);
+    for (prompt, reply) in DIALOGUE {
+        rig.script(prompt, reply);
+    }
+    for (prompt, reply) in before {
+        rig.converse(prompt, reply).await;
+    }
+    rig.tmux.quit().await;
+    let find = |requests: &[RecordedRequest], prompt: &str| -> RecordedRequest {
+        let matching: Vec<&RecordedRequest> = requests
+            .iter()
+            .filter(|r| !is_title_request(r))
+            .filter(|r| r.last_user_text().is_some_and(|t| t.ends_with(prompt)))
+            .collect();
+        assert_eq!(matching.len(), 1, "one model request for {prompt:?}");
+        matching[0].clone()
+    };
+    let requests = rig.mock.response_requests();
+    let client = thread_of(&find(&requests, before[0].0));
+    let backend = thread_of(&find(&requests, before[3].0));
+    assert_ne!(backend, client, "the epoch change moved the session");
+    assert_eq!(
+        context_items(&find(&requests, before[3].0)),
+        1,
+        "the new epoch projected"
+    );
+
+    rig.tmux = Rig::tui(&rig.binary, rig.dir.path(), &rig.handle, Some(&client));
+    let screen = rig
+        .tmux
+        .wait_for("the resumed conversation and the composer", |s| {
+            s.contains(before[3].1) && s.contains("for shortcuts")
+        })
+        .await;
+    assert_in_order(&screen, before);
+    assert_clean(&screen);
+    assert!(!screen.contains("<ctxbridge>"), "{screen}");
+    for (prompt, reply) in before {
+        assert_eq!(
+            screen.matches(&format!("› {prompt}")).count(),
+            1,
+            "{prompt:?} shown once:\n{screen}"
+        );
+        assert_eq!(
+            screen.matches(reply).count(),
+            1,
+            "{reply:?} once:\n{screen}"
+        );
+    }
+
+    let screen = rig.converse(prompt, reply).await;
+    assert_clean(&screen);
+    let requests = rig.mock.response_requests();
+    let next = find(&requests, prompt);
+    assert_eq!(
+        thread_of(&next),
+        backend,
+        "the resumed session runs on its current backend thread"
+    );
+    assert_eq!(next.last_user_text().unwrap(), prompt, "bare prompt");
+    assert_eq!(
+        context_items(&next),
+        1,
+        "the epoch's context sits once in the thread's history: {}",
+        next.body["input"]
+    );
+    let contexts = distinct_contexts(&requests);
+    assert_eq!(
+        contexts.len(),
+        1,
+        "one projection, not re-rendered: {contexts:?}"
+    );
+    assert_eq!(backend_of(&rig.dir.path().join("state"), &client), backend);
     rig.stop().await;
 }

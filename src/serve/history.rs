@@ -1,7 +1,10 @@
-//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read` and
-//! `thread/turns/list` of a client thread id show the turns of the session's earlier backend
-//! threads rebuilt from ctxbridge's transcript, then the current backend thread's turns, with
-//! user-message items holding the user's own input instead of a projected turn input.
+//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read`,
+//! `thread/resume` (its turns, `initialTurnsPage` and backwards cursors), `thread/turns/list`
+//! and `thread/items/list` of a client thread id show the turns (items) of the session's
+//! earlier backend threads rebuilt from ctxbridge's transcript, then the current backend
+//! thread's, with user-message items holding the user's own input instead of a projected turn
+//! input. Across backend threads ctxbridge pages itself, with its own `ctxbridge:N` cursors (a
+//! position between turns, or between items).
 //!
 //! Everything here is pure; the engine sessions fetch the upstream's turns and the transcript.
 
@@ -35,23 +38,27 @@ pub fn show_own_input(turn: &mut Value) {
     let Some(items) = turn.get_mut("items").and_then(Value::as_array_mut) else {
         return;
     };
-    for item in items {
-        if item.get("type").and_then(Value::as_str) != Some("userMessage") {
-            continue;
-        }
-        let Some(content) = item.get_mut("content").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for part in content {
-            let own = part
-                .get("text")
-                .and_then(Value::as_str)
-                .and_then(split_framed_input)
-                .map(|(_context, prompt)| prompt.to_owned());
-            if let (Some(own), Some(object)) = (own, part.as_object_mut()) {
-                object.insert("text".into(), Value::String(own));
-                object.insert("text_elements".into(), json!([]));
-            }
+    items.iter_mut().for_each(show_own_item_input);
+}
+
+/// Replaces a projected turn input in a `userMessage` item by the user's own request; other
+/// items and content are kept.
+pub fn show_own_item_input(item: &mut Value) {
+    if item.get("type").and_then(Value::as_str) != Some("userMessage") {
+        return;
+    }
+    let Some(content) = item.get_mut("content").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for part in content {
+        let own = part
+            .get("text")
+            .and_then(Value::as_str)
+            .and_then(split_framed_input)
+            .map(|(_context, prompt)| prompt.to_owned());
+        if let (Some(own), Some(object)) = (own, part.as_object_mut()) {
+            object.insert("text".into(), Value::String(own));
+            object.insert("text_elements".into(), json!([]));
         }
     }
 }
@@ -137,6 +144,26 @@ pub fn transcript_turns(client_thread_id: &str, messages: &[AgentMessage]) -> Ve
     turns
 }
 
+/// Shows a transcript turn (see [`transcript_turns`]) in the `itemsView` a client asked for:
+/// `"notLoaded"` drops its items; `"summary"` and `"full"` keep them (a transcript turn holds
+/// only the user's message and the replies, which is what both views show). Unknown or absent
+/// views keep the turn as it is.
+pub fn view_transcript_turn(turn: &mut Value, view: Option<&str>) {
+    let Some(object) = turn.as_object_mut() else {
+        return;
+    };
+    match view {
+        Some("notLoaded") => {
+            object.insert("items".into(), json!([]));
+            object.insert("itemsView".into(), json!("notLoaded"));
+        }
+        Some(view @ ("summary" | "full")) => {
+            object.insert("itemsView".into(), json!(view));
+        }
+        _ => {}
+    }
+}
+
 /// A page request of `thread/turns/list`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRequest {
@@ -165,14 +192,79 @@ impl PageRequest {
     }
 }
 
+/// The items of `turns` (oldest first) as `thread/items/list` entries, restricted to the turn
+/// `turn_id` when given.
+pub fn item_entries(turns: &[Value], turn_id: Option<&str>) -> Vec<Value> {
+    turns
+        .iter()
+        .filter(|turn| match turn_id {
+            Some(id) => turn.get("id").and_then(Value::as_str) == Some(id),
+            None => true,
+        })
+        .flat_map(|turn| {
+            let id = turn.get("id").cloned().unwrap_or(Value::Null);
+            turn.get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(move |item| {
+                    json!({"turnId": id, "item": item, "startedAtMs": null, "completedAtMs": null})
+                })
+        })
+        .collect()
+}
+
+/// A page request of `thread/items/list` (ascending by default) over `entries`: an item
+/// anchor cursor (`{"type": "item", "itemId": …}`) becomes the position after the item
+/// (ascending) or before it (descending); a string cursor is kept.
+pub fn items_page_request(params: &Value, entries: &[Value]) -> Result<PageRequest, String> {
+    let ascending = params.get("sortDirection").and_then(Value::as_str) != Some("desc");
+    let limit = params
+        .get("limit")
+        .and_then(Value::as_u64)
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let cursor = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(anchor) => {
+            let item = anchor
+                .get("itemId")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("thread/items/list: cursor {anchor} names no item"))?;
+            let at = entries
+                .iter()
+                .position(|e| e.pointer("/item/id").and_then(Value::as_str) == Some(item))
+                .ok_or_else(|| format!("thread/items/list: no item `{item}` in the turn"))?;
+            let position = if ascending { at + 1 } else { at };
+            cursor(position).as_str().map(str::to_owned)
+        }
+    };
+    Ok(PageRequest {
+        cursor,
+        limit,
+        ascending,
+    })
+}
+
+/// The cursor of a session's `len` turns that `thread/resume` answers as
+/// `turnsBackwardsCursor`: a descending page from it starts with the newest turn. Null when
+/// there are no turns.
+pub fn backwards_cursor(len: usize) -> Value {
+    if len == 0 {
+        Value::Null
+    } else {
+        cursor(len)
+    }
+}
+
 /// A cursor is a position between turns (`0..=len`): ascending pages start at it, descending
 /// pages end before it.
 fn cursor(position: usize) -> Value {
     Value::String(format!("{CURSOR_PREFIX}{position}"))
 }
 
-/// One page of `turns` (oldest first) as a `thread/turns/list` result, or a message naming a
-/// cursor ctxbridge did not give.
+/// One page of `turns` (oldest first) as a `thread/turns/list` result (of items: a
+/// `thread/items/list` result), or a message naming a cursor ctxbridge did not give.
 pub fn page(turns: Vec<Value>, request: &PageRequest) -> Result<Value, String> {
     let len = turns.len();
     let position = match &request.cursor {
@@ -183,7 +275,7 @@ pub fn page(turns: Vec<Value>, request: &PageRequest) -> Result<Value, String> {
                 .and_then(|n| n.parse::<usize>().ok())
                 .filter(|n| *n <= len)
                 .ok_or_else(|| {
-                    format!("thread/turns/list: cursor `{text}` is not one ctxbridge gave for this thread")
+                    format!("cursor `{text}` is not one ctxbridge gave for this thread")
                 })?;
             Some(position)
         }
@@ -270,6 +362,101 @@ mod tests {
         assert_eq!(turns[1]["items"][1]["text"], "re two");
         assert_ne!(turns[0]["id"], turns[1]["id"]);
         assert_eq!(transcript_turns("c", &messages), turns, "ids are stable");
+    }
+
+    /// `notLoaded` empties a transcript turn's items; the other views keep them.
+    #[test]
+    fn transcript_turns_take_the_asked_view() {
+        let turns = transcript_turns(
+            "c",
+            &[AgentMessage::user("one"), AgentMessage::assistant("re one")],
+        );
+        let mut bare = turns[0].clone();
+        view_transcript_turn(&mut bare, Some("notLoaded"));
+        assert_eq!(bare["items"], json!([]));
+        assert_eq!(bare["itemsView"], "notLoaded");
+        assert_eq!(bare["id"], turns[0]["id"]);
+        let mut summary = turns[0].clone();
+        view_transcript_turn(&mut summary, Some("summary"));
+        assert_eq!(summary["itemsView"], "summary");
+        assert_eq!(summary["items"], turns[0]["items"]);
+        let mut unasked = turns[0].clone();
+        view_transcript_turn(&mut unasked, None);
+        assert_eq!(unasked, turns[0]);
+    }
+
+    /// Items of every turn in order, each naming its turn; a turn filter keeps that turn's;
+    /// an item anchor pages after it ascending and before it descending.
+    #[test]
+    fn items_page_across_turns() {
+        let turns = transcript_turns(
+            "c",
+            &[
+                AgentMessage::user("one"),
+                AgentMessage::assistant("re one"),
+                AgentMessage::user("two"),
+                AgentMessage::assistant("re two"),
+            ],
+        );
+        let entries = item_entries(&turns, None);
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[2]["turnId"], turns[1]["id"]);
+        assert_eq!(entries[3]["item"]["text"], "re two");
+        let second = item_entries(&turns, turns[1]["id"].as_str());
+        assert_eq!(second.len(), 2);
+        let texts = |result: &Value| -> Vec<String> {
+            result["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let item = &e["item"];
+                    item["text"]
+                        .as_str()
+                        .or(item["content"][0]["text"].as_str())
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect()
+        };
+        let newest = json!({"sortDirection": "desc", "limit": 3, "cursor": backwards_cursor(4)});
+        let request = items_page_request(&newest, &entries).unwrap();
+        let first = page(entries.clone(), &request).unwrap();
+        assert_eq!(texts(&first), ["re two", "two", "re one"]);
+        let rest = json!({"sortDirection": "desc", "cursor": first["nextCursor"]});
+        let request = items_page_request(&rest, &entries).unwrap();
+        assert_eq!(texts(&page(entries.clone(), &request).unwrap()), ["one"]);
+        let default = items_page_request(&json!({}), &entries).unwrap();
+        assert!(default.ascending, "items default to ascending");
+        let anchor = json!({"type": "item", "itemId": entries[0]["item"]["id"]});
+        let after = items_page_request(&json!({"cursor": anchor}), &entries).unwrap();
+        assert_eq!(
+            texts(&page(entries.clone(), &after).unwrap()),
+            ["re one", "two", "re two"]
+        );
+        let before = json!({"cursor": {"type": "item", "itemId": entries[2]["item"]["id"]}, "sortDirection": "desc"});
+        let before = items_page_request(&before, &entries).unwrap();
+        assert_eq!(
+            texts(&page(entries.clone(), &before).unwrap()),
+            ["re one", "one"]
+        );
+        let unknown = json!({"cursor": {"type": "item", "itemId": "nope"}});
+        assert!(items_page_request(&unknown, &entries)
+            .unwrap_err()
+            .contains("nope"));
+    }
+
+    /// The backwards cursor of a resume pages descending from the newest turn, included.
+    #[test]
+    fn backwards_cursor_starts_at_the_newest_turn() {
+        let turns: Vec<Value> = (0..3).map(|i| json!({"id": i})).collect();
+        assert!(backwards_cursor(0).is_null());
+        let from_newest = PageRequest {
+            cursor: backwards_cursor(3).as_str().map(str::to_owned),
+            limit: Some(2),
+            ascending: false,
+        };
+        assert_eq!(ids(&page(turns, &from_newest).unwrap()), vec![2, 1]);
     }
 
     fn ids(result: &Value) -> Vec<u64> {

@@ -5,8 +5,8 @@
 //! ([`HubMsg`]); it never awaits a client, so one slow client cannot stall the others.
 //!
 //! Every client request is routed one of two ways:
-//! - **Session requests** — `turn/start`, `thread/compact/start` and `thread/resume` on a
-//!   non-ephemeral thread — go through the [`SessionTurns`] seam, run as their own task with an
+//! - **Session requests** — `turn/start`, `thread/compact/start`, `thread/resume`,
+//!   `thread/read`, `thread/turns/list` and `thread/items/list` on a non-ephemeral thread — go through the [`SessionTurns`] seam, run as their own task with an
 //!   [`UpstreamHandle`]. [`PassThroughSessions`] relays them unchanged (SPEC §16: every thread
 //!   is pure pass-through when only `legacy` is selected and `serve.engineThreads` is `none`);
 //!   an engine-driven implementation runs the harness turn there instead.
@@ -104,6 +104,8 @@ pub enum SessionOp {
     Read,
     /// `thread/turns/list`: a page of the session's turns (across its backend threads).
     TurnsList,
+    /// `thread/items/list`: a page of the session's items (across its backend threads).
+    ItemsList,
 }
 
 impl SessionOp {
@@ -115,6 +117,7 @@ impl SessionOp {
             "thread/resume" => Some(SessionOp::Resume),
             "thread/read" => Some(SessionOp::Read),
             "thread/turns/list" => Some(SessionOp::TurnsList),
+            "thread/items/list" => Some(SessionOp::ItemsList),
             _ => None,
         }
     }
@@ -127,6 +130,7 @@ impl SessionOp {
             SessionOp::Resume => "thread/resume",
             SessionOp::Read => "thread/read",
             SessionOp::TurnsList => "thread/turns/list",
+            SessionOp::ItemsList => "thread/items/list",
         }
     }
 }
@@ -541,6 +545,42 @@ fn show_user_input(params: &mut Value, input: &Value) {
     }
 }
 
+/// The params fields whose values a debug log of client requests shows: ids and the
+/// history and paging options (`thread/resume`, `thread/read`, `thread/turns/list`,
+/// `thread/items/list`, …). Other fields are shown by name only, so no secret is logged.
+const SHOWN_PARAMS: &[&str] = &[
+    "threadId",
+    "turnId",
+    "excludeTurns",
+    "initialTurnsPage",
+    "path",
+    "includeTurns",
+    "cursor",
+    "limit",
+    "sortDirection",
+    "itemsView",
+    "ephemeral",
+];
+
+/// A client request's params for a debug log: [`SHOWN_PARAMS`] with their values, the other
+/// fields' names.
+fn request_shape(params: &Value) -> String {
+    let Some(object) = params.as_object() else {
+        return String::new();
+    };
+    object
+        .iter()
+        .map(|(key, value)| {
+            if SHOWN_PARAMS.contains(&key.as_str()) {
+                format!("{key}={value}")
+            } else {
+                key.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Methods whose thread the asking client subscribes to.
 pub(crate) fn subscribes(method: &str) -> bool {
     matches!(
@@ -839,6 +879,7 @@ impl Hub {
         params: Option<Value>,
     ) {
         let mut params = params.unwrap_or_else(|| json!({}));
+        tracing::debug!(conn, %method, params = %request_shape(&params), "serve: client request");
         self.threads
             .rewrite(&mut params, Direction::ToBackend, Some(&method));
         let thread = thread_of(&params).map(str::to_owned);

@@ -27,8 +27,8 @@
 //! Delivery of the projection: per `projection.codexContextDelivery`; unset, the upstream's
 //! version decides as for the Codex backend (additional context from 0.171.0). In the turn
 //! input, the relayed `userMessage` items of the turn show the client's own input instead (the
-//! router swaps them). `thread/read`, `thread/resume` and `thread/turns/list` of a session show
-//! the conversation as the user had it ([`crate::serve::history`]): the earlier backend
+//! router swaps them). `thread/read`, `thread/resume`, `thread/turns/list` and
+//! `thread/items/list` of a session show the conversation as the user had it ([`crate::serve::history`]): the earlier backend
 //! threads' turns rebuilt from the transcript, then the current thread's, framed inputs cut
 //! back to the user's request.
 
@@ -723,32 +723,149 @@ impl EngineSessions {
             return Ok(result);
         }
         let page_request = PageRequest::of(&request.params);
-        let mut turns = earlier;
-        let mut cursor: Option<Value> = None;
-        loop {
-            let mut params = json!({"threadId": request.backend_thread_id, "sortDirection": "asc"});
-            if let Some(view) = request.params.get("itemsView") {
-                params["itemsView"] = view.clone();
-            }
-            if let Some(cursor) = cursor.take() {
-                params["cursor"] = cursor;
-            }
-            let result = upstream.request(OP, params).await?;
-            let mut data = result
-                .get("data")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            data.iter_mut().for_each(history::show_own_input);
-            turns.extend(data);
-            match result.get("nextCursor").filter(|c| c.is_string()) {
-                Some(next) => cursor = Some(next.clone()),
-                None => break,
-            }
-        }
+        let view = request.params.get("itemsView").and_then(Value::as_str);
+        let turns = all_turns(earlier, &request.backend_thread_id, view, upstream).await?;
         history::page(turns, &page_request)
             .map_err(|message| RpcError::new(INVALID_REQUEST, message))
     }
+
+    /// `thread/resume`: the current backend thread resumed; its answer presented as the client
+    /// had it. For a session spanning several backend threads, the page `initialTurnsPage`
+    /// asks for and the `turnsBackwardsCursor` are ctxbridge's, over every turn of the session
+    /// (the upstream's would cover the current backend thread alone and name it).
+    async fn resume(
+        &self,
+        mut request: SessionRequest,
+        upstream: &UpstreamHandle,
+    ) -> Result<Value, RpcError> {
+        let with_turns = request.params.get("excludeTurns").and_then(Value::as_bool) != Some(true);
+        let earlier = self.earlier_turns(&request.client_thread_id, &request.backend_thread_id)?;
+        let initial_page = request
+            .params
+            .get("initialTurnsPage")
+            .filter(|p| p.is_object())
+            .cloned();
+        if !earlier.is_empty() && initial_page.is_some() {
+            if let Some(params) = request.params.as_object_mut() {
+                params.remove("initialTurnsPage");
+            }
+        }
+        let mut result = upstream
+            .request("thread/resume", request.params.clone())
+            .await?;
+        self.present_thread(&request, with_turns, &mut result)?;
+        if earlier.is_empty() {
+            if let Some(turns) = result
+                .pointer_mut("/initialTurnsPage/data")
+                .and_then(Value::as_array_mut)
+            {
+                turns.iter_mut().for_each(history::show_own_input);
+            }
+            return Ok(result);
+        }
+        let view = initial_page
+            .as_ref()
+            .and_then(|p| p.get("itemsView"))
+            .and_then(Value::as_str);
+        let turns_full = all_turns(
+            earlier.clone(),
+            &request.backend_thread_id,
+            Some("full"),
+            upstream,
+        )
+        .await?;
+        let mut turns = turns_full.clone();
+        if view != Some("full") {
+            turns = all_turns(earlier, &request.backend_thread_id, view, upstream).await?;
+        }
+        let backwards = history::backwards_cursor(turns.len());
+        if let (Some(page_params), Some(object)) = (&initial_page, result.as_object_mut()) {
+            let page = history::page(turns, &PageRequest::of(page_params))
+                .map_err(|message| RpcError::new(INVALID_REQUEST, message))?;
+            object.insert("initialTurnsPage".into(), page);
+        }
+        if let Some(object) = result.as_object_mut() {
+            object.insert("turnsBackwardsCursor".into(), backwards);
+            let items = history::item_entries(&turns_full, None).len();
+            object.insert(
+                "itemsBackwardsCursor".into(),
+                history::backwards_cursor(items),
+            );
+        }
+        Ok(result)
+    }
+
+    /// `thread/items/list`: relayed (user messages showing the user's own input) for a session
+    /// on its first backend thread; across backend threads, every item of every turn is
+    /// gathered (earlier threads' from the transcript, the current one's from the upstream)
+    /// and paged here.
+    async fn items_list(
+        &self,
+        request: SessionRequest,
+        upstream: &UpstreamHandle,
+    ) -> Result<Value, RpcError> {
+        let earlier = self.earlier_turns(&request.client_thread_id, &request.backend_thread_id)?;
+        if earlier.is_empty() {
+            let mut result = upstream
+                .request("thread/items/list", request.params)
+                .await?;
+            if let Some(entries) = result.get_mut("data").and_then(Value::as_array_mut) {
+                for entry in entries {
+                    if let Some(item) = entry.get_mut("item") {
+                        history::show_own_item_input(item);
+                    }
+                }
+            }
+            return Ok(result);
+        }
+        let turns = all_turns(earlier, &request.backend_thread_id, Some("full"), upstream).await?;
+        let turn_id = request.params.get("turnId").and_then(Value::as_str);
+        let entries = history::item_entries(&turns, turn_id);
+        let page_request = history::items_page_request(&request.params, &entries)
+            .map_err(|message| RpcError::new(INVALID_REQUEST, message))?;
+        history::page(entries, &page_request)
+            .map_err(|message| RpcError::new(INVALID_REQUEST, message))
+    }
+}
+
+/// Every turn of a session spanning several backend threads, oldest first: `earlier` (the
+/// transcript turns of its earlier backend threads) shown in `view`, then the turns of
+/// `backend` (its current thread) fetched page by page from the upstream in `view`, showing
+/// the user's own input.
+async fn all_turns(
+    earlier: Vec<Value>,
+    backend: &str,
+    view: Option<&str>,
+    upstream: &UpstreamHandle,
+) -> Result<Vec<Value>, RpcError> {
+    const OP: &str = "thread/turns/list";
+    let mut turns = earlier;
+    turns
+        .iter_mut()
+        .for_each(|turn| history::view_transcript_turn(turn, view));
+    let mut cursor: Option<Value> = None;
+    loop {
+        let mut params = json!({"threadId": backend, "sortDirection": "asc"});
+        if let Some(view) = view {
+            params["itemsView"] = json!(view);
+        }
+        if let Some(cursor) = cursor.take() {
+            params["cursor"] = cursor;
+        }
+        let result = upstream.request(OP, params).await?;
+        let mut data = result
+            .get("data")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        data.iter_mut().for_each(history::show_own_input);
+        turns.extend(data);
+        match result.get("nextCursor").filter(|c| c.is_string()) {
+            Some(next) => cursor = Some(next.clone()),
+            None => break,
+        }
+    }
+    Ok(turns)
 }
 
 /// The prompt (text items joined by newlines) and the other items of a `turn/start` input.
@@ -781,15 +898,7 @@ impl SessionTurns for EngineSessions {
     ) -> Result<Value, RpcError> {
         let _ = self.backend.upstream.set(upstream.clone());
         match request.op {
-            SessionOp::Resume => {
-                let with_turns =
-                    request.params.get("excludeTurns").and_then(Value::as_bool) != Some(true);
-                let mut result = upstream
-                    .request("thread/resume", request.params.clone())
-                    .await?;
-                self.present_thread(&request, with_turns, &mut result)?;
-                Ok(result)
-            }
+            SessionOp::Resume => self.resume(request, &upstream).await,
             SessionOp::TurnStart => {
                 let session = request.client_thread_id.clone();
                 let bound =
@@ -820,6 +929,7 @@ impl SessionTurns for EngineSessions {
             }
             SessionOp::Read => self.read(request, &upstream).await,
             SessionOp::TurnsList => self.turns_list(request, &upstream).await,
+            SessionOp::ItemsList => self.items_list(request, &upstream).await,
             SessionOp::CompactStart => {
                 let session = request.client_thread_id.clone();
                 let thread = request.backend_thread_id.clone();
