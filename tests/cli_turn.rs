@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use serde_json::{json, Value};
 
@@ -65,17 +65,7 @@ fn ctxbridge(dir: &Path, args: &[&str]) -> std::process::Output {
 
 /// `backend` for the real Codex app-server in `dir`, offline against `mock`, plus `extra` keys.
 fn codex_backend(binary: &Path, dir: &Path, mock: &MockModelServer, extra: Value) -> Value {
-    let mut overrides = serde_json::Map::new();
-    for (k, v) in offline_overrides(&mock.base_url()) {
-        let value = match v {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override value {other:?}"),
-        };
-        overrides.insert(k, value);
-    }
+    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
     let mut backend = json!({
         "kind": "codex",
         "command": [binary.display().to_string(), "app-server"],
@@ -152,17 +142,7 @@ async fn turn_json_on_codex() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut overrides = serde_json::Map::new();
-    for (k, v) in offline_overrides(&mock.base_url()) {
-        let value = match v {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override value {other:?}"),
-        };
-        overrides.insert(k, value);
-    }
+    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
     let config = sample_engine(json!({
         "kind": "codex",
         "command": [binary.display().to_string(), "app-server"],

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Value};
 
@@ -437,17 +437,7 @@ fn summary_plugin_command_and_session_end_on_reset() {
 
 /// `backend` for the real Codex app-server in `dir`, offline against `mock`.
 fn codex_backend(binary: &Path, dir: &Path, mock: &MockModelServer) -> Value {
-    let mut overrides = serde_json::Map::new();
-    for (k, v) in offline_overrides(&mock.base_url()) {
-        let value = match v {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override value {other:?}"),
-        };
-        overrides.insert(k, value);
-    }
+    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
     json!({
         "kind": "codex",
         "command": [binary.display().to_string(), "app-server"],

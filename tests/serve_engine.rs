@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
 use ctxbridge::config::Config;
 use ctxbridge::serve::command::{options, ServeArgs};
 use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
@@ -66,17 +66,7 @@ async fn serve_with(
     projection: Value,
 ) -> ServeHandle {
     let binary = locate_codex_binary().unwrap();
-    let mut overrides = serde_json::Map::new();
-    for (k, v) in offline_overrides(&mock.base_url()) {
-        let value = match v {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override value {other:?}"),
-        };
-        overrides.insert(k, value);
-    }
+    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
     let config = json!({
         "plugins": {
             "slots": {"contextEngine": "sample-summary"},
@@ -583,6 +573,28 @@ fn user_texts(turns: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The prompts of [`four_turns`].
+const FOUR_PROMPTS: [&str; 4] = [
+    "hello there",
+    "second message",
+    "third message",
+    "fourth message",
+];
+
+/// A client that started a session and ran [`FOUR_PROMPTS`] in it, each completed: with the
+/// sample engine of [`start`] turns 3 and 4 rotate onto new backend threads. The client and
+/// the client thread id.
+async fn four_turns(env: &Env) -> (Client, String) {
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize().await;
+    let thread = c.start_thread(json!(1), false).await;
+    for (i, prompt) in FOUR_PROMPTS.iter().enumerate() {
+        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    }
+    (c, thread)
+}
+
 /// After two rotations (turns 3 and 4 start new backend threads), `thread/read` and
 /// `thread/turns/list` of the client id show the conversation as the user had it: every
 /// prompt once, in order, no projection text, under the client's id; the earlier threads'
@@ -593,19 +605,8 @@ async fn reads_show_the_conversation_across_rotations() {
     let Some(env) = start().await else {
         return;
     };
-    let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
-    let thread = c.start_thread(json!(1), false).await;
-    let prompts = [
-        "hello there",
-        "second message",
-        "third message",
-        "fourth message",
-    ];
-    for (i, prompt) in prompts.iter().enumerate() {
-        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
-        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
-    }
+    let (mut c, thread) = four_turns(&env).await;
+    let prompts = FOUR_PROMPTS;
     assert_ne!(env.backend_of(&thread), thread, "the session rotated");
 
     let read = c
@@ -702,19 +703,8 @@ async fn resume_pages_turns_and_items_across_rotations() {
     let Some(env) = start().await else {
         return;
     };
-    let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
-    let thread = c.start_thread(json!(1), false).await;
-    let prompts = [
-        "hello there",
-        "second message",
-        "third message",
-        "fourth message",
-    ];
-    for (i, prompt) in prompts.iter().enumerate() {
-        let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
-        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
-    }
+    let (_c, thread) = four_turns(&env).await;
+    let prompts = FOUR_PROMPTS;
     assert_ne!(env.backend_of(&thread), thread, "the session rotated");
 
     let mut tui = Client::connect(&env.url()).await;
@@ -1110,21 +1100,7 @@ async fn metrics_count_turns_and_projection_decisions() {
     let Some(env) = start().await else {
         return;
     };
-    let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
-    let thread = c.start_thread(json!(1), false).await;
-    for (i, text) in [
-        "hello there",
-        "second message",
-        "third message",
-        "fourth message",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let (_, done) = c.turn(&format!("t{i}"), &thread, text).await;
-        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
-    }
+    let (c, _thread) = four_turns(&env).await;
     // The client has `turn/completed` before the harness recorded the turn: wait (bounded)
     // until the last turn is counted.
     let deadline = tokio::time::Instant::now() + PATIENCE;

@@ -859,17 +859,7 @@ async fn serve_command_runs_and_stops_on_sigterm() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let up = upstream(&binary, dir.path(), &mock.base_url());
-    let mut overrides = serde_json::Map::new();
-    for (key, value) in &up.config_overrides {
-        let value = match value {
-            codex_app_server_client::ConfigValue::String(s) => json!(s),
-            codex_app_server_client::ConfigValue::Bool(b) => json!(b),
-            codex_app_server_client::ConfigValue::Integer(i) => json!(i),
-            codex_app_server_client::ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override {other:?}"),
-        };
-        overrides.insert(key.clone(), value);
-    }
+    let overrides = codex_app_server_client::overrides_json(&up.config_overrides);
     let config = json!({
         "backend": {"kind": "codex", "command": up.command, "codexHome": up.codex_home, "config": overrides},
         "store": {"path": dir.path().join("state.db")},

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, ConfigValue};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
 use ctxbridge::config::Config;
 use ctxbridge::serve::command::{options, ServeArgs};
 use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
@@ -168,17 +168,7 @@ fn tmux_available() -> bool {
 /// and summarising `chunk` at a time (chunks of 4: prompts 1–3 share the first epoch, the
 /// fourth starts a new one and the fifth stays in it).
 async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path, chunk: u64) -> ServeHandle {
-    let mut overrides = serde_json::Map::new();
-    for (k, v) in offline_overrides(&mock.base_url()) {
-        let value = match v {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => panic!("unexpected override value {other:?}"),
-        };
-        overrides.insert(k, value);
-    }
+    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
     let config = json!({
         "plugins": {
             "slots": {"contextEngine": "sample-summary"},

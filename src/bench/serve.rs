@@ -22,9 +22,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codex_app_server_client::{
-    locate_codex_binary, offline_overrides, AppServerConfig, ConfigValue,
-};
+use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
@@ -516,17 +514,7 @@ async fn long_replies_interleaved(
 
 /// The configuration file of the CLI paths (`ctxbridge turn`, `ctxbridge serve`).
 fn write_cli_config(upstream: &AppServerConfig, dir: &Path) -> Result<PathBuf, BenchError> {
-    let mut overrides = Map::new();
-    for (key, value) in &upstream.config_overrides {
-        let value = match value {
-            ConfigValue::String(s) => json!(s),
-            ConfigValue::Bool(b) => json!(b),
-            ConfigValue::Integer(i) => json!(i),
-            ConfigValue::Float(f) => json!(f),
-            other => json!(other.to_toml()),
-        };
-        overrides.insert(key.clone(), value);
-    }
+    let overrides = codex_app_server_client::overrides_json(&upstream.config_overrides);
     let config = json!({
         "agent": {"baseInstructions": BENCH_BASE_INSTRUCTIONS},
         "backend": {"kind": "codex", "command": upstream.command, "codexHome": dir.join("cli-codex-home"), "config": overrides},

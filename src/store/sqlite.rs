@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -178,12 +178,6 @@ INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
 /// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
 pub struct SqliteStore {
     path: PathBuf,
-    /// In-memory stores only: readers share it, the writer takes it alone. The `memdb` VFS
-    /// has no WAL, so a reader cannot start while a write transaction holds its lock and a
-    /// commit cannot finish while a reader holds one; without this gate they find out by
-    /// `SQLITE_BUSY` and SQLite's busy handler sleeps a millisecond or more — longer than a
-    /// whole turn. With it they wait on the lock, and wake as soon as it is free.
-    gate: Option<RwLock<()>>,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -275,7 +269,6 @@ impl SqliteStore {
         };
         let writer = connect("open")?;
         let store = SqliteStore {
-            gate: matches!(target, Target::Memory(_)).then(|| RwLock::new(())),
             path: path.clone(),
             writer: Mutex::new(writer),
             readers: Vec::new(),
@@ -416,10 +409,6 @@ impl SqliteStore {
         operation: &'static str,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        let _gate = self
-            .gate
-            .as_ref()
-            .map(|g| g.write().unwrap_or_else(|p| p.into_inner()));
         let mut conn = lock(&self.writer);
         let held = Instant::now();
         let result =
@@ -437,11 +426,6 @@ impl SqliteStore {
         if self.readers.is_empty() {
             return self.with_conn(operation, f);
         }
-        // A poisoned gate guards no data (see `lock`).
-        let _gate = self
-            .gate
-            .as_ref()
-            .map(|g| g.read().unwrap_or_else(|p| p.into_inner()));
         let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let n = self.readers.len();
         let free = (0..n).find_map(|i| match self.readers[(start + i) % n].try_lock() {

@@ -17,6 +17,23 @@ pub enum ConfigValue {
 }
 
 impl ConfigValue {
+    /// The value as JSON, as a ctxbridge config file's `backend.config` holds it; `None` for
+    /// [`ConfigValue::Raw`] TOML (and arrays holding it), which has no JSON form.
+    pub fn to_json(&self) -> Option<serde_json::Value> {
+        match self {
+            Self::String(s) => Some(serde_json::Value::from(s.as_str())),
+            Self::Bool(b) => Some(serde_json::Value::from(*b)),
+            Self::Integer(i) => Some(serde_json::Value::from(*i)),
+            Self::Float(f) => Some(serde_json::Value::from(*f)),
+            Self::Array(items) => items
+                .iter()
+                .map(Self::to_json)
+                .collect::<Option<Vec<_>>>()
+                .map(serde_json::Value::Array),
+            Self::Raw(_) => None,
+        }
+    }
+
     /// The value as TOML, strings quoted and escaped.
     pub fn to_toml(&self) -> String {
         match self {
@@ -248,6 +265,17 @@ fn set_override(overrides: &mut Vec<(String, ConfigValue)>, key: String, value: 
     }
 }
 
+/// `overrides` as the JSON object of a ctxbridge config file's `backend.config`; overrides
+/// with no JSON form ([`ConfigValue::Raw`]) are left out.
+pub fn overrides_json(
+    overrides: &[(String, ConfigValue)],
+) -> serde_json::Map<String, serde_json::Value> {
+    overrides
+        .iter()
+        .filter_map(|(key, value)| Some((key.clone(), value.to_json()?)))
+        .collect()
+}
+
 /// Overrides that run Codex offline against a Responses server at `base_url` (for example a
 /// `ctxbridge-mock-model` server): a custom provider `mock` with `wire_api = "responses"`, no
 /// retries (a test sees failures at once), no update check, no approvals, a read-only sandbox,
@@ -364,6 +392,31 @@ pub fn locate_codex_binary_in(install_dir: &Path) -> Option<PathBuf> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// Every offline override has a JSON form (none is lost writing a config file); scalars and
+    /// arrays convert as JSON, raw TOML has none.
+    #[test]
+    fn overrides_convert_to_json() {
+        let offline = offline_overrides("http://127.0.0.1:1/v1");
+        let json = overrides_json(&offline);
+        assert_eq!(json.len(), offline.len());
+        assert_eq!(
+            json["model_providers.mock.base_url"],
+            "http://127.0.0.1:1/v1"
+        );
+        assert_eq!(json["model_providers.mock.request_max_retries"], 0);
+        assert_eq!(json["check_for_update_on_startup"], false);
+        assert_eq!(
+            ConfigValue::Array(vec![ConfigValue::Float(0.5), "x".into()]).to_json(),
+            Some(serde_json::json!([0.5, "x"]))
+        );
+        assert_eq!(ConfigValue::Raw("{a = 1}".into()).to_json(), None);
+        let with_raw = vec![
+            ("a".to_string(), ConfigValue::Raw("{}".into())),
+            ("b".to_string(), ConfigValue::Bool(true)),
+        ];
+        assert_eq!(overrides_json(&with_raw).len(), 1);
+    }
 
     /// Strings are quoted with TOML escapes; other scalars are bare; overrides replace by key.
     #[test]

@@ -42,8 +42,8 @@ pub use client::{
     ThreadResumeParams, ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,
 };
 pub use config::{
-    locate_codex_binary, locate_codex_binary_in, offline_overrides, AppServerConfig, ConfigValue,
-    TurnLimits,
+    locate_codex_binary, locate_codex_binary_in, offline_overrides, overrides_json,
+    AppServerConfig, ConfigValue, TurnLimits,
 };
 pub use connection::{read_bounded_line, Line};
 pub use error::{AppServerError, TurnLimitKind};
