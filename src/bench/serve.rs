@@ -224,7 +224,8 @@ struct StdioPeer {
 
 impl Peer {
     async fn ws(url: &str) -> Result<Peer, BenchError> {
-        let (ws, _) = tokio_tungstenite::connect_async(url)
+        // No Nagle delay on small frames, as serve's own listener (and upstream connection).
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
             .map_err(|e| runtime_err("connect to serve")(e.to_string()))?;
         Ok(Peer::Ws(Box::new(ws)))

@@ -277,7 +277,10 @@ pub(crate) async fn start_with(
                 let stopped = async move {
                     let _ = stop_rx.changed().await;
                 };
+                // Each JSON-RPC message is one small frame: send it at once (no Nagle delay
+                // waiting for the peer's delayed ACK).
                 if let Err(error) = axum::serve(listener, app)
+                    .tcp_nodelay(true)
                     .with_graceful_shutdown(stopped)
                     .await
                 {

@@ -479,10 +479,11 @@ impl Connector for UrlConnector {
                 (reader, tokio::spawn(write_ws(sink, writer_rx)))
             }
             BackendUrl::Ws(address) => {
+                // `true`: no Nagle delay on small frames.
                 let (ws, _response) = tokio_tungstenite::connect_async_with_config(
                     address.as_str(),
                     Some(config),
-                    false,
+                    true,
                 )
                 .await
                 .map_err(|e| connect_error(Box::new(e)))?;
