@@ -479,37 +479,8 @@ async fn capability_token_by_sha256_and_metrics_auth() {
     let digest = hex::encode(sha2::Sha256::digest(b"right-token"));
     let token = CapabilityToken::from_sha256_hex(&digest).unwrap();
     let env = without_codex(|o| o.auth = Some(token)).await;
-    let url = env.url();
-    for header in [
-        None,
-        Some("Bearer wrong-token"),
-        Some(&*format!("Bearer {digest}")),
-    ] {
-        let mut request = url.as_str().into_client_request().unwrap();
-        if let Some(value) = header {
-            request
-                .headers_mut()
-                .insert("Authorization", value.parse().unwrap());
-        }
-        match tokio_tungstenite::connect_async(request).await {
-            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-                assert_eq!(response.status(), 401)
-            }
-            other => panic!("expected 401, got {:?}", other.map(|_| ())),
-        }
-    }
-    let mut request = url.as_str().into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("Authorization", "Bearer right-token".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
-    ws.send(Message::Text(
-        "{\"id\":1,\"method\":\"thread/list\"}".into(),
-    ))
-    .await
-    .unwrap();
-    let reply = ws.next().await.unwrap().unwrap();
-    assert!(reply.to_text().unwrap().contains("Not initialized"));
+    // The admitted connection stays open: it is the connected client /metrics counts.
+    let _ws = assert_token_auth(&env.url(), &[&format!("Bearer {digest}")]).await;
 
     let addr = env.handle.local_addr.unwrap();
     let (status, _) = http_get(addr, "/metrics", None).await;
@@ -690,14 +661,17 @@ async fn codex_exec_over_the_unix_socket() {
     env.handle.shutdown().await;
 }
 
-/// Without the token, or with a wrong one, the WebSocket upgrade is refused with 401; the
-/// right bearer token is accepted.
-#[tokio::test]
-async fn capability_token_auth() {
-    let env = without_codex(|o| o.auth = Some(CapabilityToken::new("right-token"))).await;
-    let url = env.url();
-    for header in [None, Some("Bearer wrong-token")] {
-        let mut request = url.as_str().into_client_request().unwrap();
+/// At `url`: no `Authorization`, `Bearer wrong-token` and each of `refused` get 401 on the
+/// upgrade; `Bearer right-token` is let in (its first request gets "Not initialized"), and
+/// its connection is returned open.
+async fn assert_token_auth(
+    url: &str,
+    refused: &[&str],
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let mut headers = vec![None, Some("Bearer wrong-token")];
+    headers.extend(refused.iter().copied().map(Some));
+    for header in headers {
+        let mut request = url.into_client_request().unwrap();
         if let Some(value) = header {
             request
                 .headers_mut()
@@ -710,7 +684,7 @@ async fn capability_token_auth() {
             other => panic!("expected 401, got {:?}", other.map(|_| ())),
         }
     }
-    let mut request = url.as_str().into_client_request().unwrap();
+    let mut request = url.into_client_request().unwrap();
     request
         .headers_mut()
         .insert("Authorization", "Bearer right-token".parse().unwrap());
@@ -722,6 +696,15 @@ async fn capability_token_auth() {
     .unwrap();
     let reply = ws.next().await.unwrap().unwrap();
     assert!(reply.to_text().unwrap().contains("Not initialized"));
+    ws
+}
+
+/// Without the token, or with a wrong one, the WebSocket upgrade is refused with 401; the
+/// right bearer token is accepted.
+#[tokio::test]
+async fn capability_token_auth() {
+    let env = without_codex(|o| o.auth = Some(CapabilityToken::new("right-token"))).await;
+    let _ws = assert_token_auth(&env.url(), &[]).await;
     env.handle.shutdown().await;
 }
 
