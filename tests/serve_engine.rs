@@ -31,8 +31,13 @@ struct Env {
 }
 
 /// `serve` built from a configuration selecting `sample-summary` on the real Codex (None:
-/// Codex is not installed).
+/// Codex is not installed), as [`serve_in`] with chunks of 2.
 async fn start() -> Option<Env> {
+    start_with(2, turn_input()).await
+}
+
+/// As [`start`] with chunks of `chunk` and the `projection` section (see [`serve_with`]).
+async fn start_with(chunk: u64, projection: Value) -> Option<Env> {
     if locate_codex_binary().is_none() {
         eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
         return None;
@@ -41,21 +46,21 @@ async fn start() -> Option<Env> {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let handle = serve_in(dir.path(), &mock, 2).await;
+    let handle = serve_with(dir.path(), &mock, chunk, projection).await;
     Some(Env { handle, mock, dir })
+}
+
+/// The projection section that puts the context in the turn input (set explicitly: on Codex
+/// 0.171.0 the default is additional context).
+fn turn_input() -> Value {
+    json!({"codexContextDelivery": "turn-input"})
 }
 
 /// A server on the state (store, Codex home) kept in `dir`; the sample engine keeps a window
 /// of 2 messages and summarises `chunk` at a time. The projection goes in the turn input
 /// (set explicitly: on Codex 0.171.0 the default is additional context).
 async fn serve_in(dir: &Path, mock: &MockModelServer, chunk: u64) -> ServeHandle {
-    serve_with(
-        dir,
-        mock,
-        chunk,
-        json!({"codexContextDelivery": "turn-input"}),
-    )
-    .await
+    serve_with(dir, mock, chunk, turn_input()).await
 }
 
 /// As [`serve_in`] with a `projection` section.
@@ -404,16 +409,9 @@ async fn turns_across_epochs_keep_the_client_thread() {
 /// rotates, turn 5 stays.)
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_after_restart_continues_the_current_backend_thread() {
-    if locate_codex_binary().is_none() {
-        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+    let Some(env) = start_with(4, turn_input()).await else {
         return;
-    }
-    let mock = MockModelServer::start(MockModelConfig::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let handle = serve_in(dir.path(), &mock, 4).await;
-    let env = Env { handle, mock, dir };
+    };
     let thread = {
         let mut c = Client::connect(&env.url()).await;
         c.initialize().await;
@@ -466,16 +464,9 @@ async fn resume_after_restart_continues_the_current_backend_thread() {
 /// backend thread carrying the projection, still under the client's id.
 #[tokio::test(flavor = "multi_thread")]
 async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
-    if locate_codex_binary().is_none() {
-        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+    let Some(env) = start_with(4, turn_input()).await else {
         return;
-    }
-    let mock = MockModelServer::start(MockModelConfig::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let handle = serve_in(dir.path(), &mock, 4).await;
-    let env = Env { handle, mock, dir };
+    };
     let mut c = Client::connect(&env.url()).await;
     c.initialize().await;
     let thread = c.start_thread(json!(1), false).await;
@@ -526,16 +517,9 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
 /// in a developer item, so Codex's own user message holds only the user's words.
 #[tokio::test(flavor = "multi_thread")]
 async fn additional_context_is_the_default_on_codex_0_171() {
-    if locate_codex_binary().is_none() {
-        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+    let Some(env) = start_with(2, json!({})).await else {
         return;
-    }
-    let mock = MockModelServer::start(MockModelConfig::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let handle = serve_with(dir.path(), &mock, 2, json!({})).await;
-    let env = Env { handle, mock, dir };
+    };
     let mut c = Client::connect(&env.url()).await;
     c.initialize().await;
     let thread = c.start_thread(json!(1), false).await;
