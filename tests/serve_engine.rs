@@ -4,13 +4,16 @@
 //! its epoch changes every turn from the third on. Skips loudly without Codex.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/serve.rs"]
+mod serve_support;
+
 use std::path::Path;
 use std::time::Duration;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
+use codex_app_server_client::{locate_codex_binary, offline_overrides};
 use ctxbridge::config::Config;
 use ctxbridge::serve::command::{options, ServeArgs};
-use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
+use ctxbridge::serve::{self, ServeHandle};
 use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
 use futures::{SinkExt, StreamExt};
@@ -71,33 +74,7 @@ async fn serve_with(
     projection: Value,
 ) -> ServeHandle {
     let binary = locate_codex_binary().unwrap();
-    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
-    let config = json!({
-        "plugins": {
-            "slots": {"contextEngine": "sample-summary"},
-            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": chunk}}}
-        },
-        "agent": {"developerInstructions": "Be brief."},
-        "backend": {
-            "kind": "codex",
-            "command": [binary.display().to_string(), "app-server"],
-            "codexHome": dir.join("codex-home"),
-            "config": overrides,
-        },
-        "store": {"path": dir.join("state").join("state.db")},
-        "projection": projection,
-    });
-    let config = Config::parse(&config.to_string(), "test.json5").unwrap();
-    let args = ServeArgs {
-        listen: "ws://127.0.0.1:0".into(),
-        ws_auth: None,
-        ws_token_file: None,
-        ws_token_sha256: None,
-        metrics_listen: None,
-        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-    };
-    let options = options(&config, &args).await.unwrap();
-    serve::start(options).await.unwrap()
+    serve_support::serve_sample_engine(dir, mock, &binary, chunk, projection).await
 }
 
 impl Env {
@@ -978,14 +955,7 @@ async fn backend_url_uses_a_running_app_server_and_reconnects() {
             "projection": {"codexContextDelivery": "turn-input"},
         });
         let config = Config::parse(&config.to_string(), "test.json5").unwrap();
-        let args = ServeArgs {
-            listen: "ws://127.0.0.1:0".into(),
-            ws_auth: None,
-            ws_token_file: None,
-            ws_token_sha256: None,
-            metrics_listen: None,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-        };
+        let args = ServeArgs::listening_on("ws://127.0.0.1:0");
         let handle = serve::start(options(&config, &args).await.unwrap())
             .await
             .unwrap();

@@ -6,15 +6,16 @@
 //! and the tmux server and the TUI are killed on the way out, pass or fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/serve.rs"]
+mod serve_support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
-use ctxbridge::config::Config;
-use ctxbridge::serve::command::{options, ServeArgs};
-use ctxbridge::serve::{self, ServeHandle, DEFAULT_MAX_MESSAGE_BYTES};
+use codex_app_server_client::locate_codex_binary;
+use ctxbridge::serve::{self, ServeHandle};
 use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{
     MockModelConfig, MockModelServer, RecordedRequest, RequestKind, ScriptedReply,
@@ -168,32 +169,7 @@ fn tmux_available() -> bool {
 /// and summarising `chunk` at a time (chunks of 4: prompts 1–3 share the first epoch, the
 /// fourth starts a new one and the fifth stays in it).
 async fn serve_in(dir: &Path, mock: &MockModelServer, binary: &Path, chunk: u64) -> ServeHandle {
-    let overrides = overrides_json(&offline_overrides(&mock.base_url()));
-    let config = json!({
-        "plugins": {
-            "slots": {"contextEngine": "sample-summary"},
-            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": chunk}}}
-        },
-        "agent": {"developerInstructions": "Be brief."},
-        "backend": {
-            "kind": "codex",
-            "command": [binary.display().to_string(), "app-server"],
-            "codexHome": dir.join("codex-home"),
-            "config": overrides,
-        },
-        "store": {"path": dir.join("state").join("state.db")},
-    });
-    let config = Config::parse(&config.to_string(), "test.json5").unwrap();
-    let args = ServeArgs {
-        listen: "ws://127.0.0.1:0".into(),
-        ws_auth: None,
-        ws_token_file: None,
-        ws_token_sha256: None,
-        metrics_listen: None,
-        max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-    };
-    let options = options(&config, &args).await.unwrap();
-    serve::start(options).await.unwrap()
+    serve_support::serve_sample_engine(dir, mock, binary, chunk, json!({})).await
 }
 
 /// Settings that keep the TUI itself off the network (the update check, analytics, feedback,

@@ -40,6 +40,21 @@ pub struct ServeArgs {
     pub max_message_bytes: usize,
 }
 
+impl ServeArgs {
+    /// The arguments of `ctxbridge serve --listen URL` with nothing else given (no auth, no
+    /// separate metrics listener, the default message limit) — for embedding `serve`.
+    pub fn listening_on(listen: impl Into<String>) -> ServeArgs {
+        ServeArgs {
+            listen: listen.into(),
+            ws_auth: None,
+            ws_token_file: None,
+            ws_token_sha256: None,
+            metrics_listen: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
 /// `--ws-auth` modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WsAuthMode {
