@@ -159,6 +159,7 @@ conformance_tests!(
     retention_sweep,
     sweep_is_bounded,
     store_stats,
+    submitted_writes,
 );
 
 /// This file runs every single-store check of the suite.

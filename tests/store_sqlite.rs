@@ -82,6 +82,7 @@ conformance_tests!(
     retention_sweep,
     sweep_is_bounded,
     store_stats,
+    submitted_writes,
 );
 
 /// This file runs every single-store check of the suite (none added there and forgotten here).

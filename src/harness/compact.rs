@@ -25,7 +25,7 @@ impl Harness {
         let report = self
             .compact_locked(session_key, &session_id, stored.as_deref(), &guard)
             .await;
-        if let Err(e) = guard.release() {
+        if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
         report

@@ -16,7 +16,7 @@ use crate::contract::{
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::quarantine::QuarantineEngine;
-use crate::store::{OutboxRow, QuarantineRecord};
+use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
 
 impl Harness {
     /// Tells the serving engine about a recorded turn: durable engines get an outbox row and
@@ -83,7 +83,8 @@ impl Harness {
                 last_error: None,
             };
             self.store
-                .enqueue_outbox(&row)
+                .submit(TurnWrite::EnqueueOutbox(row))
+                .await
                 .map_err(store_err("enqueue outbox row"))?;
             self.commit_row(serving, session_key, session_id, params)
                 .await;
@@ -178,19 +179,26 @@ impl Harness {
         let key = params.advancement_key.clone();
         params.runtime_context = Some(self.runtime_context(session_key, session_id, None, true));
         let params = project_host_params(params, &serving.info());
-        let outcome = match serving.commit_turn(params).await {
-            Ok(r) if r.is_settled() => self.store.complete_outbox(session_id, &key),
+        let failed = |error: String| TurnWrite::FailOutbox {
+            session_id: session_id.to_owned(),
+            advancement_key: key.clone(),
+            error,
+        };
+        let write = match serving.commit_turn(params).await {
+            Ok(r) if r.is_settled() => TurnWrite::CompleteOutbox {
+                session_id: session_id.to_owned(),
+                advancement_key: key.clone(),
+            },
             Ok(r) => {
                 tracing::warn!(advancement_key = %key, status = %r.status, "commitTurn returned an unknown status; the turn stays queued");
-                self.store
-                    .fail_outbox(session_id, &key, &format!("unknown status {:?}", r.status))
+                failed(format!("unknown status {:?}", r.status))
             }
             Err(e) => {
                 tracing::warn!(advancement_key = %key, error = %e, "commitTurn failed; the turn stays queued");
-                self.store.fail_outbox(session_id, &key, &e.to_string())
+                failed(e.to_string())
             }
         };
-        if let Err(e) = outcome {
+        if let Err(e) = self.store.submit(write).await {
             tracing::error!(advancement_key = %key, error = %e, "could not update the durable-turn outbox");
         }
     }

@@ -48,7 +48,7 @@ use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry};
+use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry, TurnWrite};
 
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
@@ -625,13 +625,15 @@ impl Harness {
         })?;
         let mut attempt = 1;
         loop {
-            match self.store.record_turn(
-                session_id,
-                entries,
-                &binding.binding_key,
-                &json,
-                guard.generation(),
-            ) {
+            let write = TurnWrite::RecordTurn {
+                session_id: session_id.to_owned(),
+                entries: entries.to_vec(),
+                binding_key: binding.binding_key.clone(),
+                binding_json: json.clone(),
+                lease_generation: guard.generation(),
+                commit: None,
+            };
+            match self.store.submit(write).await.map(|_| ()) {
                 Ok(()) => break,
                 Err(StoreError::Locked { .. }) if attempt < RECORD_ATTEMPTS => {
                     tracing::warn!(

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
-use crate::store::{Lease, LeaseAttempt, StateStore, StoreError};
+use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -194,12 +194,15 @@ impl SessionGuard {
     }
 
     /// Releases the store lease.
-    pub fn release(mut self) -> Result<(), StoreError> {
+    pub async fn release(mut self) -> Result<(), StoreError> {
         self.released = true;
         if let Some(h) = self.heartbeat.take() {
             h.abort();
         }
-        self.store.release_lease(&self.lease)
+        self.store
+            .submit(TurnWrite::ReleaseLease(self.lease.clone()))
+            .await
+            .map(|_| ())
     }
 }
 
@@ -209,9 +212,9 @@ impl Drop for SessionGuard {
             h.abort();
         }
         if !self.released {
-            if let Err(e) = self.store.release_lease(&self.lease) {
-                tracing::warn!(session = %self.lease.session, error = %e, "could not release the session lease; it will expire");
-            }
+            // A failure is logged by the store; the lease then expires.
+            self.store
+                .submit_detached(TurnWrite::ReleaseLease(self.lease.clone()));
         }
     }
 }
@@ -261,12 +264,19 @@ impl SessionLocks {
         let clock = std::time::Instant::now();
         let mut had_to_wait = false;
         loop {
-            let mut attempt = store.try_acquire_lease(key, holder, now_ms(), ttl_ms)?;
+            let acquire = |dead_holder: Option<&str>| TurnWrite::AcquireLease {
+                session: key.to_owned(),
+                holder: holder.to_owned(),
+                dead_holder: dead_holder.map(str::to_owned),
+                now_ms: now_ms(),
+                ttl_ms,
+            };
+            let mut attempt = store.submit(acquire(None)).await?.into_lease();
             let mut took_over = false;
             if let LeaseAttempt::Busy { holder: other, .. } = &attempt {
                 if holder_is_dead(other) {
                     tracing::warn!(session = %session_key, holder = %other, "the session's lease holder no longer runs; taking the session over");
-                    attempt = store.take_over_lease(key, other, holder, now_ms(), ttl_ms)?;
+                    attempt = store.submit(acquire(Some(other))).await?.into_lease();
                     took_over = matches!(attempt, LeaseAttempt::Acquired(_));
                 }
             }

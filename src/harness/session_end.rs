@@ -156,7 +156,7 @@ impl Harness {
         let key = self.binding_key_for(session_key);
         let guard = self.lock_session(session_key, &key).await?;
         let result = self.reset_locked(session_key, &key).await;
-        if let Err(e) = guard.release() {
+        if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
         result

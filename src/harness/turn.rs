@@ -268,7 +268,7 @@ impl Harness {
             .await?;
         self.persist_quarantines();
         let report = turn_report(&ctx, plan, executed, retried);
-        if let Err(e) = guard.release() {
+        if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
         Ok(report)

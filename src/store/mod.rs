@@ -7,6 +7,7 @@
 //! are synchronous: every statement is a short write or an indexed read, so the harness calls
 //! them directly (the PostgreSQL store hands each call to its own worker thread).
 
+mod checkpointer;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod postgres;
@@ -297,6 +298,155 @@ pub struct StoreStats {
     pub oldest_session_ms: Option<u64>,
 }
 
+/// A write on a turn's path, owned so that a store can queue it ([`StateStore::submit`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TurnWrite {
+    /// [`StateStore::try_acquire_lease`], or [`StateStore::take_over_lease`] when `dead_holder`
+    /// is given.
+    AcquireLease {
+        session: String,
+        holder: String,
+        dead_holder: Option<String>,
+        now_ms: u64,
+        ttl_ms: u64,
+    },
+    /// [`StateStore::release_lease`].
+    ReleaseLease(Lease),
+    /// [`StateStore::record_turn`], or [`StateStore::record_turn_with_commit`] with `commit`.
+    RecordTurn {
+        session_id: String,
+        entries: Vec<TranscriptEntry>,
+        binding_key: String,
+        binding_json: String,
+        lease_generation: u64,
+        commit: Option<OutboxRow>,
+    },
+    /// [`StateStore::enqueue_outbox`].
+    EnqueueOutbox(OutboxRow),
+    /// [`StateStore::complete_outbox`].
+    CompleteOutbox {
+        session_id: String,
+        advancement_key: String,
+    },
+    /// [`StateStore::fail_outbox`].
+    FailOutbox {
+        session_id: String,
+        advancement_key: String,
+        error: String,
+    },
+}
+
+impl TurnWrite {
+    /// The write's operation, for messages.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            TurnWrite::AcquireLease {
+                dead_holder: None, ..
+            } => "acquire session lease",
+            TurnWrite::AcquireLease { .. } => "take over session lease",
+            TurnWrite::ReleaseLease(_) => "release session lease",
+            TurnWrite::RecordTurn { .. } => "record turn",
+            TurnWrite::EnqueueOutbox(_) => "enqueue outbox row",
+            TurnWrite::CompleteOutbox { .. } => "complete outbox row",
+            TurnWrite::FailOutbox { .. } => "record outbox failure",
+        }
+    }
+
+    /// Runs the write with the store's synchronous methods (what [`StateStore::submit`] does
+    /// for stores that cannot queue).
+    pub fn apply(&self, store: &(impl StateStore + ?Sized)) -> Result<WriteOutcome, StoreError> {
+        let done = |r: Result<(), StoreError>| r.map(|()| WriteOutcome::Done);
+        match self {
+            TurnWrite::AcquireLease {
+                session,
+                holder,
+                dead_holder: None,
+                now_ms,
+                ttl_ms,
+            } => store
+                .try_acquire_lease(session, holder, *now_ms, *ttl_ms)
+                .map(WriteOutcome::Lease),
+            TurnWrite::AcquireLease {
+                session,
+                holder,
+                dead_holder: Some(dead),
+                now_ms,
+                ttl_ms,
+            } => store
+                .take_over_lease(session, dead, holder, *now_ms, *ttl_ms)
+                .map(WriteOutcome::Lease),
+            TurnWrite::ReleaseLease(lease) => done(store.release_lease(lease)),
+            TurnWrite::RecordTurn {
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit: None,
+            } => done(store.record_turn(
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                *lease_generation,
+            )),
+            TurnWrite::RecordTurn {
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit: Some(commit),
+            } => done(store.record_turn_with_commit(
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                *lease_generation,
+                commit,
+            )),
+            TurnWrite::EnqueueOutbox(row) => done(store.enqueue_outbox(row)),
+            TurnWrite::CompleteOutbox {
+                session_id,
+                advancement_key,
+            } => done(store.complete_outbox(session_id, advancement_key)),
+            TurnWrite::FailOutbox {
+                session_id,
+                advancement_key,
+                error,
+            } => done(store.fail_outbox(session_id, advancement_key, error)),
+        }
+    }
+}
+
+/// What a [`TurnWrite`] gave back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// A lease attempt's outcome.
+    Lease(LeaseAttempt),
+    /// The write is done.
+    Done,
+}
+
+impl WriteOutcome {
+    /// The lease attempt of an [`TurnWrite::AcquireLease`]; a store answering anything else to
+    /// it is broken, and the attempt counts as busy (the caller waits and tries again).
+    pub fn into_lease(self) -> LeaseAttempt {
+        match self {
+            WriteOutcome::Lease(attempt) => attempt,
+            WriteOutcome::Done => LeaseAttempt::Busy {
+                holder: String::new(),
+                expires_at_ms: 0,
+            },
+        }
+    }
+}
+
+/// The answer to a [`StateStore::submit`]: ready at once, or when the queued write is done.
+pub type WriteFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<WriteOutcome, StoreError>> + Send>>;
+
 /// The durable state behind the harness.
 pub trait StateStore: Send + Sync {
     /// The file (or URL) for messages.
@@ -431,6 +581,25 @@ pub trait StateStore: Send + Sync {
     ) -> Result<LeaseAttempt, StoreError> {
         let _ = dead_holder;
         self.try_acquire_lease(session, holder, now_ms, ttl_ms)
+    }
+
+    // --- writes on a turn's path, queued
+    /// Submits a turn's write. A store whose writes go one at a time through one writer may
+    /// queue it and run it with other turns' queued writes in one transaction (each its own
+    /// savepoint, so one write's failure or fencing leaves the others as they would be alone):
+    /// a turn then waits for its write without holding up its thread. Writes run in the order
+    /// they were submitted. The default runs the write at once with the synchronous methods.
+    fn submit(&self, write: TurnWrite) -> WriteFuture {
+        let result = write.apply(self);
+        Box::pin(std::future::ready(result))
+    }
+
+    /// As [`StateStore::submit`] for a write nobody waits for (a lease released on a failure
+    /// path); a failure is logged.
+    fn submit_detached(&self, write: TurnWrite) {
+        if let Err(e) = write.apply(self) {
+            tracing::warn!(operation = write.operation(), error = %e, "a detached store write failed");
+        }
     }
 
     // --- generic keyed documents (used by the mock backend to persist its threads)

@@ -8,16 +8,17 @@
 //! a named database of SQLite's `memdb` VFS shared by the same connections.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use super::checkpointer::{Checkpointer, CHECKPOINT_IDLE, WRITER_AUTOCHECKPOINT_PAGES};
 use super::{
     decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
     StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession,
-    TranscriptCursor, TranscriptEntry, TranscriptRead,
+    TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteOutcome,
 };
 
 /// The schema this build writes (2: per-session transcript rewrite versions).
@@ -109,10 +110,11 @@ impl Target {
     }
 }
 
-/// Last activity per session id (`s`), binding key (`b`) and document (`d:<namespace>`), kept
-/// by triggers so every write path refreshes it (the retention sweep's clock). Additive: a
-/// database from an earlier build gets the table, and its existing keys are dated to the
-/// upgrade (see [`SqliteStore::ensure_activity`]).
+/// Last activity per session id (`s`), binding key (`b`) and document (`d:<namespace>`), the
+/// retention sweep's clock. Every write path dates its key with [`touch`], once per key and
+/// transaction, in the transaction of the write. Additive: a database from an earlier build
+/// gets the table, and its existing keys are dated to the upgrade (see
+/// [`SqliteStore::ensure_activity`]).
 const ACTIVITY_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS activity (
     scope TEXT NOT NULL,
@@ -120,44 +122,52 @@ CREATE TABLE IF NOT EXISTS activity (
     last_active_ms INTEGER NOT NULL,
     PRIMARY KEY (scope, key)
 );
-CREATE INDEX IF NOT EXISTS activity_idle ON activity (last_active_ms);
 ";
 
-/// The activity triggers, one per `(table, event, scope, key)`: after `event` on `table`, the
-/// row's `key` in `scope` (SQL expressions) is dated to `NOW_MS`.
-const ACTIVITY_TRIGGERS: &[(&str, &str, &str, &str)] = &[
-    ("transcript", "INSERT", "'s'", "NEW.session_id"),
-    ("transcript", "UPDATE", "'s'", "NEW.session_id"),
-    ("bootstrapped", "INSERT", "'s'", "NEW.session_id"),
-    ("outbox", "INSERT", "'s'", "NEW.session_id"),
-    ("outbox", "DELETE", "'s'", "OLD.session_id"),
-    ("bindings", "INSERT", "'b'", "NEW.binding_key"),
-    ("bindings", "UPDATE", "'b'", "NEW.binding_key"),
-    ("leases", "INSERT", "'b'", "NEW.session"),
-    ("leases", "UPDATE", "'b'", "NEW.session"),
-    ("documents", "INSERT", "'d:' || NEW.namespace", "NEW.key"),
-    ("documents", "UPDATE", "'d:' || NEW.namespace", "NEW.key"),
+/// The triggers earlier builds kept the activity table with (one upsert per written row, and
+/// on the lease release too); dropped on open, as every write path now dates its key itself.
+const OLD_ACTIVITY_TRIGGERS: &[&str] = &[
+    "activity_transcript_insert",
+    "activity_transcript_update",
+    "activity_bootstrapped_insert",
+    "activity_outbox_insert",
+    "activity_outbox_delete",
+    "activity_bindings_insert",
+    "activity_bindings_update",
+    "activity_leases_insert",
+    "activity_leases_update",
+    "activity_documents_insert",
+    "activity_documents_update",
 ];
 
-/// The activity table and its triggers ([`ACTIVITY_TABLE`], [`ACTIVITY_TRIGGERS`]); `NOW_MS`
-/// stands for the database clock.
-fn activity_schema() -> String {
-    let mut sql = ACTIVITY_TABLE.to_owned();
-    for (table, event, scope, key) in ACTIVITY_TRIGGERS {
-        let name = format!("activity_{table}_{}", event.to_ascii_lowercase());
-        sql.push_str(&format!(
-            "CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} BEGIN
-    INSERT INTO activity (scope, key, last_active_ms) VALUES ({scope}, {key}, NOW_MS)
-    ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms;
-END;
-"
-        ));
-    }
-    sql
+/// The database's clock in milliseconds since the Unix epoch, as SQL.
+macro_rules! sql_now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    };
 }
 
 /// The database's clock in milliseconds since the Unix epoch (substituted for `NOW_MS`).
-const SQL_NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+const SQL_NOW_MS: &str = sql_now_ms!();
+
+/// Dates a key of a scope to now (see [`touch`]).
+const TOUCH: &str = concat!(
+    "INSERT INTO activity (scope, key, last_active_ms) VALUES (?1, ?2, ",
+    sql_now_ms!(),
+    ") ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = excluded.last_active_ms"
+);
+
+/// Activity scope of session ids (transcript, bootstrap marks, outbox).
+const SESSION_SCOPE: &str = "s";
+/// Activity scope of binding keys (binding and lease).
+const BINDING_SCOPE: &str = "b";
+
+/// Dates `key` of `scope` to the database clock (inside the caller's transaction).
+fn touch(conn: &Connection, scope: &str, key: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(TOUCH)?
+        .execute(params![scope, key])
+        .map(|_| ())
+}
 
 /// Dates the keys of a database from an earlier build (no activity table yet) to now.
 const ACTIVITY_BACKFILL: &str = "
@@ -186,6 +196,12 @@ pub struct SqliteStore {
     writer_held_nanos: AtomicU64,
     /// Nanoseconds reader connections were held, summed over the readers.
     readers_held_nanos: AtomicU64,
+    /// Turn writes waiting for the writer ([`StateStore::submit`]).
+    queue: Mutex<Vec<QueuedWrite>>,
+    /// A thread is running the queued writes (the combiner).
+    combining: AtomicBool,
+    /// The background WAL checkpointer (file stores).
+    checkpointer: Option<Checkpointer>,
 }
 
 /// How long a store's connections were held since it was opened (see
@@ -276,6 +292,9 @@ impl SqliteStore {
             writer_held_nanos: AtomicU64::new(0),
             readers_held_nanos: AtomicU64::new(0),
             busy_timeout,
+            queue: Mutex::new(Vec::new()),
+            combining: AtomicBool::new(false),
+            checkpointer: None,
         };
         store.init_retrying(&target)?;
         let mut readers = Vec::with_capacity(READERS);
@@ -285,7 +304,30 @@ impl SqliteStore {
                 .map_err(|e| classify(&path, "open a reader", e, busy_timeout))?;
             readers.push(Mutex::new(conn));
         }
-        Ok(SqliteStore { readers, ..store })
+        let checkpointer = match target {
+            Target::File(_) => {
+                let name = path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                let conn = connect("open the checkpointer")?;
+                let started =
+                    Checkpointer::start(conn, &name, CHECKPOINT_IDLE).map_err(|source| {
+                        StoreError::Io {
+                            path: path.clone(),
+                            operation: "start the WAL checkpointer",
+                            source,
+                        }
+                    })?;
+                Some(started)
+            }
+            // No WAL in memory: nothing to checkpoint.
+            Target::Memory(_) => None,
+        };
+        Ok(SqliteStore {
+            readers,
+            checkpointer,
+            ..store
+        })
     }
 
     /// How long the writer and the readers were held since the store was opened: the
@@ -325,7 +367,9 @@ impl SqliteStore {
             if matches!(target, Target::File(_)) {
                 // `journal_mode` returns a row; read it rather than execute it.
                 let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-                conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+                conn.execute_batch(&format!(
+                    "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT_PAGES};"
+                ))?;
             }
             conn.execute_batch("PRAGMA foreign_keys=ON;")?;
             let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
@@ -385,8 +429,9 @@ impl SqliteStore {
         }
     }
 
-    /// Creates the activity table and its triggers (the retention sweep's clock); when the
-    /// table is new, dates every existing key to now, in the same transaction.
+    /// Creates the activity table (the retention sweep's clock) and drops the triggers earlier
+    /// builds kept it with; when the table is new, dates every existing key to now, in the same
+    /// transaction.
     fn ensure_activity(&self) -> Result<(), StoreError> {
         self.with_conn("create activity schema", |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -395,7 +440,12 @@ impl SqliteStore {
                 [],
                 |r| r.get(0),
             )?;
-            tx.execute_batch(&activity_schema().replace("NOW_MS", SQL_NOW_MS))?;
+            tx.execute_batch(ACTIVITY_TABLE)?;
+            // Earlier builds indexed the activity time; see `sweep_idle`.
+            tx.execute_batch("DROP INDEX IF EXISTS activity_idle;")?;
+            for name in OLD_ACTIVITY_TRIGGERS {
+                tx.execute_batch(&format!("DROP TRIGGER IF EXISTS {name};"))?;
+            }
             if existed == 0 {
                 tx.execute_batch(&ACTIVITY_BACKFILL.replace("NOW_MS", SQL_NOW_MS))?;
             }
@@ -414,6 +464,11 @@ impl SqliteStore {
         let result =
             f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
         add_elapsed(&self.writer_held_nanos, held);
+        drop(conn);
+        // Counts reads on the writer too (a few, rare): the checkpointer only runs sooner.
+        if result.is_ok() {
+            self.committed();
+        }
         result
     }
 
@@ -460,6 +515,13 @@ impl SqliteStore {
         })
     }
 
+    /// Counts a commit for the checkpointer.
+    fn committed(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.committed();
+        }
+    }
+
     /// `record_turn`, queueing `commit` too when given: one fenced transaction.
     fn record_turn_fenced(
         &self,
@@ -470,18 +532,159 @@ impl SqliteStore {
         lease_generation: u64,
         commit: Option<&OutboxRow>,
     ) -> Result<(), StoreError> {
-        let encoded = self.encode_entries("record turn", entries)?;
-        let fenced = self.write_tx("record turn", |tx| {
-            let fenced = upsert_binding(tx, binding_key, binding_json, lease_generation)?;
-            if fenced.is_none() {
-                insert_entries(tx, session_id, &encoded)?;
-                if let Some(commit) = commit {
-                    insert_outbox(tx, commit)?;
+        let op = Op::RecordTurn {
+            session_id: session_id.to_owned(),
+            encoded: self.encode_entries("record turn", entries)?,
+            binding_key: binding_key.to_owned(),
+            binding_json: binding_json.to_owned(),
+            lease_generation,
+            commit: commit.cloned(),
+        };
+        self.run_now(&op).map(|_| ())
+    }
+
+    /// Runs one turn write in a transaction of its own, at once.
+    fn run_now(&self, op: &Op) -> Result<WriteOutcome, StoreError> {
+        let applied = self.write_tx(op.operation(), |tx| op.run(tx))?;
+        op.finish(applied)
+    }
+
+    /// Turns a submitted write into what the writer runs (encoding transcript entries here,
+    /// on the submitting thread, not under the writer).
+    fn prepare(&self, write: TurnWrite) -> Result<Op, StoreError> {
+        Ok(match write {
+            TurnWrite::AcquireLease {
+                session,
+                holder,
+                dead_holder,
+                now_ms,
+                ttl_ms,
+            } => Op::AcquireLease {
+                session,
+                holder,
+                dead_holder,
+                now_ms,
+                ttl_ms,
+            },
+            TurnWrite::ReleaseLease(lease) => Op::ReleaseLease(lease),
+            TurnWrite::RecordTurn {
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+            } => Op::RecordTurn {
+                encoded: self.encode_entries("record turn", &entries)?,
+                session_id,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+            },
+            TurnWrite::EnqueueOutbox(row) => Op::EnqueueOutbox(row),
+            TurnWrite::CompleteOutbox {
+                session_id,
+                advancement_key,
+            } => Op::CompleteOutbox {
+                session_id,
+                advancement_key,
+            },
+            TurnWrite::FailOutbox {
+                session_id,
+                advancement_key,
+                error,
+            } => Op::FailOutbox {
+                session_id,
+                advancement_key,
+                error,
+            },
+        })
+    }
+
+    /// Queues a write and, unless another thread is running the queue, runs it (with whatever
+    /// else is queued) on this thread.
+    fn enqueue(&self, op: Op, reply: Option<tokio::sync::oneshot::Sender<WriteResult>>) {
+        lock_queue(&self.queue).push(QueuedWrite { op, reply });
+        self.combine();
+    }
+
+    /// Runs the queued writes until the queue is empty, unless another thread already does.
+    /// A submitter that finds the queue being run leaves its write there and goes on; the
+    /// running thread picks it up in its next batch. After giving up the role, the queue is
+    /// looked at once more: a write queued just before then would otherwise wait for the
+    /// next submitter.
+    fn combine(&self) {
+        loop {
+            if self
+                .combining
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return;
+            }
+            loop {
+                let batch = std::mem::take(&mut *lock_queue(&self.queue));
+                if batch.is_empty() {
+                    break;
+                }
+                self.run_batch(batch);
+            }
+            self.combining.store(false, Ordering::SeqCst);
+            if lock_queue(&self.queue).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Runs a batch of queued writes in one transaction, each in a savepoint of its own, and
+    /// answers each. When the transaction itself fails (it cannot begin or commit), each write
+    /// runs again alone, so each gets its own answer.
+    fn run_batch(&self, batch: Vec<QueuedWrite>) {
+        if batch.len() == 1 {
+            for queued in batch {
+                let result = self.run_now(&queued.op);
+                queued.answer_with(result);
+            }
+            return;
+        }
+        let results = self.with_conn("run queued writes", |conn| {
+            let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut results = Vec::with_capacity(batch.len());
+            for queued in &batch {
+                let savepoint = tx.savepoint()?;
+                match queued.op.run(&savepoint) {
+                    Ok((applied, true)) => {
+                        savepoint.commit()?;
+                        results.push(Ok(applied));
+                    }
+                    // Dropping a savepoint rolls it back.
+                    Ok((applied, false)) => results.push(Ok(applied)),
+                    Err(e) => results.push(Err(e)),
                 }
             }
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("record turn", binding_key, lease_generation, fenced)
+            tx.commit()?;
+            Ok(results)
+        });
+        match results {
+            Ok(results) => {
+                for (queued, result) in batch.into_iter().zip(results) {
+                    let answer = result
+                        .map_err(|e| {
+                            classify(&self.path, queued.op.operation(), e, self.busy_timeout)
+                        })
+                        .and_then(|applied| queued.op.finish(applied));
+                    queued.answer_with(answer);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, writes = batch.len(), "a batch of queued writes failed; running each alone");
+                for queued in batch {
+                    let result = self.run_now(&queued.op);
+                    queued.answer_with(result);
+                }
+            }
+        }
     }
 
     fn decode_entries(
@@ -494,16 +697,16 @@ impl SqliteStore {
         })
     }
 
-    fn encode_entries<'e>(
+    fn encode_entries(
         &self,
         operation: &'static str,
-        entries: &'e [TranscriptEntry],
-    ) -> Result<Vec<(&'e str, String)>, StoreError> {
+        entries: &[TranscriptEntry],
+    ) -> Result<Vec<(String, String)>, StoreError> {
         entries
             .iter()
             .map(|e| {
                 serde_json::to_string(&e.message)
-                    .map(|json| (e.entry_id.as_str(), json))
+                    .map(|json| (e.entry_id.clone(), json))
                     .map_err(|err| self.record_error(operation, &e.entry_id, err.to_string()))
             })
             .collect()
@@ -515,6 +718,190 @@ impl SqliteStore {
             operation,
             key: key.to_string(),
             message,
+        }
+    }
+}
+
+/// What a queued write is answered with.
+type WriteResult = Result<WriteOutcome, StoreError>;
+
+/// A write waiting in the queue, and where its answer goes (nowhere for a detached write).
+struct QueuedWrite {
+    op: Op,
+    reply: Option<tokio::sync::oneshot::Sender<WriteResult>>,
+}
+
+impl QueuedWrite {
+    fn answer_with(self, result: WriteResult) {
+        match self.reply {
+            // A submitter that stopped waiting no longer needs the answer.
+            Some(reply) => drop(reply.send(result)),
+            None => {
+                if let Err(e) = result {
+                    tracing::warn!(operation = self.op.operation(), error = %e, "a detached store write failed");
+                }
+            }
+        }
+    }
+}
+
+/// Locks the write queue (it only holds owned writes; a panic elsewhere cannot corrupt it).
+fn lock_queue(queue: &Mutex<Vec<QueuedWrite>>) -> MutexGuard<'_, Vec<QueuedWrite>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A turn write as the writer runs it ([`TurnWrite`] with its transcript entries encoded).
+enum Op {
+    AcquireLease {
+        session: String,
+        holder: String,
+        dead_holder: Option<String>,
+        now_ms: u64,
+        ttl_ms: u64,
+    },
+    ReleaseLease(Lease),
+    RecordTurn {
+        session_id: String,
+        encoded: Vec<(String, String)>,
+        binding_key: String,
+        binding_json: String,
+        lease_generation: u64,
+        commit: Option<OutboxRow>,
+    },
+    EnqueueOutbox(OutboxRow),
+    CompleteOutbox {
+        session_id: String,
+        advancement_key: String,
+    },
+    FailOutbox {
+        session_id: String,
+        advancement_key: String,
+        error: String,
+    },
+}
+
+/// What running an [`Op`] did: an outcome, or nothing because a newer lease generation fences
+/// the writer.
+enum Applied {
+    Outcome(WriteOutcome),
+    Fenced(u64),
+}
+
+impl Op {
+    fn operation(&self) -> &'static str {
+        match self {
+            Op::AcquireLease {
+                dead_holder: None, ..
+            } => "acquire session lease",
+            Op::AcquireLease { .. } => "take over session lease",
+            Op::ReleaseLease(_) => "release session lease",
+            Op::RecordTurn { .. } => "record turn",
+            Op::EnqueueOutbox(_) => "enqueue outbox row",
+            Op::CompleteOutbox { .. } => "complete outbox row",
+            Op::FailOutbox { .. } => "record outbox failure",
+        }
+    }
+
+    /// Runs the write inside the caller's transaction or savepoint; true when it is to be
+    /// kept (a fenced write and a refused lease are rolled back).
+    fn run(&self, conn: &Connection) -> rusqlite::Result<(Applied, bool)> {
+        let done = Applied::Outcome(WriteOutcome::Done);
+        match self {
+            Op::AcquireLease {
+                session,
+                holder,
+                dead_holder,
+                now_ms,
+                ttl_ms,
+            } => acquire_lease(
+                conn,
+                session,
+                holder,
+                dead_holder.as_deref(),
+                *now_ms,
+                *ttl_ms,
+            )
+            .map(|(attempt, keep)| (Applied::Outcome(WriteOutcome::Lease(attempt)), keep)),
+            // Only the holder of this generation may release; expiry keeps the generation so a
+            // stale holder stays fenced.
+            Op::ReleaseLease(lease) => conn
+                .prepare_cached(
+                    "UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
+                )?
+                .execute(params![lease.session, lease.holder, lease.generation as i64])
+                .map(|_| (done, true)),
+            Op::RecordTurn {
+                session_id,
+                encoded,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+            } => {
+                if let Some(current) =
+                    upsert_binding(conn, binding_key, binding_json, *lease_generation)?
+                {
+                    return Ok((Applied::Fenced(current), false));
+                }
+                insert_entries(conn, session_id, encoded)?;
+                if let Some(commit) = commit {
+                    insert_outbox(conn, commit)?;
+                }
+                Ok((done, true))
+            }
+            Op::EnqueueOutbox(row) => insert_outbox(conn, row).map(|()| (done, true)),
+            Op::CompleteOutbox {
+                session_id,
+                advancement_key,
+            } => {
+                let deleted = conn
+                    .prepare_cached(
+                        "DELETE FROM outbox WHERE session_id = ?1 AND advancement_key = ?2",
+                    )?
+                    .execute(params![session_id, advancement_key])?;
+                // Delivered: the session's idle time starts now.
+                if deleted > 0 {
+                    touch(conn, SESSION_SCOPE, session_id)?;
+                }
+                Ok((done, true))
+            }
+            Op::FailOutbox {
+                session_id,
+                advancement_key,
+                error,
+            } => conn
+                .prepare_cached(
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = ?3
+                     WHERE session_id = ?1 AND advancement_key = ?2",
+                )?
+                .execute(params![session_id, advancement_key, error])
+                .map(|_| (done, true)),
+        }
+    }
+
+    /// The write's answer: a fenced write is refused as stale.
+    fn finish(&self, applied: Applied) -> Result<WriteOutcome, StoreError> {
+        match (applied, self) {
+            (Applied::Outcome(outcome), _) => Ok(outcome),
+            (
+                Applied::Fenced(current),
+                Op::RecordTurn {
+                    binding_key,
+                    lease_generation,
+                    ..
+                },
+            ) => Err(StoreError::StaleGeneration {
+                operation: "record turn",
+                key: binding_key.clone(),
+                held: *lease_generation,
+                current,
+            }),
+            (Applied::Fenced(current), _) => Err(StoreError::StaleGeneration {
+                operation: self.operation(),
+                key: String::new(),
+                held: 0,
+                current,
+            }),
         }
     }
 }
@@ -549,7 +936,7 @@ fn classify(
 fn insert_entries(
     conn: &Connection,
     session_id: &str,
-    encoded: &[(&str, String)],
+    encoded: &[(String, String)],
 ) -> rusqlite::Result<()> {
     let next: i64 = conn
         .prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1")?
@@ -559,6 +946,9 @@ fn insert_entries(
     )?;
     for (i, (entry_id, json)) in encoded.iter().enumerate() {
         stmt.execute(params![session_id, next + i as i64, entry_id, json])?;
+    }
+    if !encoded.is_empty() {
+        touch(conn, SESSION_SCOPE, session_id)?;
     }
     Ok(())
 }
@@ -577,8 +967,8 @@ fn insert_outbox(conn: &Connection, row: &OutboxRow) -> rusqlite::Result<()> {
         row.params_json,
         row.attempts,
         row.last_error
-    ])
-    .map(|_| ())
+    ])?;
+    touch(conn, SESSION_SCOPE, &row.session_id)
 }
 
 /// Writes a binding unless a newer lease generation fences the writer; returns that newer
@@ -601,6 +991,7 @@ fn upsert_binding(
          ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation",
     )?
     .execute(params![binding_key, json, lease_generation as i64])?;
+    touch(conn, BINDING_SCOPE, binding_key)?;
     Ok(None)
 }
 
@@ -608,7 +999,7 @@ fn upsert_binding(
 /// held by `dead_holder`; the new generation is one above the last (inside the caller's
 /// write transaction, which commits only when the lease was taken).
 fn acquire_lease(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     session: &str,
     holder: &str,
     dead_holder: Option<&str>,
@@ -646,6 +1037,7 @@ fn acquire_lease(
         generation as i64,
         expires_at_ms as i64
     ])?;
+    touch(tx, BINDING_SCOPE, session)?;
     let lease = Lease {
         session: session.to_string(),
         holder: holder.to_string(),
@@ -860,6 +1252,9 @@ impl StateStore for SqliteStore {
                  ON CONFLICT(session_id) DO UPDATE SET version = version + 1",
             )?
             .execute(params![session_id])?;
+            if !encoded.is_empty() {
+                touch(tx, SESSION_SCOPE, session_id)?;
+            }
             Ok((None, true))
         })?;
         match missing {
@@ -873,9 +1268,8 @@ impl StateStore for SqliteStore {
     }
 
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.with_conn("enqueue outbox row", |conn| insert_outbox(conn, row))
+        self.run_now(&Op::EnqueueOutbox(row.clone())).map(|_| ())
     }
-
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
         self.with_reader("read outbox", |conn| {
             let mut stmt = conn.prepare_cached(
@@ -897,31 +1291,25 @@ impl StateStore for SqliteStore {
     }
 
     fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
-        self.with_conn("complete outbox row", |conn| {
-            conn.prepare_cached(
-                "DELETE FROM outbox WHERE session_id = ?1 AND advancement_key = ?2",
-            )?
-            .execute(params![session_id, advancement_key])
-            .map(|_| ())
+        self.run_now(&Op::CompleteOutbox {
+            session_id: session_id.to_owned(),
+            advancement_key: advancement_key.to_owned(),
         })
+        .map(|_| ())
     }
-
     fn fail_outbox(
         &self,
         session_id: &str,
         advancement_key: &str,
         error: &str,
     ) -> Result<(), StoreError> {
-        self.with_conn("record outbox failure", |conn| {
-            conn.prepare_cached(
-                "UPDATE outbox SET attempts = attempts + 1, last_error = ?3
-                 WHERE session_id = ?1 AND advancement_key = ?2",
-            )?
-            .execute(params![session_id, advancement_key, error])
-            .map(|_| ())
+        self.run_now(&Op::FailOutbox {
+            session_id: session_id.to_owned(),
+            advancement_key: advancement_key.to_owned(),
+            error: error.to_owned(),
         })
+        .map(|_| ())
     }
-
     fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
         self.with_conn("record quarantine", |conn| {
             conn.prepare_cached("INSERT INTO quarantine (engine_id, operation, reason, at_ms) VALUES (?1, ?2, ?3, ?4)
@@ -969,12 +1357,17 @@ impl StateStore for SqliteStore {
     }
 
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.with_conn("mark bootstrapped", |conn| {
-            conn.prepare_cached(
-                "INSERT OR IGNORE INTO bootstrapped (session_id, engine_id) VALUES (?1, ?2)",
-            )?
-            .execute(params![session_id, engine_id])
-            .map(|n| n == 1)
+        self.write_tx("mark bootstrapped", |tx| {
+            let new = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO bootstrapped (session_id, engine_id) VALUES (?1, ?2)",
+                )?
+                .execute(params![session_id, engine_id])?
+                == 1;
+            if new {
+                touch(tx, SESSION_SCOPE, session_id)?;
+            }
+            Ok((new, new))
         })
     }
 
@@ -985,11 +1378,15 @@ impl StateStore for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.write_tx("acquire session lease", |tx| {
-            acquire_lease(tx, session, holder, None, now_ms, ttl_ms)
+        self.run_now(&Op::AcquireLease {
+            session: session.to_owned(),
+            holder: holder.to_owned(),
+            dead_holder: None,
+            now_ms,
+            ttl_ms,
         })
+        .map(WriteOutcome::into_lease)
     }
-
     fn take_over_lease(
         &self,
         session: &str,
@@ -998,36 +1395,62 @@ impl StateStore for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.write_tx("take over session lease", |tx| {
-            acquire_lease(tx, session, holder, Some(dead_holder), now_ms, ttl_ms)
+        self.run_now(&Op::AcquireLease {
+            session: session.to_owned(),
+            holder: holder.to_owned(),
+            dead_holder: Some(dead_holder.to_owned()),
+            now_ms,
+            ttl_ms,
         })
+        .map(WriteOutcome::into_lease)
     }
-
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        // Only the holder of this generation may release; expiry keeps the generation so a
-        // stale holder stays fenced.
-        self.with_conn("release session lease", |conn| {
-            conn.prepare_cached("UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3")?
-                .execute(params![lease.session, lease.holder, lease.generation as i64],
-            )
-            .map(|_| ())
+        self.run_now(&Op::ReleaseLease(lease.clone())).map(|_| ())
+    }
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        self.write_tx("renew session lease", |tx| {
+            let renewed =
+                tx.prepare_cached(
+                    "UPDATE leases SET expires_at_ms = ?4
+                     WHERE session = ?1 AND holder = ?2 AND generation = ?3",
+                )?
+                .execute(params![
+                    lease.session,
+                    lease.holder,
+                    lease.generation as i64,
+                    now_ms.saturating_add(ttl_ms) as i64
+                ])? == 1;
+            if renewed {
+                touch(tx, BINDING_SCOPE, &lease.session)?;
+            }
+            Ok((renewed, renewed))
         })
     }
 
-    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
-        self.with_conn("renew session lease", |conn| {
-            conn.prepare_cached(
-                "UPDATE leases SET expires_at_ms = ?4
-                 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
-            )?
-            .execute(params![
-                lease.session,
-                lease.holder,
-                lease.generation as i64,
-                now_ms.saturating_add(ttl_ms) as i64
-            ])
-            .map(|n| n == 1)
+    fn submit(&self, write: TurnWrite) -> WriteFuture {
+        let op = match self.prepare(write) {
+            Ok(op) => op,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.enqueue(op, Some(reply));
+        let path = self.path.clone();
+        Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Io {
+                    path,
+                    operation: "wait for a queued write",
+                    source: std::io::Error::other("the store was dropped with the write queued"),
+                })
+            })
         })
+    }
+
+    fn submit_detached(&self, write: TurnWrite) {
+        match self.prepare(write) {
+            Ok(op) => self.enqueue(op, None),
+            Err(e) => tracing::warn!(error = %e, "a detached store write could not be prepared"),
+        }
     }
 
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
@@ -1039,13 +1462,14 @@ impl StateStore for SqliteStore {
     }
 
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
-        self.with_conn("save document", |conn| {
-            conn.prepare_cached(
+        self.write_tx("save document", |tx| {
+            tx.prepare_cached(
                 "INSERT INTO documents (namespace, key, json) VALUES (?1, ?2, ?3)
                  ON CONFLICT(namespace, key) DO UPDATE SET json = excluded.json",
             )?
-            .execute(params![namespace, key, json])
-            .map(|_| ())
+            .execute(params![namespace, key, json])?;
+            touch(tx, &format!("d:{namespace}"), key)?;
+            Ok(((), true))
         })
     }
 
@@ -1053,27 +1477,45 @@ impl StateStore for SqliteStore {
         let cutoff = i64::try_from(request.idle_before_ms).unwrap_or(i64::MAX);
         let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
         let scopes = sweep_scopes(&request.document_namespaces);
-        self.with_conn("sweep idle state", |conn| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let placeholders = vec!["?"; scopes.len()].join(", ");
-            // Oldest first; a session with an undelivered commit is never idle.
-            let query = format!(
-                "SELECT scope, key FROM activity a
-                 WHERE last_active_ms < ? AND scope IN ({placeholders})
-                   AND NOT (scope = 's' AND EXISTS (SELECT 1 FROM outbox o WHERE o.session_id = a.key))
-                 ORDER BY last_active_ms LIMIT ?"
-            );
-            let mut values: Vec<rusqlite::types::Value> = vec![cutoff.into()];
-            values.extend(scopes.iter().cloned().map(rusqlite::types::Value::from));
-            values.push(limit.into());
-            let idle: Vec<(String, String)> = tx
-                .prepare(&query)?
+        let placeholders = vec!["?"; scopes.len()].join(", ");
+        // Oldest first; a session with an undelivered commit is never idle. The activity table
+        // has no index on its time (every write would have to move an index entry), so the
+        // candidates come from a scan on a reader, and the writer only checks them again.
+        let query = format!(
+            "SELECT scope, key FROM activity a
+             WHERE last_active_ms < ? AND scope IN ({placeholders})
+               AND NOT (scope = 's' AND EXISTS (SELECT 1 FROM outbox o WHERE o.session_id = a.key))
+             ORDER BY last_active_ms LIMIT ?"
+        );
+        let mut values: Vec<rusqlite::types::Value> = vec![cutoff.into()];
+        values.extend(scopes.iter().cloned().map(rusqlite::types::Value::from));
+        values.push(limit.into());
+        let candidates: Vec<(String, String)> = self.with_reader("find idle state", |conn| {
+            conn.prepare(&query)?
                 .query_map(rusqlite::params_from_iter(values), |r| {
                     Ok((r.get(0)?, r.get(1)?))
                 })?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect()
+        })?;
+        if candidates.is_empty() {
+            return Ok(SweepReport::default());
+        }
+        self.with_conn("sweep idle state", |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let mut report = SweepReport::default();
-            for (scope, key) in &idle {
+            for (scope, key) in &candidates {
+                // Written (or given an undelivered commit) since the scan: not idle any more.
+                let still_idle: bool = tx
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM activity a
+                           WHERE scope = ?1 AND key = ?2 AND last_active_ms < ?3
+                             AND NOT (scope = 's' AND EXISTS
+                               (SELECT 1 FROM outbox o WHERE o.session_id = a.key)))",
+                    )?
+                    .query_row(params![scope, key, cutoff], |r| r.get(0))?;
+                if !still_idle {
+                    continue;
+                }
                 report.keys += 1;
                 match scope.as_str() {
                     "s" => {
@@ -1086,24 +1528,24 @@ impl StateStore for SqliteStore {
                             session_id: key.clone(),
                             transcript_entries: entries,
                         });
-                        report.bootstrap_marks += tx
-                            .prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
-                            .execute(params![key])? as u64;
+                        report.bootstrap_marks +=
+                            tx.prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
+                                .execute(params![key])? as u64;
                     }
                     "b" => {
-                        report.bindings += tx
-                            .prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
-                            .execute(params![key])? as u64;
-                        report.leases += tx
-                            .prepare_cached(
+                        report.bindings +=
+                            tx.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
+                                .execute(params![key])? as u64;
+                        report.leases +=
+                            tx.prepare_cached(
                                 "DELETE FROM leases WHERE session = ?1 AND expires_at_ms < ?2",
                             )?
                             .execute(params![key, cutoff])? as u64;
                     }
                     document => {
                         let namespace = document.strip_prefix("d:").unwrap_or(document);
-                        report.documents += tx
-                            .prepare_cached(
+                        report.documents +=
+                            tx.prepare_cached(
                                 "DELETE FROM documents WHERE namespace = ?1 AND key = ?2",
                             )?
                             .execute(params![namespace, key])? as u64;
@@ -1118,7 +1560,7 @@ impl StateStore for SqliteStore {
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.with_conn("count rows", |conn| {
+        self.with_reader("count rows", |conn| {
             conn.query_row(
                 "SELECT
                    (SELECT count(*) FROM activity WHERE scope = 's'),
@@ -1304,33 +1746,180 @@ mod tests {
         assert_eq!(s.load_transcript("sess").unwrap().len(), 1);
     }
 
-    /// Opening a store installs one activity trigger per entry of the trigger list, each
-    /// named `activity_<table>_<event>` and on its table.
+    /// Writes queued while another thread runs the queue wait for it (their submitters go on
+    /// meanwhile), then run in one batch in submission order, each in its own savepoint: a
+    /// fenced record is refused and rolled back alone, a release queued before an acquire of
+    /// the same session frees it for that acquire, and the other writes land.
+    #[tokio::test]
+    async fn queued_writes_run_as_one_batch_in_order() {
+        let s = SqliteStore::in_memory().unwrap();
+        let LeaseAttempt::Acquired(old) = s.try_acquire_lease("k", "p1", 0, 60_000).unwrap() else {
+            panic!("lease refused");
+        };
+        // Another thread is running the queue: submissions only queue.
+        s.combining.store(true, Ordering::SeqCst);
+        let record = |session: &str, key: &str, generation: u64| TurnWrite::RecordTurn {
+            session_id: session.into(),
+            entries: vec![entry(&format!("{session}-e"), "x")],
+            binding_key: key.into(),
+            binding_json: format!("{{\"by\":\"{session}\"}}"),
+            lease_generation: generation,
+            commit: None,
+        };
+        let released = s.submit(TurnWrite::ReleaseLease(old.clone()));
+        let acquired = s.submit(TurnWrite::AcquireLease {
+            session: "k".into(),
+            holder: "p2".into(),
+            dead_holder: None,
+            now_ms: 10,
+            ttl_ms: 60_000,
+        });
+        // p1's write after p2 took the session: fenced.
+        let stale = s.submit(record("stale", "k", old.generation));
+        let other = s.submit(record("other", "k2", 0));
+        assert!(
+            s.load_binding("k2").unwrap().is_none(),
+            "ran before its turn"
+        );
+        assert_eq!(lock_queue(&s.queue).len(), 4);
+
+        s.combining.store(false, Ordering::SeqCst);
+        s.combine();
+        assert!(lock_queue(&s.queue).is_empty());
+        released.await.unwrap();
+        let WriteOutcome::Lease(LeaseAttempt::Acquired(new)) = acquired.await.unwrap() else {
+            panic!("the release queued first did not free the session");
+        };
+        assert_eq!(new.generation, old.generation + 1);
+        let err = stale.await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::StaleGeneration { held, current, .. } if held == old.generation && current == new.generation),
+            "{err:?}"
+        );
+        other.await.unwrap();
+        assert!(
+            s.load_transcript("stale").unwrap().is_empty(),
+            "fenced write kept"
+        );
+        assert!(
+            s.load_binding("k").unwrap().is_none(),
+            "fenced binding kept"
+        );
+        assert_eq!(s.load_transcript("other").unwrap().len(), 1);
+        assert_eq!(
+            s.load_binding("k2").unwrap().unwrap().json,
+            "{\"by\":\"other\"}"
+        );
+    }
+
+    /// A detached write (nobody waits for it) runs too: at once when the queue is free, else
+    /// with the running batch.
     #[test]
-    fn installs_every_activity_trigger() {
+    fn detached_writes_run() {
+        let s = SqliteStore::in_memory().unwrap();
+        let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("k", "p1", 0, 60_000).unwrap()
+        else {
+            panic!("lease refused");
+        };
+        s.submit_detached(TurnWrite::ReleaseLease(lease));
+        assert!(matches!(
+            s.try_acquire_lease("k", "p2", 10, 60_000).unwrap(),
+            LeaseAttempt::Acquired(_)
+        ));
+    }
+
+    /// The activity (retention) time of `key` in `scope`, if dated.
+    fn activity(path: &Path, scope: &str, key: &str) -> Option<i64> {
+        Connection::open(path)
+            .unwrap()
+            .query_row(
+                "SELECT last_active_ms FROM activity WHERE scope = ?1 AND key = ?2",
+                params![scope, key],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap()
+    }
+
+    /// Every write path dates its key in the activity table (sessions by their transcript,
+    /// bootstrap marks and outbox; bindings by binding, lease and renewal; documents by
+    /// namespace), and the triggers an earlier build kept it with are dropped on open.
+    #[test]
+    fn every_write_path_dates_its_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         drop(SqliteStore::open(&path).unwrap());
-        let conn = Connection::open(&path).unwrap();
-        let mut installed: Vec<(String, String)> = conn
-            .prepare("SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'")
+        // An earlier build's trigger.
+        Connection::open(&path)
             .unwrap()
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
+            .execute_batch(
+                "CREATE TRIGGER activity_transcript_insert AFTER INSERT ON transcript BEGIN
+                 INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, 0)
+                 ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = 0; END;",
+            )
             .unwrap();
-        installed.sort();
-        let mut expected: Vec<(String, String)> = ACTIVITY_TRIGGERS
-            .iter()
-            .map(|(table, event, _, _)| {
-                (
-                    format!("activity_{table}_{}", event.to_ascii_lowercase()),
-                    (*table).to_owned(),
-                )
-            })
-            .collect();
-        expected.sort();
-        assert_eq!(installed.len(), 11);
-        assert_eq!(installed, expected);
+        let s = SqliteStore::open(&path).unwrap();
+        let triggers: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(triggers, 0, "old activity triggers left in place");
+
+        let started = i64::try_from(crate::harness::now_ms()).unwrap() - 1;
+        let dated = |scope: &str, key: &str| {
+            let at = activity(&path, scope, key);
+            assert!(
+                at.is_some_and(|at| at >= started),
+                "{scope}/{key} not dated: {at:?}"
+            );
+        };
+        s.append_transcript("s-append", &[entry("a", "1")]).unwrap();
+        dated("s", "s-append");
+        s.record_turn("s-record", &[entry("r", "1")], "b-record", "{}", 0)
+            .unwrap();
+        dated("s", "s-record");
+        dated("b", "b-record");
+        s.mark_bootstrapped("s-boot", "eng").unwrap();
+        dated("s", "s-boot");
+        let row = OutboxRow {
+            session_id: "s-outbox".into(),
+            advancement_key: "k".into(),
+            engine_id: "eng".into(),
+            params_json: "{}".into(),
+            attempts: 0,
+            last_error: None,
+        };
+        s.enqueue_outbox(&row).unwrap();
+        dated("s", "s-outbox");
+        s.save_binding("b-save", "{}", 0).unwrap();
+        dated("b", "b-save");
+        let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("b-lease", "h", 0, 60_000).unwrap()
+        else {
+            panic!("lease refused");
+        };
+        dated("b", "b-lease");
+        s.save_document("mock-thread", "t", "{}").unwrap();
+        dated("d:mock-thread", "t");
+
+        // Later writes move the time on: a rewrite, a renewal, a delivered commit.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE activity SET last_active_ms = 1", [])
+            .unwrap();
+        s.replace_transcript_entries("s-append", &[entry("a", "one")])
+            .unwrap();
+        dated("s", "s-append");
+        assert!(s.renew_lease(&lease, 10, 60_000).unwrap());
+        dated("b", "b-lease");
+        s.complete_outbox("s-outbox", "k").unwrap();
+        dated("s", "s-outbox");
+        // A release or a failed delivery does not date anything.
+        conn.execute("UPDATE activity SET last_active_ms = 1", [])
+            .unwrap();
+        s.release_lease(&lease).unwrap();
+        assert_eq!(activity(&path, "b", "b-lease"), Some(1));
     }
 }
