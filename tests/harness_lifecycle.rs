@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use ctxbridge::backend::mock::{MockCall, MockFault};
 use ctxbridge::backend::{BackendError, MockBackend};
+use ctxbridge::bench::timed_store::{StoreOp, TimedStore};
 use ctxbridge::contract::*;
 use ctxbridge::harness::{HarnessConfig, HarnessError, SubagentSpawn, TurnSpec, DOCTOR_NAMESPACE};
-use ctxbridge::store::StateStore;
+use ctxbridge::store::{SqliteStore, StateStore};
 use support::*;
 use tracing::Level;
 
@@ -118,6 +119,47 @@ async fn durable_commit_is_exactly_once_across_a_crash() {
     // commit, so the restarted turn reuses it without re-projecting.
     assert_eq!(Some(r.thread_id), first_thread);
     assert_eq!(r.reason, "matching-thread-bootstrap-binding");
+}
+
+/// A durable turn's commit is queued in the same store write as the recorded turn (one
+/// `record_turn`, no separate enqueue), so a crash between the two cannot leave the turn
+/// recorded without its commit; the queued row carries the turn's advancement key.
+#[tokio::test]
+async fn durable_commit_is_queued_with_the_recorded_turn() {
+    let engine = durable_engine();
+    // The commit hangs: the row is still queued when the turn is dropped.
+    engine.script().commit_hang_once = true;
+    let store = std::sync::Arc::new(TimedStore::new(SqliteStore::in_memory().unwrap()));
+    let h = build_harness_on(
+        Some(&engine),
+        cfg(),
+        store.clone() as std::sync::Arc<dyn StateStore>,
+        MockBackend::new(),
+    );
+    tokio::select! {
+        r = h.turn(TurnSpec::new("s", "one")) => panic!("the turn should hang in commitTurn: {r:?}"),
+        () = engine.commit_recorded() => {}
+    }
+    let calls = |op: StoreOp| {
+        store
+            .totals()
+            .iter()
+            .find(|t| t.op == op)
+            .map_or(0, |t| t.calls)
+    };
+    assert_eq!(calls(StoreOp::RecordTurn), 1);
+    assert_eq!(
+        calls(StoreOp::EnqueueOutbox),
+        0,
+        "the commit was queued on its own"
+    );
+    let queued = store.pending_outbox("s").unwrap();
+    assert_eq!(queued.len(), 1);
+    let transcript = store.load_transcript("s").unwrap();
+    assert_eq!(
+        transcript[0].entry_id,
+        format!("{}-user", queued[0].advancement_key)
+    );
 }
 
 /// An engine with only part of the durable declaration, or without `commitTurn`, runs that

@@ -188,6 +188,28 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         })
     }
 
+    /// Timed as a `record_turn` (one atomic step; the default would split it in two).
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        self.timed(StoreOp::RecordTurn, |s| {
+            s.record_turn_with_commit(
+                session_id,
+                entries,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+            )
+        })
+    }
+
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
         self.timed(StoreOp::LoadTranscript, |s| s.load_transcript(session_id))
     }

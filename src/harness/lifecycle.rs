@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use super::session::now_ms;
 use super::turn::{RecordedTurn, TurnContext};
-use super::{store_err, Harness, HarnessError};
+use super::{Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
 use crate::contract::{
-    AfterTurnParams, CommitTurnParams, ContextEngine, EngineMethod, IngestBatchParams,
-    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, TurnMaintenanceMode,
+    AfterTurnParams, AgentMessage, CommitTurnParams, ContextEngine, EngineMethod,
+    IngestBatchParams, IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode,
+    TurnMaintenanceMode,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -19,6 +20,54 @@ use crate::quarantine::QuarantineEngine;
 use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
 
 impl Harness {
+    /// A durable engine's commit of this turn (SPEC §6): its `commitTurn` params and the
+    /// outbox row that queues them, written in the same transaction as the recorded turn so a
+    /// crash cannot leave the turn recorded without its commit. `None` for other engines.
+    pub(super) fn durable_commit(
+        &self,
+        ctx: &TurnContext<'_>,
+        recorded: (&str, &AgentMessage, &AgentMessage),
+        outcome: &TurnOutcome,
+        retried: bool,
+    ) -> Result<Option<(CommitTurnParams, OutboxRow)>, HarnessError> {
+        let durable = ctx.engine_active
+            && ctx.info.declares_durable_turns()
+            && ctx.serving.methods().contains(EngineMethod::CommitTurn);
+        if !durable {
+            return Ok(None);
+        }
+        let (turn_id, user, assistant) = recorded;
+        let session_key = ctx.session_key();
+        let session_id = ctx.session_id.as_str();
+        let fallback = retried.then_some(ReasonCode::ContextOverflow);
+        let params = CommitTurnParams {
+            advancement_key: turn_id.to_string(),
+            admission: user.clone(),
+            terminal: assistant.clone(),
+            messages: vec![user.clone(), assistant.clone()],
+            session_id: session_id.to_string(),
+            session_key: Some(session_key.to_string()),
+            session_target: self
+                .facts(session_key, session_id, Some(&outcome.thread_id))
+                .session_target,
+            runtime_settings: Some(self.runtime_settings(ctx.serving, fallback)),
+            runtime_context: None,
+            is_heartbeat: ctx.spec.is_heartbeat.then_some(true),
+        };
+        let row = OutboxRow {
+            session_id: session_id.to_string(),
+            advancement_key: turn_id.to_string(),
+            engine_id: ctx.info.id.clone(),
+            params_json: serde_json::to_string(&params).map_err(|source| HarnessError::Encode {
+                what: "commitTurn params",
+                source,
+            })?,
+            attempts: 0,
+            last_error: None,
+        };
+        Ok(Some((params, row)))
+    }
+
     /// Tells the serving engine about a recorded turn: durable engines get an outbox row and
     /// `commitTurn`, others `afterTurn`, `ingestBatch` or `ingest` (the first they implement);
     /// then maintenance after the turn, and after a native compaction during it.
@@ -33,9 +82,9 @@ impl Harness {
         retried: bool,
     ) -> Result<(), HarnessError> {
         let RecordedTurn {
-            turn_id,
             user,
             assistant,
+            commit,
         } = recorded;
         let serving = ctx.serving;
         let session_key = ctx.session_key();
@@ -53,39 +102,8 @@ impl Harness {
         };
 
         let methods = serving.methods();
-        let durable = ctx.engine_active
-            && ctx.info.declares_durable_turns()
-            && methods.contains(EngineMethod::CommitTurn);
-        if durable {
-            let params = CommitTurnParams {
-                advancement_key: turn_id.clone(),
-                admission: user.clone(),
-                terminal: assistant.clone(),
-                messages: vec![user, assistant],
-                session_id: session_id.to_string(),
-                session_key: Some(session_key.to_string()),
-                session_target: session_target(),
-                runtime_settings: Some(self.runtime_settings(serving, fallback)),
-                runtime_context: None,
-                is_heartbeat,
-            };
-            let row = OutboxRow {
-                session_id: session_id.to_string(),
-                advancement_key: turn_id,
-                engine_id: ctx.info.id.clone(),
-                params_json: serde_json::to_string(&params).map_err(|source| {
-                    HarnessError::Encode {
-                        what: "commitTurn params",
-                        source,
-                    }
-                })?,
-                attempts: 0,
-                last_error: None,
-            };
-            self.store
-                .submit(TurnWrite::EnqueueOutbox(row))
-                .await
-                .map_err(store_err("enqueue outbox row"))?;
+        if let Some(params) = commit {
+            // Queued with the recorded turn (see `durable_commit`).
             self.commit_row(serving, session_key, session_id, params)
                 .await;
         } else if methods.contains(EngineMethod::AfterTurn) {

@@ -48,7 +48,9 @@ use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{StateStore, StoreError, TranscriptCursor, TranscriptEntry, TurnWrite};
+use crate::store::{
+    OutboxRow, StateStore, StoreError, TranscriptCursor, TranscriptEntry, TurnWrite,
+};
 
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
@@ -617,6 +619,7 @@ impl Harness {
         session_id: &str,
         entries: &[TranscriptEntry],
         binding: ThreadBinding,
+        commit: Option<OutboxRow>,
         guard: &SessionGuard,
     ) -> Result<(), HarnessError> {
         let json = serde_json::to_string(&binding).map_err(|source| HarnessError::Encode {
@@ -631,7 +634,7 @@ impl Harness {
                 binding_key: binding.binding_key.clone(),
                 binding_json: json.clone(),
                 lease_generation: guard.generation(),
-                commit: None,
+                commit: commit.clone(),
             };
             match self.store.submit(write).await.map(|_| ()) {
                 Ok(()) => break,

@@ -16,8 +16,8 @@ use crate::backend::{
     TurnTools,
 };
 use crate::contract::{
-    AgentMessage, AssembleParams, AssembleResult, BootstrapParams, ContextEngine, EngineInfo,
-    EngineMethod, HookCall, HostOperation, MaintainReason, Messages, PromptAuthority,
+    AgentMessage, AssembleParams, AssembleResult, BootstrapParams, CommitTurnParams, ContextEngine,
+    EngineInfo, EngineMethod, HookCall, HostOperation, MaintainReason, Messages, PromptAuthority,
     PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
@@ -93,12 +93,12 @@ struct FailedTurn {
 
 /// The two transcript entries a turn appended.
 pub(super) struct RecordedTurn {
-    /// The turn's id (also the durable advancement key).
-    pub(super) turn_id: String,
     /// The user's message.
     pub(super) user: AgentMessage,
     /// The model's reply.
     pub(super) assistant: AgentMessage,
+    /// A durable engine's `commitTurn` params, queued in the outbox with the turn.
+    pub(super) commit: Option<CommitTurnParams>,
 }
 
 impl Harness {
@@ -251,7 +251,10 @@ impl Harness {
         };
 
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
-        let recorded = match self.record_turn(&ctx, &plan, &executed.outcome).await {
+        let recorded = match self
+            .record_turn(&ctx, &plan, &executed.outcome, retried)
+            .await
+        {
             Ok(recorded) => recorded,
             // The backend answered: the reply goes back to the caller with the failure.
             Err(HarnessError::Store { source, .. }) => {
@@ -683,6 +686,7 @@ impl Harness {
         ctx: &TurnContext<'_>,
         plan: &TurnPlan,
         outcome: &TurnOutcome,
+        retried: bool,
     ) -> Result<RecordedTurn, HarnessError> {
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         let now = now_ms();
@@ -722,13 +726,18 @@ impl Harness {
                 message: assistant.clone(),
             },
         ];
-        self.record_turn_state(&ctx.session_id, &entries, binding, ctx.guard)
+        let (commit, outbox_row) =
+            match self.durable_commit(ctx, (&turn_id, &user, &assistant), outcome, retried)? {
+                Some((params, row)) => (Some(params), Some(row)),
+                None => (None, None),
+            };
+        self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard)
             .await?;
         self.append_session_file(&ctx.session_id, &entries);
         Ok(RecordedTurn {
-            turn_id,
             user,
             assistant,
+            commit,
         })
     }
 }

@@ -660,6 +660,16 @@ pub fn build_harness(
     store: Arc<SqliteStore>,
     backend: MockBackend,
 ) -> Harness {
+    build_harness_on(engine, cfg, store, backend)
+}
+
+/// As [`build_harness`] on any store.
+pub fn build_harness_on(
+    engine: Option<&Arc<ScriptEngine>>,
+    cfg: HarnessConfig,
+    store: Arc<dyn StateStore>,
+    backend: MockBackend,
+) -> Harness {
     let book = Arc::new(QuarantineBook::new());
     let guarded = match engine {
         Some(e) => QuarantineEngine::new(
@@ -670,12 +680,7 @@ pub fn build_harness(
         ),
         None => QuarantineEngine::legacy(book),
     };
-    Harness::new(
-        cfg,
-        Arc::new(guarded),
-        Arc::new(backend),
-        store as Arc<dyn StateStore>,
-    )
+    Harness::new(cfg, Arc::new(guarded), Arc::new(backend), store)
 }
 
 /// A config with base developer instructions and one tool.
