@@ -2,10 +2,15 @@
 //!
 //! One writer connection and a small pool of reader connections: in WAL mode readers never
 //! wait for the writer, so store reads of concurrent turns run on every core while writes
-//! queue on the writer. Every write transaction takes SQLite's write lock up front
+//! queue on the writer. A turn's writes ([`StateStore::submit`]) go through a queue: the
+//! submitting thread runs it unless another thread already does, and writes queued meanwhile
+//! run as one transaction (group commit), each in a savepoint of its own — no thread sleeps
+//! waiting for the writer. Every write transaction takes SQLite's write lock up front
 //! (`BEGIN IMMEDIATE`), so a busy database makes it wait up to the busy timeout instead of
-//! failing at once when a read transaction would have to be upgraded. The in-memory store is
-//! a named database of SQLite's `memdb` VFS shared by the same connections.
+//! failing at once when a read transaction would have to be upgraded. A file store's WAL is
+//! checkpointed by a thread of its own ([`super::checkpointer`]), not under the write lock.
+//! The in-memory store is a named database of SQLite's `memdb` VFS shared by the same
+//! connections (there, readers and the writer exclude each other: `memdb` has no WAL).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -1143,10 +1148,22 @@ impl StateStore for SqliteStore {
                 .query_row(params![session_id], |r| r.get(0))
                 .optional()?
                 .unwrap_or(0);
-            let (appended, from) = match cursor {
+            let (mut appended, mut from) = match cursor {
                 Some(c) if c.version == version as u64 => (true, c.next_seq as i64),
                 _ => (false, 0),
             };
+            // Entries the copy has are gone (a reset or a retention sweep removed them, and
+            // numbering started again): the copy is stale.
+            if appended {
+                let end: i64 = tx
+                    .prepare_cached(
+                        "SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1",
+                    )?
+                    .query_row(params![session_id], |r| r.get(0))?;
+                if end < from {
+                    (appended, from) = (false, 0);
+                }
+            }
             let mut stmt = tx.prepare_cached(
                 "SELECT seq, entry_id, message FROM transcript WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq",
             )?;
@@ -1669,6 +1686,23 @@ mod tests {
         assert!(!after.appended, "a rewrite invalidates the cursor");
         assert_eq!(after.entries.len(), 3);
         assert_eq!(after.entries[0].message.plain_text(), "one");
+    }
+
+    /// A copy whose entries were removed (a reset, or a retention sweep of the idle session)
+    /// is stale: the next read returns the whole new transcript, not only what follows the
+    /// old cursor (numbering starts again after a removal).
+    #[test]
+    fn transcript_since_notices_removed_entries() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+            .unwrap();
+        let cursor = s.transcript_since("s", None).unwrap().cursor.unwrap();
+        assert_eq!(s.delete_session("s").unwrap(), 2);
+        s.append_transcript("s", &[entry("c", "3")]).unwrap();
+        let read = s.transcript_since("s", Some(cursor)).unwrap();
+        assert!(!read.appended, "a copy of removed entries was continued");
+        let ids: Vec<_> = read.entries.iter().map(|e| e.entry_id.as_str()).collect();
+        assert_eq!(ids, ["c"]);
     }
 
     /// A lease held by a holder known to be dead is taken over (with a higher generation);
