@@ -537,13 +537,17 @@ impl SqliteStore {
         lease_generation: u64,
         commit: Option<&OutboxRow>,
     ) -> Result<(), StoreError> {
-        let op = Op::RecordTurn {
-            session_id: session_id.to_owned(),
+        let op = Op {
             encoded: self.encode_entries("record turn", entries)?,
-            binding_key: binding_key.to_owned(),
-            binding_json: binding_json.to_owned(),
-            lease_generation,
-            commit: commit.cloned(),
+            write: TurnWrite::RecordTurn {
+                session_id: session_id.to_owned(),
+                // Encoded above; the writer needs only their JSON.
+                entries: Vec::new(),
+                binding_key: binding_key.to_owned(),
+                binding_json: binding_json.to_owned(),
+                lease_generation,
+                commit: commit.cloned(),
+            },
         };
         self.run_now(&op).map(|_| ())
     }
@@ -556,55 +560,14 @@ impl SqliteStore {
 
     /// Turns a submitted write into what the writer runs (encoding transcript entries here,
     /// on the submitting thread, not under the writer).
-    fn prepare(&self, write: TurnWrite) -> Result<Op, StoreError> {
-        Ok(match write {
-            TurnWrite::AcquireLease {
-                session,
-                holder,
-                dead_holder,
-                now_ms,
-                ttl_ms,
-            } => Op::AcquireLease {
-                session,
-                holder,
-                dead_holder,
-                now_ms,
-                ttl_ms,
-            },
-            TurnWrite::ReleaseLease(lease) => Op::ReleaseLease(lease),
-            TurnWrite::RecordTurn {
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit,
-            } => Op::RecordTurn {
-                encoded: self.encode_entries("record turn", &entries)?,
-                session_id,
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit,
-            },
-            TurnWrite::EnqueueOutbox(row) => Op::EnqueueOutbox(row),
-            TurnWrite::CompleteOutbox {
-                session_id,
-                advancement_key,
-            } => Op::CompleteOutbox {
-                session_id,
-                advancement_key,
-            },
-            TurnWrite::FailOutbox {
-                session_id,
-                advancement_key,
-                error,
-            } => Op::FailOutbox {
-                session_id,
-                advancement_key,
-                error,
-            },
-        })
+    fn prepare(&self, mut write: TurnWrite) -> Result<Op, StoreError> {
+        let encoded = match &mut write {
+            TurnWrite::RecordTurn { entries, .. } => {
+                self.encode_entries("record turn", &std::mem::take(entries))?
+            }
+            _ => Vec::new(),
+        };
+        Ok(Op { write, encoded })
     }
 
     /// Queues a write and, unless another thread is running the queue, runs it (with whatever
@@ -755,34 +718,22 @@ fn lock_queue(queue: &Mutex<Vec<QueuedWrite>>) -> MutexGuard<'_, Vec<QueuedWrite
     queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A turn write as the writer runs it ([`TurnWrite`] with its transcript entries encoded).
-enum Op {
-    AcquireLease {
-        session: String,
-        holder: String,
-        dead_holder: Option<String>,
-        now_ms: u64,
-        ttl_ms: u64,
-    },
-    ReleaseLease(Lease),
-    RecordTurn {
-        session_id: String,
-        encoded: Vec<(String, String)>,
-        binding_key: String,
-        binding_json: String,
-        lease_generation: u64,
-        commit: Option<OutboxRow>,
-    },
-    EnqueueOutbox(OutboxRow),
-    CompleteOutbox {
-        session_id: String,
-        advancement_key: String,
-    },
-    FailOutbox {
-        session_id: String,
-        advancement_key: String,
-        error: String,
-    },
+/// A turn write as the writer runs it: a [`TurnWrite`] whose transcript entries were taken
+/// out and encoded.
+struct Op {
+    write: TurnWrite,
+    /// The `RecordTurn`'s entries as (entry id, message JSON).
+    encoded: Vec<(String, String)>,
+}
+
+impl From<TurnWrite> for Op {
+    /// A write without transcript entries.
+    fn from(write: TurnWrite) -> Op {
+        Op {
+            write,
+            encoded: Vec::new(),
+        }
+    }
 }
 
 /// What running an [`Op`] did: an outcome, or nothing because a newer lease generation fences
@@ -794,25 +745,15 @@ enum Applied {
 
 impl Op {
     fn operation(&self) -> &'static str {
-        match self {
-            Op::AcquireLease {
-                dead_holder: None, ..
-            } => "acquire session lease",
-            Op::AcquireLease { .. } => "take over session lease",
-            Op::ReleaseLease(_) => "release session lease",
-            Op::RecordTurn { .. } => "record turn",
-            Op::EnqueueOutbox(_) => "enqueue outbox row",
-            Op::CompleteOutbox { .. } => "complete outbox row",
-            Op::FailOutbox { .. } => "record outbox failure",
-        }
+        self.write.operation()
     }
 
     /// Runs the write inside the caller's transaction or savepoint; true when it is to be
     /// kept (a fenced write and a refused lease are rolled back).
     fn run(&self, conn: &Connection) -> rusqlite::Result<(Applied, bool)> {
         let done = Applied::Outcome(WriteOutcome::Done);
-        match self {
-            Op::AcquireLease {
+        match &self.write {
+            TurnWrite::AcquireLease {
                 session,
                 holder,
                 dead_holder,
@@ -829,33 +770,33 @@ impl Op {
             .map(|(attempt, keep)| (Applied::Outcome(WriteOutcome::Lease(attempt)), keep)),
             // Only the holder of this generation may release; expiry keeps the generation so a
             // stale holder stays fenced.
-            Op::ReleaseLease(lease) => conn
+            TurnWrite::ReleaseLease(lease) => conn
                 .prepare_cached(
                     "UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
                 )?
                 .execute(params![lease.session, lease.holder, lease.generation as i64])
                 .map(|_| (done, true)),
-            Op::RecordTurn {
+            TurnWrite::RecordTurn {
                 session_id,
-                encoded,
                 binding_key,
                 binding_json,
                 lease_generation,
                 commit,
+                ..
             } => {
                 if let Some(current) =
                     upsert_binding(conn, binding_key, binding_json, *lease_generation)?
                 {
                     return Ok((Applied::Fenced(current), false));
                 }
-                insert_entries(conn, session_id, encoded)?;
+                insert_entries(conn, session_id, &self.encoded)?;
                 if let Some(commit) = commit {
                     insert_outbox(conn, commit)?;
                 }
                 Ok((done, true))
             }
-            Op::EnqueueOutbox(row) => insert_outbox(conn, row).map(|()| (done, true)),
-            Op::CompleteOutbox {
+            TurnWrite::EnqueueOutbox(row) => insert_outbox(conn, row).map(|()| (done, true)),
+            TurnWrite::CompleteOutbox {
                 session_id,
                 advancement_key,
             } => {
@@ -870,7 +811,7 @@ impl Op {
                 }
                 Ok((done, true))
             }
-            Op::FailOutbox {
+            TurnWrite::FailOutbox {
                 session_id,
                 advancement_key,
                 error,
@@ -886,11 +827,11 @@ impl Op {
 
     /// The write's answer: a fenced write is refused as stale.
     fn finish(&self, applied: Applied) -> Result<WriteOutcome, StoreError> {
-        match (applied, self) {
+        match (applied, &self.write) {
             (Applied::Outcome(outcome), _) => Ok(outcome),
             (
                 Applied::Fenced(current),
-                Op::RecordTurn {
+                TurnWrite::RecordTurn {
                     binding_key,
                     lease_generation,
                     ..
@@ -1285,7 +1226,8 @@ impl StateStore for SqliteStore {
     }
 
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.run_now(&Op::EnqueueOutbox(row.clone())).map(|_| ())
+        self.run_now(&TurnWrite::EnqueueOutbox(row.clone()).into())
+            .map(|_| ())
     }
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
         self.with_reader("read outbox", |conn| {
@@ -1308,10 +1250,13 @@ impl StateStore for SqliteStore {
     }
 
     fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
-        self.run_now(&Op::CompleteOutbox {
-            session_id: session_id.to_owned(),
-            advancement_key: advancement_key.to_owned(),
-        })
+        self.run_now(
+            &TurnWrite::CompleteOutbox {
+                session_id: session_id.to_owned(),
+                advancement_key: advancement_key.to_owned(),
+            }
+            .into(),
+        )
         .map(|_| ())
     }
     fn fail_outbox(
@@ -1320,11 +1265,14 @@ impl StateStore for SqliteStore {
         advancement_key: &str,
         error: &str,
     ) -> Result<(), StoreError> {
-        self.run_now(&Op::FailOutbox {
-            session_id: session_id.to_owned(),
-            advancement_key: advancement_key.to_owned(),
-            error: error.to_owned(),
-        })
+        self.run_now(
+            &TurnWrite::FailOutbox {
+                session_id: session_id.to_owned(),
+                advancement_key: advancement_key.to_owned(),
+                error: error.to_owned(),
+            }
+            .into(),
+        )
         .map(|_| ())
     }
     fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
@@ -1395,13 +1343,16 @@ impl StateStore for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.run_now(&Op::AcquireLease {
-            session: session.to_owned(),
-            holder: holder.to_owned(),
-            dead_holder: None,
-            now_ms,
-            ttl_ms,
-        })
+        self.run_now(
+            &TurnWrite::AcquireLease {
+                session: session.to_owned(),
+                holder: holder.to_owned(),
+                dead_holder: None,
+                now_ms,
+                ttl_ms,
+            }
+            .into(),
+        )
         .map(WriteOutcome::into_lease)
     }
     fn take_over_lease(
@@ -1412,17 +1363,21 @@ impl StateStore for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.run_now(&Op::AcquireLease {
-            session: session.to_owned(),
-            holder: holder.to_owned(),
-            dead_holder: Some(dead_holder.to_owned()),
-            now_ms,
-            ttl_ms,
-        })
+        self.run_now(
+            &TurnWrite::AcquireLease {
+                session: session.to_owned(),
+                holder: holder.to_owned(),
+                dead_holder: Some(dead_holder.to_owned()),
+                now_ms,
+                ttl_ms,
+            }
+            .into(),
+        )
         .map(WriteOutcome::into_lease)
     }
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.run_now(&Op::ReleaseLease(lease.clone())).map(|_| ())
+        self.run_now(&TurnWrite::ReleaseLease(lease.clone()).into())
+            .map(|_| ())
     }
     fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
         self.write_tx("renew session lease", |tx| {
