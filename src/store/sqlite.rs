@@ -609,10 +609,28 @@ impl SqliteStore {
     /// answers each. When the transaction itself fails (it cannot begin or commit), each write
     /// runs again alone, so each gets its own answer.
     fn run_batch(&self, batch: Vec<QueuedWrite>) {
+        let mut orphans = Vec::new();
+        self.answer_batch(batch, &mut orphans);
+        // Leases acquired for cancelled turns: released by the queue's next batch.
+        if !orphans.is_empty() {
+            tracing::debug!(
+                leases = orphans.len(),
+                "releasing leases acquired for cancelled turns"
+            );
+            lock_queue(&self.queue).extend(orphans.into_iter().map(|lease| QueuedWrite {
+                op: TurnWrite::ReleaseLease(lease).into(),
+                reply: None,
+            }));
+        }
+    }
+
+    /// Runs a batch (see [`SqliteStore::run_batch`]), answering each write; leases nobody
+    /// waits for any more go to `orphans`.
+    fn answer_batch(&self, batch: Vec<QueuedWrite>, orphans: &mut Vec<Lease>) {
         if batch.len() == 1 {
             for queued in batch {
                 let result = self.run_now(&queued.op);
-                queued.answer_with(result);
+                orphans.extend(queued.answer_with(result));
             }
             return;
         }
@@ -642,14 +660,14 @@ impl SqliteStore {
                             classify(&self.path, queued.op.operation(), e, self.busy_timeout)
                         })
                         .and_then(|applied| queued.op.finish(applied));
-                    queued.answer_with(answer);
+                    orphans.extend(queued.answer_with(answer));
                 }
             }
             Err(e) => {
                 tracing::debug!(error = %e, writes = batch.len(), "a batch of queued writes failed; running each alone");
                 for queued in batch {
                     let result = self.run_now(&queued.op);
-                    queued.answer_with(result);
+                    orphans.extend(queued.answer_with(result));
                 }
             }
         }
@@ -700,14 +718,24 @@ struct QueuedWrite {
 }
 
 impl QueuedWrite {
-    fn answer_with(self, result: WriteResult) {
+    /// Hands the write its answer. A lease acquired for a submitter that stopped waiting (its
+    /// turn was cancelled) is returned, to be released: nobody holds it. (A turn cancelled
+    /// after the answer was sent and before it read it leaves its lease to expire, as a
+    /// crashed holder's.)
+    #[must_use]
+    fn answer_with(self, result: WriteResult) -> Option<Lease> {
         match self.reply {
-            // A submitter that stopped waiting no longer needs the answer.
-            Some(reply) => drop(reply.send(result)),
+            Some(reply) => match reply.send(result) {
+                Ok(()) => None,
+                Err(Ok(WriteOutcome::Lease(LeaseAttempt::Acquired(lease)))) => Some(lease),
+                // Any other answer nobody waits for any more needs nothing done.
+                Err(_) => None,
+            },
             None => {
                 if let Err(e) = result {
                     tracing::warn!(operation = self.op.operation(), error = %e, "a detached store write failed");
                 }
+                None
             }
         }
     }
@@ -1798,6 +1826,34 @@ mod tests {
         assert_eq!(
             s.load_binding("k2").unwrap().unwrap().json,
             "{\"by\":\"other\"}"
+        );
+    }
+
+    /// A lease acquired for a submitter that stopped waiting (its turn was cancelled while the
+    /// acquire was queued) is released by the queue: nobody would otherwise hold it until it
+    /// expires.
+    #[test]
+    fn a_lease_acquired_for_a_cancelled_turn_is_released() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.combining.store(true, Ordering::SeqCst);
+        let acquire = s.submit(TurnWrite::AcquireLease {
+            session: "k".into(),
+            holder: "p1".into(),
+            dead_holder: None,
+            now_ms: 0,
+            ttl_ms: 60_000,
+        });
+        drop(acquire);
+        s.combining.store(false, Ordering::SeqCst);
+        s.combine();
+        assert!(lock_queue(&s.queue).is_empty());
+        let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("k", "p2", 10, 60_000).unwrap()
+        else {
+            panic!("the cancelled turn's lease was left held");
+        };
+        assert_eq!(
+            lease.generation, 2,
+            "the cancelled turn's lease was never taken"
         );
     }
 
