@@ -6,6 +6,8 @@
 
 #[path = "support/serve.rs"]
 mod serve_support;
+#[path = "support/ws_client.rs"]
+mod ws_client;
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,9 +18,8 @@ use ctxbridge::serve::command::{options, ServeArgs};
 use ctxbridge::serve::{self, ServeHandle};
 use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest};
-use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
+use ws_client::Client;
 
 /// A generous bound so a broken proxy fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -99,96 +100,7 @@ impl Env {
     }
 }
 
-type WsStream =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// A test WebSocket client that keeps every message it received.
-struct Client {
-    ws: WsStream,
-    /// Notifications and server requests not consumed yet.
-    seen: Vec<Value>,
-    /// Every message received, in order.
-    all: Vec<Value>,
-}
-
 impl Client {
-    async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Client {
-            ws,
-            seen: Vec::new(),
-            all: Vec::new(),
-        }
-    }
-
-    async fn next(&mut self) -> Value {
-        loop {
-            let frame = tokio::time::timeout(PATIENCE, self.ws.next())
-                .await
-                .expect("no message in time")
-                .expect("connection closed")
-                .unwrap();
-            if let Message::Text(text) = frame {
-                let message: Value = serde_json::from_str(&text).unwrap();
-                self.all.push(message.clone());
-                return message;
-            }
-        }
-    }
-
-    async fn call(&mut self, id: Value, method: &str, params: Value) -> Value {
-        let request = json!({"id": id, "method": method, "params": params});
-        self.ws
-            .send(Message::Text(request.to_string()))
-            .await
-            .unwrap();
-        loop {
-            let message = self.next().await;
-            if message.get("id") == Some(&id) && message.get("method").is_none() {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-
-    async fn initialize(&mut self) {
-        let init = self
-            .call(json!(0), "initialize", json!({"clientInfo": {"name": "test", "version": "1"}, "capabilities": {"experimentalApi": true}}))
-            .await;
-        assert!(init["result"].is_object(), "{init}");
-        self.ws
-            .send(Message::Text(json!({"method": "initialized"}).to_string()))
-            .await
-            .unwrap();
-    }
-
-    async fn until(&mut self, method: &str) -> Value {
-        if let Some(i) = self.seen.iter().position(|m| m["method"] == method) {
-            return self.seen.remove(i);
-        }
-        loop {
-            let message = self.next().await;
-            if message["method"] == method {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-
-    async fn start_thread(&mut self, id: Value, ephemeral: bool) -> String {
-        let answer = self
-            .call(
-                id,
-                "thread/start",
-                json!({"baseInstructions": "You are a test model.", "ephemeral": ephemeral}),
-            )
-            .await;
-        answer["result"]["thread"]["id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{answer}"))
-            .to_owned()
-    }
-
     /// One turn: the `turn/start` answer and the `turn/completed` notification.
     async fn turn(&mut self, id: &str, thread: &str, text: &str) -> (Value, Value) {
         let answer = self
@@ -236,7 +148,7 @@ async fn turns_across_epochs_keep_the_client_thread() {
         return;
     };
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let thread = c.start_thread(json!(1), false).await;
 
     // Epoch 1: the client's own thread is adopted, then reused.
@@ -391,7 +303,7 @@ async fn resume_after_restart_continues_the_current_backend_thread() {
     };
     let thread = {
         let mut c = Client::connect(&env.url()).await;
-        c.initialize().await;
+        c.initialize_ok().await;
         let thread = c.start_thread(json!(1), false).await;
         for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
             let (_, done) = c.turn(id, &thread, text).await;
@@ -410,7 +322,7 @@ async fn resume_after_restart_continues_the_current_backend_thread() {
     let handle = serve_in(dir.path(), &mock, 4).await;
     let env = Env { handle, mock, dir };
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let resumed = c
         .call(json!(2), "thread/resume", json!({"threadId": thread}))
         .await;
@@ -445,7 +357,7 @@ async fn manual_compaction_runs_the_engine_and_starts_a_new_epoch() {
         return;
     };
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let thread = c.start_thread(json!(1), false).await;
     for (id, text) in [("a", "one"), ("b", "two")] {
         let (_, done) = c.turn(id, &thread, text).await;
@@ -498,7 +410,7 @@ async fn additional_context_is_the_default_on_codex_0_171() {
         return;
     };
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let thread = c.start_thread(json!(1), false).await;
     for (id, text) in [("a", "one"), ("b", "two"), ("c", "three")] {
         let (_, done) = c.turn(id, &thread, text).await;
@@ -547,7 +459,7 @@ const FOUR_PROMPTS: [&str; 4] = [
 /// the client thread id.
 async fn four_turns(env: &Env) -> (Client, String) {
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let thread = c.start_thread(json!(1), false).await;
     for (i, prompt) in FOUR_PROMPTS.iter().enumerate() {
         let (_, done) = c.turn(&format!("t{i}"), &thread, prompt).await;
@@ -669,7 +581,7 @@ async fn resume_pages_turns_and_items_across_rotations() {
     assert_ne!(env.backend_of(&thread), thread, "the session rotated");
 
     let mut tui = Client::connect(&env.url()).await;
-    tui.initialize().await;
+    tui.initialize_ok().await;
     let resume = tui
         .call(
             json!("resume"),
@@ -799,7 +711,7 @@ async fn rotated_threads_inherit_the_client_settings() {
     let workdir = tempfile::tempdir().unwrap();
     let cwd = workdir.path().canonicalize().unwrap().display().to_string();
     let mut c = Client::connect(&env.url()).await;
-    c.initialize().await;
+    c.initialize_ok().await;
     let started = c
         .call(
             json!(1),
@@ -960,7 +872,7 @@ async fn backend_url_uses_a_running_app_server_and_reconnects() {
             .await
             .unwrap();
         let mut c = Client::connect(&format!("ws://{}", handle.local_addr.unwrap())).await;
-        c.initialize().await;
+        c.initialize_ok().await;
         let thread = c.start_thread(json!(1), false).await;
         let prompt = |n: &str| format!("{name} {n}");
         for (i, n) in ["one", "two"].into_iter().enumerate() {

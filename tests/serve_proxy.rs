@@ -3,6 +3,9 @@
 //! need Codex skip loudly when it is not installed; transport-level tests run without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/ws_client.rs"]
+mod ws_client;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +15,12 @@ use ctxbridge::serve::{self, CapabilityToken, ListenAddr, ServeHandle, ServeOpti
 use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
+use ws_client::Client;
 
 /// A generous bound so a broken proxy fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -92,109 +96,6 @@ async fn without_codex(tweak: impl FnOnce(&mut ServeOptions)) -> Env {
         store,
         dir,
     }
-}
-
-/// A test WebSocket client that keeps notifications it skipped while waiting for a response;
-/// over TCP (`ws://`) by default, or over a unix socket.
-struct Client<S = tokio_tungstenite::MaybeTlsStream<TcpStream>> {
-    ws: tokio_tungstenite::WebSocketStream<S>,
-    seen: Vec<Value>,
-}
-
-impl Client {
-    async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Client {
-            ws,
-            seen: Vec::new(),
-        }
-    }
-}
-
-impl Client<UnixStream> {
-    /// Connects as Codex's own client does to a `unix://` app-server: the WebSocket upgrade
-    /// (at `/rpc`) over the socket.
-    async fn connect_unix(path: &Path) -> Client<UnixStream> {
-        let stream = UnixStream::connect(path).await.unwrap();
-        let (ws, _) = tokio_tungstenite::client_async("ws://localhost/rpc", stream)
-            .await
-            .unwrap();
-        Client {
-            ws,
-            seen: Vec::new(),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
-    async fn send(&mut self, message: Value) {
-        self.ws
-            .send(Message::Text(message.to_string()))
-            .await
-            .unwrap();
-    }
-
-    async fn next(&mut self) -> Value {
-        loop {
-            let frame = tokio::time::timeout(PATIENCE, self.ws.next())
-                .await
-                .expect("no message in time")
-                .expect("connection closed")
-                .unwrap();
-            if let Message::Text(text) = frame {
-                return serde_json::from_str(&text).unwrap();
-            }
-        }
-    }
-
-    /// Sends a request and returns its response, keeping everything else in `seen`.
-    async fn call(&mut self, id: Value, method: &str, params: Value) -> Value {
-        self.send(json!({"id": id, "method": method, "params": params}))
-            .await;
-        loop {
-            let message = self.next().await;
-            if message.get("id") == Some(&id) && message.get("method").is_none() {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-
-    async fn initialize(&mut self, id: Value) -> Value {
-        let response = self
-            .call(id, "initialize", json!({"clientInfo": {"name": "test", "version": "1"}, "capabilities": {"experimentalApi": true}}))
-            .await;
-        self.send(json!({"method": "initialized"})).await;
-        response
-    }
-
-    /// Waits for a notification with `method` (looking at kept ones first).
-    async fn until(&mut self, method: &str) -> Value {
-        if let Some(i) = self.seen.iter().position(|m| m["method"] == method) {
-            return self.seen.remove(i);
-        }
-        loop {
-            let message = self.next().await;
-            if message["method"] == method {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-}
-
-async fn start_thread(client: &mut Client, id: Value, ephemeral: bool) -> String {
-    let response = client
-        .call(
-            id,
-            "thread/start",
-            json!({"baseInstructions": "You are a test model.", "ephemeral": ephemeral}),
-        )
-        .await;
-    response["result"]["thread"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{response}"))
-        .to_owned()
 }
 
 /// A client's `initialize` is answered from the upstream's with ctxbridge added to
@@ -328,7 +229,7 @@ async fn ephemeral_thread_is_not_recorded() {
     };
     let mut c = Client::connect(&env.url()).await;
     c.initialize(json!(1)).await;
-    let eph = start_thread(&mut c, json!(2), true).await;
+    let eph = c.start_thread(json!(2), true).await;
     let turn = c
         .call(
             json!(3),
@@ -339,7 +240,7 @@ async fn ephemeral_thread_is_not_recorded() {
     assert!(turn["result"]["turn"]["id"].is_string(), "{turn}");
     let done = c.until("turn/completed").await;
     assert_eq!(done["params"]["threadId"], eph);
-    let normal = start_thread(&mut c, json!(4), false).await;
+    let normal = c.start_thread(json!(4), false).await;
     assert_eq!(
         env.store
             .load_document(serve::thread_map::NAMESPACE, &eph)
@@ -365,7 +266,7 @@ async fn upstream_death_fails_the_turn_and_restarts() {
     };
     let mut c = Client::connect(&env.url()).await;
     c.initialize(json!(1)).await;
-    let thread = start_thread(&mut c, json!(2), false).await;
+    let thread = c.start_thread(json!(2), false).await;
     env.mock
         .as_ref()
         .unwrap()
@@ -798,7 +699,7 @@ async fn shutdown_interrupts_running_turns_and_stops_the_child() {
     };
     let mut c = Client::connect(&env.url()).await;
     c.initialize(json!(1)).await;
-    let thread = start_thread(&mut c, json!(2), false).await;
+    let thread = c.start_thread(json!(2), false).await;
     env.mock
         .as_ref()
         .unwrap()
@@ -865,12 +766,7 @@ async fn serve_command_runs_and_stops_on_sigterm() {
     let url = format!("ws://127.0.0.1:{port}");
     let mut c = loop {
         match tokio_tungstenite::connect_async(url.as_str()).await {
-            Ok((ws, _)) => {
-                break Client {
-                    ws,
-                    seen: Vec::new(),
-                }
-            }
+            Ok((ws, _)) => break Client::over(ws),
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
