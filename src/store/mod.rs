@@ -383,29 +383,17 @@ impl TurnWrite {
                 binding_key,
                 binding_json,
                 lease_generation,
-                commit: None,
-            } => done(store.record_turn(
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                *lease_generation,
-            )),
-            TurnWrite::RecordTurn {
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit: Some(commit),
-            } => done(store.record_turn_with_commit(
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                *lease_generation,
                 commit,
-            )),
+            } => {
+                let (id, key, json, generation) =
+                    (session_id, binding_key, binding_json, *lease_generation);
+                done(match commit {
+                    None => store.record_turn(id, entries, key, json, generation),
+                    Some(commit) => {
+                        store.record_turn_with_commit(id, entries, key, json, generation, commit)
+                    }
+                })
+            }
             TurnWrite::EnqueueOutbox(row) => done(store.enqueue_outbox(row)),
             TurnWrite::CompleteOutbox {
                 session_id,
