@@ -591,6 +591,9 @@ impl SqliteStore {
             {
                 return;
             }
+            // Given up on the way out, also if a batch panics (its writes' submitters then get
+            // an error instead of an answer), so the queue never stays claimed.
+            let role = CombinerRole(&self.combining);
             loop {
                 let batch = std::mem::take(&mut *lock_queue(&self.queue));
                 if batch.is_empty() {
@@ -598,7 +601,7 @@ impl SqliteStore {
                 }
                 self.run_batch(batch);
             }
-            self.combining.store(false, Ordering::SeqCst);
+            drop(role);
             if lock_queue(&self.queue).is_empty() {
                 return;
             }
@@ -661,6 +664,18 @@ impl SqliteStore {
                         })
                         .and_then(|applied| queued.op.finish(applied));
                     orphans.extend(queued.answer_with(answer));
+                }
+            }
+            // Another process kept the database locked past the busy timeout: each write
+            // would wait as long again.
+            Err(StoreError::Locked { waited_ms, .. }) => {
+                for queued in batch {
+                    let locked = StoreError::Locked {
+                        path: self.path.clone(),
+                        operation: queued.op.operation(),
+                        waited_ms,
+                    };
+                    orphans.extend(queued.answer_with(Err(locked)));
                 }
             }
             Err(e) => {
@@ -738,6 +753,15 @@ impl QueuedWrite {
                 None
             }
         }
+    }
+}
+
+/// The queue-runner role of one thread; given up when dropped.
+struct CombinerRole<'a>(&'a AtomicBool);
+
+impl Drop for CombinerRole<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -1440,7 +1464,9 @@ impl StateStore for SqliteStore {
                 Err(StoreError::Io {
                     path,
                     operation: "wait for a queued write",
-                    source: std::io::Error::other("the store was dropped with the write queued"),
+                    source: std::io::Error::other(
+                        "the write was abandoned unanswered (the thread running it panicked)",
+                    ),
                 })
             })
         })
@@ -1855,6 +1881,41 @@ mod tests {
             lease.generation, 2,
             "the cancelled turn's lease was never taken"
         );
+    }
+
+    /// A batch that cannot take the write lock (another process holds it past the busy
+    /// timeout) answers each of its writes `Locked`, under the write's own operation.
+    #[tokio::test]
+    async fn a_locked_batch_answers_each_write_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let s = SqliteStore::open_with_timeout(&path, Duration::from_millis(50)).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        s.combining.store(true, Ordering::SeqCst);
+        let acquire = s.submit(TurnWrite::AcquireLease {
+            session: "k".into(),
+            holder: "p1".into(),
+            dead_holder: None,
+            now_ms: 0,
+            ttl_ms: 60_000,
+        });
+        let complete = s.submit(TurnWrite::CompleteOutbox {
+            session_id: "s".into(),
+            advancement_key: "turn-1".into(),
+        });
+        s.combining.store(false, Ordering::SeqCst);
+        s.combine();
+        for (answer, operation) in [
+            (acquire.await, "acquire session lease"),
+            (complete.await, "complete outbox row"),
+        ] {
+            match answer {
+                Err(StoreError::Locked { operation: op, .. }) => assert_eq!(op, operation),
+                other => panic!("{operation}: {other:?}"),
+            }
+        }
+        other.execute_batch("COMMIT").unwrap();
     }
 
     /// A detached write (nobody waits for it) runs too: at once when the queue is free, else
