@@ -9,47 +9,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use node::node_at_least;
 use serde_json::{json, Value};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `(major, minor)` of a Node binary, or None when it does not run.
-fn node_version(node: &str) -> Option<(u32, u32)> {
-    let out = Command::new(node)
-        .args(["-p", "process.versions.node"])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.trim().split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-/// A Node that has `node:sqlite`: the pinned one, else `node` on PATH; None (with a loud
-/// note naming `test`) when neither is new enough.
-fn sqlite_node(test: &str) -> Option<String> {
-    let pinned = repo().join("examples/openclaw-plugin-host/node_modules/.bin/node");
-    for candidate in [pinned.display().to_string(), "node".to_string()] {
-        if let Some(version) = node_version(&candidate) {
-            if version >= (22, 5) {
-                return Some(candidate);
-            }
-        }
-    }
-    eprintln!(
-        "SKIPPED {test}: no Node >= 22.5 (run `npm ci` in examples/openclaw-plugin-host for the pinned one)"
-    );
-    None
 }
 
 fn run(dir: &Path, home: &Path, args: &[&str]) -> Output {
@@ -72,7 +43,10 @@ fn run(dir: &Path, home: &Path, args: &[&str]) -> Output {
 /// `<state dir>/sessions`, and nothing was written to the user's home.
 #[test]
 fn published_api_plugin_runs_unchanged_through_ctxbridge() {
-    let Some(node) = sqlite_node("published_api_plugin_runs_unchanged_through_ctxbridge") else {
+    let Some(node) = node_at_least(
+        (22, 5),
+        "published_api_plugin_runs_unchanged_through_ctxbridge",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -170,8 +144,10 @@ fn session_file_entries(path: &Path) -> Vec<Value> {
 /// everything it writes stays under the state dir.
 #[tokio::test(flavor = "multi_thread")]
 async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
-    let Some(node) = sqlite_node("plugin_reads_the_session_file_and_its_prompts_reach_the_model")
-    else {
+    let Some(node) = node_at_least(
+        (22, 5),
+        "plugin_reads_the_session_file_and_its_prompts_reach_the_model",
+    ) else {
         return;
     };
     let mock = MockModelServer::start(MockModelConfig::stateful())
@@ -317,8 +293,10 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
 /// child's row stays.
 #[tokio::test(flavor = "multi_thread")]
 async fn rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails() {
-    let Some(node) = sqlite_node("rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails")
-    else {
+    let Some(node) = node_at_least(
+        (22, 5),
+        "rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

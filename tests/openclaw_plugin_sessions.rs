@@ -13,46 +13,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
+use node::node_at_least;
 use serde_json::{json, Value};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `(major, minor)` of a Node binary, or None when it does not run.
-fn node_version(node: &str) -> Option<(u32, u32)> {
-    let out = Command::new(node)
-        .args(["-p", "process.versions.node"])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.trim().split('.');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
-/// The pinned Node, else `node` on PATH, when it is at least `min`; None (with a loud note
-/// naming `test`) otherwise.
-fn node_at_least(min: (u32, u32), test: &str) -> Option<String> {
-    let pinned = repo().join("examples/openclaw-plugin-host/node_modules/.bin/node");
-    for candidate in [pinned.display().to_string(), "node".to_string()] {
-        if node_version(&candidate).is_some_and(|v| v >= min) {
-            return Some(candidate);
-        }
-    }
-    eprintln!(
-        "SKIPPED {test}: no Node >= {}.{} (run `npm ci` in examples/openclaw-plugin-host for the pinned one)",
-        min.0, min.1
-    );
-    None
 }
 
 fn ctxbridge(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {

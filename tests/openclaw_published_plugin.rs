@@ -17,38 +17,19 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+#[path = "support/node.rs"]
+mod node;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use node::node_at_least;
 use serde_json::{json, Value};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The pinned Node, else `node` on PATH, when it can transform TypeScript (>= 22.7).
-fn transform_types_node() -> Option<String> {
-    let pinned = repo().join("examples/openclaw-plugin-host/node_modules/.bin/node");
-    for candidate in [pinned.display().to_string(), "node".to_string()] {
-        let Ok(out) = Command::new(&candidate)
-            .args(["-p", "process.versions.node"])
-            .output()
-        else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut parts = text
-            .trim()
-            .split('.')
-            .map(|p| p.parse::<u32>().unwrap_or(0));
-        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if out.status.success() && version >= (22, 7) {
-            return Some(candidate);
-        }
-    }
-    None
 }
 
 /// One request the fake Graphiti server received.
@@ -193,8 +174,8 @@ async fn published_graphiti_plugin_runs_unchanged() {
         eprintln!("SKIPPED published_graphiti_plugin_runs_unchanged: run `npm ci --prefix tests/openclaw-plugins`");
         return;
     }
-    let Some(node) = transform_types_node() else {
-        eprintln!("SKIPPED published_graphiti_plugin_runs_unchanged: no Node >= 22.7 (run `npm ci` in examples/openclaw-plugin-host)");
+    // Node >= 22.7 transforms the plugin's TypeScript.
+    let Some(node) = node_at_least((22, 7), "published_graphiti_plugin_runs_unchanged") else {
         return;
     };
     let graphiti = FakeGraphiti::start();
