@@ -96,6 +96,26 @@ struct Call<'a> {
     conversation: bool,
 }
 
+impl<'a> Call<'a> {
+    /// A JSON call on an existing conversation (its items, itself).
+    fn on_conversation(
+        operation: &'static str,
+        method: Method,
+        url: &'a Url,
+        body: Option<Vec<u8>>,
+    ) -> Call<'a> {
+        Call {
+            operation,
+            method,
+            url,
+            body,
+            accept: "application/json",
+            chained: false,
+            conversation: true,
+        }
+    }
+}
+
 impl ResponsesClient {
     pub fn new(config: ResponsesConfig) -> Result<Self, ResponsesError> {
         let base_url =
@@ -332,15 +352,8 @@ impl ResponsesClient {
                         message: format!("cannot encode the request: {e}"),
                     }
                 })?;
-            let call = Call {
-                operation: CREATE_ITEMS_OPERATION,
-                method: Method::POST,
-                url: &url,
-                body: Some(body),
-                accept: "application/json",
-                chained: false,
-                conversation: true,
-            };
+            let call =
+                Call::on_conversation(CREATE_ITEMS_OPERATION, Method::POST, &url, Some(body));
             let response = self.send_with_retries(call).await?;
             let bytes = self
                 .read_json_body(CREATE_ITEMS_OPERATION, response)
@@ -371,15 +384,7 @@ impl ResponsesClient {
                     query.append_pair("after", after);
                 }
             }
-            let call = Call {
-                operation: LIST_ITEMS_OPERATION,
-                method: Method::GET,
-                url: &url,
-                body: None,
-                accept: "application/json",
-                chained: false,
-                conversation: true,
-            };
+            let call = Call::on_conversation(LIST_ITEMS_OPERATION, Method::GET, &url, None);
             let response = self.send_with_retries(call).await?;
             let bytes = self.read_json_body(LIST_ITEMS_OPERATION, response).await?;
             let page: WireItemPage =
@@ -411,15 +416,7 @@ impl ResponsesClient {
     /// is an error for which [`ResponsesError::is_conversation_not_found`] holds.
     pub async fn retrieve_conversation(&self, id: &str) -> Result<Conversation, ResponsesError> {
         let url = endpoint(&self.base_url, &["conversations", id]);
-        let call = Call {
-            operation: RETRIEVE_CONVERSATION_OPERATION,
-            method: Method::GET,
-            url: &url,
-            body: None,
-            accept: "application/json",
-            chained: false,
-            conversation: true,
-        };
+        let call = Call::on_conversation(RETRIEVE_CONVERSATION_OPERATION, Method::GET, &url, None);
         self.conversation_call(call).await
     }
 
@@ -427,15 +424,7 @@ impl ResponsesClient {
     /// an error for which [`ResponsesError::is_conversation_not_found`] holds.
     pub async fn delete_conversation(&self, id: &str) -> Result<(), ResponsesError> {
         let url = endpoint(&self.base_url, &["conversations", id]);
-        let call = Call {
-            operation: DELETE_CONVERSATION_OPERATION,
-            method: Method::DELETE,
-            url: &url,
-            body: None,
-            accept: "application/json",
-            chained: false,
-            conversation: true,
-        };
+        let call = Call::on_conversation(DELETE_CONVERSATION_OPERATION, Method::DELETE, &url, None);
         let response = self.send_with_retries(call).await?;
         self.read_json_body(DELETE_CONVERSATION_OPERATION, response)
             .await?;
