@@ -181,6 +181,19 @@ async fn turns_across_epochs_keep_the_client_thread() {
             }
         }
     }
+    // Each turn's answer came before its `turn/started`, as from Codex itself.
+    for (n, id) in ["t1", "t2", "t3", "t4"].into_iter().enumerate() {
+        let at = c
+            .all
+            .iter()
+            .position(|m| m["id"] == id && m.get("result").is_some())
+            .unwrap_or_else(|| panic!("no answer to {id}"));
+        let started = c.all[..at]
+            .iter()
+            .filter(|m| m["method"] == "turn/started")
+            .count();
+        assert_eq!(started, n, "the answer to {id} came after its turn/started");
+    }
     let users: Vec<&Value> = c
         .all
         .iter()

@@ -152,6 +152,18 @@ pub struct SessionRequest {
     /// this process never touched the thread): a turn or compaction must `thread/resume` it
     /// first, as Codex requires.
     pub needs_resume: bool,
+    /// Where the request's answer goes: a session's upstream request made with
+    /// [`UpstreamHandle::request_answering`] answers the client from the hub, in order with the
+    /// upstream's notifications.
+    pub answer: ClientAnswer,
+}
+
+/// A client request still to be answered: its connection, its id and its method.
+#[derive(Debug, Clone)]
+pub struct ClientAnswer {
+    conn: ConnId,
+    id: Value,
+    method: String,
 }
 
 /// The seam between the proxy and whatever serves a session's turns. Its result is the
@@ -193,7 +205,9 @@ impl SessionTurns for PassThroughSessions {
                 )
                 .await?;
         }
-        upstream.request(request.op.method(), request.params).await
+        upstream
+            .request_answering(request.op.method(), request.params, &request.answer)
+            .await
     }
 }
 
@@ -310,6 +324,27 @@ impl UpstreamHandle {
             method: method.to_owned(),
             params,
             reply: Some(tx),
+            answer: None,
+        });
+        await_hub_reply(sent.is_ok(), rx).await
+    }
+
+    /// As [`UpstreamHandle::request`]; a result also answers the client request `answer` at
+    /// once, where the upstream's answer stands among its notifications (Codex answers a
+    /// `turn/start` before the turn's `turn/started`; a client must see the same order). The
+    /// session request's own result is then not sent again. An error is only returned.
+    pub async fn request_answering(
+        &self,
+        method: &str,
+        params: Value,
+        answer: &ClientAnswer,
+    ) -> Result<Value, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.hub.send(HubMsg::Internal {
+            method: method.to_owned(),
+            params,
+            reply: Some(tx),
+            answer: Some(answer.clone()),
         });
         await_hub_reply(sent.is_ok(), rx).await
     }
@@ -363,6 +398,8 @@ pub enum HubMsg {
         method: String,
         params: Value,
         reply: Option<oneshot::Sender<Result<Value, RpcError>>>,
+        /// A result also answers this client request ([`UpstreamHandle::request_answering`]).
+        answer: Option<ClientAnswer>,
     },
     /// Copy the notifications of a backend thread to `tx` ([`UpstreamHandle::watch`]).
     Watch {
@@ -424,8 +461,16 @@ pub enum HubMsg {
 pub struct UpstreamEventMsg(UpstreamEvent);
 
 enum Origin {
-    Client { conn: ConnId, id: Value },
+    Client {
+        conn: ConnId,
+        id: Value,
+    },
     Internal(Option<oneshot::Sender<Result<Value, RpcError>>>),
+    /// A session's request whose result also answers a client request.
+    Answering {
+        reply: oneshot::Sender<Result<Value, RpcError>>,
+        answer: ClientAnswer,
+    },
 }
 
 struct Pending {
@@ -483,6 +528,9 @@ pub(crate) struct Hub {
     /// Backend threads whose `thread/compact/start` answer is to be followed by a compaction
     /// turn made up here (the engine compacted without the upstream).
     compaction_turns: std::collections::HashSet<String>,
+    /// Client requests (connection, id as JSON text) already answered by the upstream's own
+    /// answer; their session request's result is not sent again.
+    answered: std::collections::HashSet<(ConnId, String)>,
     shutdown: Option<Shutdown>,
 }
 
@@ -511,6 +559,7 @@ pub(crate) fn start(
         watchers: HashMap::new(),
         user_inputs: HashMap::new(),
         compaction_turns: std::collections::HashSet::new(),
+        answered: std::collections::HashSet::new(),
         shutdown: None,
     };
     let task = tokio::spawn(hub.run(rx));
@@ -626,9 +675,13 @@ impl Hub {
                     method,
                     params,
                     reply,
+                    answer,
                 } => {
-                    self.forward(method, params, Origin::Internal(reply), false)
-                        .await;
+                    let origin = match (reply, answer) {
+                        (Some(reply), Some(answer)) => Origin::Answering { reply, answer },
+                        (reply, _) => Origin::Internal(reply),
+                    };
+                    self.forward(method, params, origin, false).await;
                 }
                 HubMsg::UpstreamInfo { reply } => {
                     let outcome = self
@@ -690,12 +743,14 @@ impl Hub {
                     outcome,
                 } => {
                     let answered = outcome.is_ok();
-                    let outcome = outcome.map(|mut result| {
-                        self.threads
-                            .rewrite(&mut result, Direction::ToClient, Some(&method));
-                        result
-                    });
-                    self.send_to(conn, response(id, outcome));
+                    if !self.answered.remove(&(conn, id.to_string())) {
+                        let outcome = outcome.map(|mut result| {
+                            self.threads
+                                .rewrite(&mut result, Direction::ToClient, Some(&method));
+                            result
+                        });
+                        self.send_to(conn, response(id, outcome));
+                    }
                     if self.compaction_turns.remove(&thread)
                         && answered
                         && method == "thread/compact/start"
@@ -922,6 +977,11 @@ impl Hub {
                     conn,
                     params,
                     needs_resume: !self.attached.contains(thread),
+                    answer: ClientAnswer {
+                        conn,
+                        id: id.clone(),
+                        method: method.clone(),
+                    },
                 };
                 let sessions = self.sessions.clone();
                 let handle = UpstreamHandle {
@@ -1009,6 +1069,16 @@ impl Hub {
                 if let Err(error) = outcome {
                     tracing::warn!(%method, error = %error.message, "serve: internal request failed");
                 }
+            }
+            Origin::Answering { reply, answer } => {
+                if let Ok(result) = &outcome {
+                    let mut result = result.clone();
+                    self.threads
+                        .rewrite(&mut result, Direction::ToClient, Some(&answer.method));
+                    self.send_to(answer.conn, response(answer.id.clone(), Ok(result)));
+                    self.answered.insert((answer.conn, answer.id.to_string()));
+                }
+                let _ = reply.send(outcome);
             }
         }
     }
@@ -1250,6 +1320,7 @@ impl Hub {
                         method: "turn/interrupt".to_owned(),
                         params: json!({"threadId": thread, "turnId": turn}),
                         reply: None,
+                        answer: None,
                     });
                 }
             }
@@ -1380,6 +1451,122 @@ mod tests {
             Outbound::Message(message) => message,
             Outbound::Close(code, reason) => panic!("closed {code} {reason}"),
         }
+    }
+
+    /// A session's `turn/start` is answered where the upstream's answer stands among its
+    /// notifications: before the turn's `turn/started`, deltas and `turn/completed`, even when
+    /// they all arrive at once (the session request's task would answer only later).
+    #[tokio::test]
+    async fn a_session_turn_is_answered_before_its_notifications() {
+        let mut rig = Rig::new(ThreadMap::new(None));
+        let mut client = rig.client(1).await;
+        rig.request(
+            1,
+            json!("turn-1"),
+            "turn/start",
+            json!({"threadId": "th", "input": []}),
+        );
+        let resume = rig.upstream_got().await;
+        assert_eq!(resume["method"], "thread/resume");
+        rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
+        let start = rig.upstream_got().await;
+        assert_eq!(start["method"], "turn/start");
+        let turn = json!({"id": "tu", "status": "inProgress", "items": []});
+        rig.upstream_says(json!({"id": start["id"], "result": {"turn": turn}}));
+        rig.upstream_says(
+            json!({"method": "turn/started", "params": {"threadId": "th", "turn": turn}}),
+        );
+        rig.upstream_says(json!({"method": "item/agentMessage/delta", "params": {"threadId": "th", "turnId": "tu", "itemId": "m", "delta": "x"}}));
+        rig.upstream_says(json!({"method": "turn/completed", "params": {"threadId": "th", "turn": {"id": "tu", "status": "completed", "items": []}}}));
+        assert_eq!(
+            got(&mut client).await,
+            json!({"id": "turn-1", "result": {"turn": turn}})
+        );
+        for method in ["turn/started", "item/agentMessage/delta", "turn/completed"] {
+            assert_eq!(got(&mut client).await["method"], method);
+        }
+        // The session request's own result is not sent a second time.
+        rig.request(1, json!(2), "config/read", json!({}));
+        let read = rig.upstream_got().await;
+        rig.upstream_says(json!({"id": read["id"], "result": {"config": {}}}));
+        assert_eq!(got(&mut client).await["id"], 2);
+    }
+
+    /// The same for an engine session: the harness runs the turn (the session's first: the
+    /// client's thread is adopted, resumed and given its instructions), and the client still
+    /// gets the `turn/start` answer before the turn's notifications, then no second answer.
+    #[tokio::test]
+    async fn an_engine_turn_is_answered_before_its_notifications() {
+        use crate::serve::sessions::{EngineSessions, ServeBackend};
+        let store = Arc::new(crate::store::SqliteStore::in_memory().unwrap());
+        let backend = Arc::new(ServeBackend::new());
+        let app = crate::app::open_with_backend(
+            &crate::config::Config::default(),
+            store,
+            backend.clone(),
+        )
+        .await;
+        let sessions = Arc::new(EngineSessions::new(Arc::new(app.harness), backend));
+        let rig = Rig::with_sessions(ThreadMap::new(None), sessions);
+        let mut client = rig.client(1).await;
+        let Rig { hub, mut peer } = rig;
+        // The scripted upstream: every request answered; a turn's notifications follow its
+        // answer at once.
+        tokio::spawn(async move {
+            while let Some(line) = peer.written.recv().await {
+                let request: Value = serde_json::from_str(&line).unwrap();
+                let Some(id) = request.get("id").cloned() else {
+                    continue;
+                };
+                let says = |message: Value| {
+                    let Value::Object(map) = message else {
+                        panic!("not an object")
+                    };
+                    let _ = peer.events.send(UpstreamEvent::Message(map));
+                };
+                match request["method"].as_str().unwrap() {
+                    "turn/start" => {
+                        let turn = json!({"id": "tu", "status": "inProgress", "items": []});
+                        says(json!({"id": id, "result": {"turn": turn}}));
+                        says(
+                            json!({"method": "turn/started", "params": {"threadId": "th", "turn": turn}}),
+                        );
+                        says(
+                            json!({"method": "item/agentMessage/delta", "params": {"threadId": "th", "turnId": "tu", "itemId": "m", "delta": "hi"}}),
+                        );
+                        says(
+                            json!({"method": "turn/completed", "params": {"threadId": "th", "turn": {"id": "tu", "status": "completed", "items": []}}}),
+                        );
+                    }
+                    "thread/resume" => says(json!({"id": id, "result": {"thread": {"id": "th"}}})),
+                    _ => says(json!({"id": id, "result": {}})),
+                }
+            }
+        });
+        hub.send(HubMsg::Request {
+            conn: 1,
+            id: json!("turn-1"),
+            method: "turn/start".to_owned(),
+            params: Some(json!({"threadId": "th", "input": [{"type": "text", "text": "hello"}]})),
+        })
+        .unwrap();
+        let answer = got(&mut client).await;
+        assert_eq!(answer["id"], "turn-1", "{answer}");
+        assert_eq!(answer["result"]["turn"]["id"], "tu", "{answer}");
+        for method in ["turn/started", "item/agentMessage/delta", "turn/completed"] {
+            let message = got(&mut client).await;
+            assert_eq!(message["method"], method, "{message}");
+        }
+        // The harness records the turn; its session request ends without a second answer.
+        hub.send(HubMsg::Request {
+            conn: 1,
+            id: json!(2),
+            method: "config/read".to_owned(),
+            params: Some(json!({})),
+        })
+        .unwrap();
+        let next = got(&mut client).await;
+        assert_eq!(next["id"], 2, "{next}");
     }
 
     /// A session's manual compaction done without an upstream turn (the engine compacted

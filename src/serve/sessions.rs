@@ -50,8 +50,8 @@ use crate::backend::{
 use crate::harness::{Harness, HarnessError, TurnSpec};
 use crate::serve::history::{self, PageRequest, SessionHistory};
 use crate::serve::router::{
-    ConnId, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle, INTERNAL_ERROR,
-    INVALID_REQUEST,
+    ClientAnswer, ConnId, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
+    INTERNAL_ERROR, INVALID_REQUEST,
 };
 
 tokio::task_local! {
@@ -72,6 +72,9 @@ struct TurnScope {
     adopt: Mutex<Option<String>>,
     /// Where the upstream's answer to the `turn/start` (or `thread/compact/start`) goes.
     accepted: Mutex<Option<oneshot::Sender<Value>>>,
+    /// The client request the upstream's first accepting answer answers, from the router, in
+    /// order with the turn's notifications.
+    answer: ClientAnswer,
     /// The harness serving the session (a rotation records where the transcript stood).
     harness: Arc<Harness>,
 }
@@ -90,6 +93,32 @@ impl TurnScope {
         if let Some(sender) = sender {
             let _ = sender.send(result);
         }
+    }
+
+    /// The upstream request that starts the turn (or the compaction): the first one accepted
+    /// answers the client at once ([`UpstreamHandle::request_answering`]); a later one (a
+    /// retry on a new thread after an overflow) only the harness.
+    async fn request_start(
+        scope: Option<&TurnScope>,
+        upstream: &UpstreamHandle,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        match scope.filter(|s| s.awaits_acceptance()) {
+            Some(scope) => {
+                upstream
+                    .request_answering(method, params, &scope.answer)
+                    .await
+            }
+            None => upstream.request(method, params).await,
+        }
+    }
+
+    fn awaits_acceptance(&self) -> bool {
+        self.accepted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     fn take_adoptable(&self) -> Option<String> {
@@ -433,8 +462,7 @@ impl ThreadedBackend for ServeBackend {
             upstream.show_user_input(&thread, input.clone());
         }
         let mut watch = upstream.watch(&thread);
-        let result = upstream
-            .request(OP, params)
+        let result = TurnScope::request_start(scope.as_deref(), upstream, OP, params)
             .await
             .map_err(|e| rpc_error(OP, &thread, e))?;
         let turn_id = result
@@ -474,11 +502,12 @@ impl ThreadedBackend for ServeBackend {
         let thread = thread_id.as_str();
         let upstream = self.attached(OP, thread).await?;
         let mut watch = upstream.watch(thread);
-        let result = upstream
-            .request(OP, json!({"threadId": thread}))
-            .await
-            .map_err(|e| rpc_error(OP, thread, e))?;
-        if let Some(scope) = TurnScope::current() {
+        let scope = TurnScope::current();
+        let result =
+            TurnScope::request_start(scope.as_deref(), upstream, OP, json!({"threadId": thread}))
+                .await
+                .map_err(|e| rpc_error(OP, thread, e))?;
+        if let Some(scope) = scope {
             scope.accept(result);
         }
         let ended = follow_turn(OP, &mut watch, None, None).await?;
@@ -916,6 +945,7 @@ impl SessionTurns for EngineSessions {
                     extra_items,
                     adopt: Mutex::new(adopt),
                     accepted: Mutex::new(None),
+                    answer: request.answer.clone(),
                     harness: self.harness.clone(),
                 };
                 let harness = self.harness.clone();
@@ -940,6 +970,7 @@ impl SessionTurns for EngineSessions {
                     extra_items: Vec::new(),
                     adopt: Mutex::new(None),
                     accepted: Mutex::new(None),
+                    answer: request.answer.clone(),
                     harness: self.harness.clone(),
                 };
                 let harness = self.harness.clone();
