@@ -388,5 +388,18 @@ fn sqlite_scale_runs_print_both_rows_and_the_ratio() {
         assert!(ok, "bench --scale-store {store} failed: {stderr}\n{stdout}");
         assert_eq!(scale_rows(&stdout), [(1, 4, 20), (2, 4, 20)], "{stdout}");
         assert!(stdout.contains("scaling 1 → 2 workers:"), "{stdout}");
+        // Each run says how many cores it kept busy and its CPU per turn.
+        for workers in [1, 2] {
+            let line = stdout
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!("{workers} worker(s): ")) && l.contains("cores busy")
+                })
+                .unwrap_or_else(|| panic!("no CPU line for {workers} worker(s) in:\n{stdout}"));
+            // A tiny run may see no tick of the 10 ms CPU clock: a number, whatever its size.
+            let cores: Result<f64, _> = line.split_whitespace().nth(2).unwrap().parse();
+            assert!(cores.is_ok(), "{line}");
+            assert!(line.contains("µs of CPU per turn"), "{line}");
+        }
     }
 }

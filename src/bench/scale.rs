@@ -41,6 +41,31 @@ pub fn proc_status_kb(field: &str) -> Option<u64> {
     })
 }
 
+/// Clock ticks per second of the CPU times in `/proc/<pid>/stat` (`USER_HZ`, which Linux fixes at
+/// 100 for user space whatever the kernel's own tick rate).
+const USER_HZ: u64 = 100;
+
+/// User + system CPU time of a process from its `/proc/<pid>/stat` line, in clock ticks. The
+/// fields are counted after the command name's closing parenthesis (the name may hold spaces or
+/// parentheses itself).
+pub fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3; utime and stime are fields 14 and 15.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The least CPU time of each run for the report to compare the two runs' CPU use.
+const MIN_CPU_TO_COMPARE: Duration = Duration::from_millis(200);
+
+/// CPU time this process (all its threads) has used so far; `None` off Linux.
+pub fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_ticks_of_stat(&stat).map(|ticks| Duration::from_millis(ticks * 1000 / USER_HZ))
+}
+
 /// Current resident set size in bytes.
 pub fn rss_bytes() -> Option<u64> {
     proc_status_kb("VmRSS").map(|kb| kb * 1024)
@@ -73,6 +98,8 @@ pub struct ScaleResult {
     pub peak_is_this_run: bool,
     /// SQLite stores: how long their connections were held during the run.
     pub held: Option<HeldTimes>,
+    /// CPU time the process used during the run (all threads; 10 ms resolution).
+    pub cpu: Option<Duration>,
 }
 
 impl ScaleResult {
@@ -92,6 +119,18 @@ impl ScaleResult {
 impl ScaleResult {
     pub fn turns_per_second(&self) -> f64 {
         self.turns as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Cores kept busy on average (process CPU time ÷ wall time).
+    pub fn cores_busy(&self) -> Option<f64> {
+        self.cpu
+            .map(|cpu| cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9))
+    }
+
+    /// Process CPU time per turn, µs.
+    pub fn cpu_per_turn_us(&self) -> Option<f64> {
+        self.cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / self.turns.max(1) as f64)
     }
 }
 
@@ -380,9 +419,13 @@ fn run_blocking(
         let peak_is_this_run = reset_peak_rss();
         let rss_before = rss_bytes();
         let held_before = sqlite.as_ref().map(|s| s.held_times());
+        let cpu_before = process_cpu_time();
         let started = Instant::now();
         let turns = run_sessions(harness.clone(), sessions).await?;
         let elapsed = started.elapsed();
+        let cpu = process_cpu_time()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
         let held = sqlite
             .as_ref()
             .map(|s| s.held_times())
@@ -407,6 +450,7 @@ fn run_blocking(
             peak_rss: peak_rss_bytes(),
             peak_is_this_run,
             held,
+            cpu,
         })
     })
 }
@@ -550,6 +594,37 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             );
         }
     }
+    for r in results {
+        if let (Some(cores), Some(per_turn)) = (r.cores_busy(), r.cpu_per_turn_us()) {
+            let _ = writeln!(
+                out,
+                "{} worker(s): {cores:.2} cores busy on average, {per_turn:.0} µs of CPU per turn",
+                r.workers
+            );
+        }
+    }
+    if let (Some(one), Some(two)) = (
+        results.iter().find(|r| r.workers == 1),
+        results.iter().find(|r| r.workers == 2),
+    ) {
+        // Only runs long enough for the 10 ms ticks of the CPU clock to tell.
+        let measured = |r: &ScaleResult| r.cpu.is_some_and(|c| c >= MIN_CPU_TO_COMPARE);
+        if let (true, Some(c1), Some(c2), Some(t1), Some(t2)) = (
+            measured(one) && measured(two),
+            one.cores_busy(),
+            two.cores_busy(),
+            one.cpu_per_turn_us(),
+            two.cpu_per_turn_us(),
+        ) {
+            let _ = writeln!(
+                out,
+                "where a second worker's gain goes: cores busy {c1:.2} → {c2:.2} ({}), CPU per turn {:+.0}% ({})",
+                if c2 - c1 < 0.5 { "threads wait: idle, not working" } else { "the second core is used" },
+                100.0 * (t2 / t1.max(1e-9) - 1.0),
+                if t2 > 1.15 * t1 { "each turn costs more: contention" } else { "work per turn unchanged" }
+            );
+        }
+    }
     if let Some(share) = results
         .iter()
         .find(|r| r.workers == 1)
@@ -621,6 +696,72 @@ mod tests {
         let rss = rss_bytes().unwrap();
         let peak = peak_rss_bytes().unwrap();
         assert!(rss > 0 && peak >= rss);
+    }
+
+    /// The CPU times are read after the command name, whatever the name holds.
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0";
+        assert_eq!(cpu_ticks_of_stat(stat), Some(287));
+        assert_eq!(cpu_ticks_of_stat("4242 (x) S 1 2"), None);
+        assert_eq!(cpu_ticks_of_stat("no name here"), None);
+        if std::path::Path::new("/proc/self/stat").exists() {
+            // Burn a little CPU: the process's time does not go backwards and is counted.
+            let before = process_cpu_time().unwrap();
+            let mut x = 0u64;
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(60) {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            std::hint::black_box(x);
+            assert!(process_cpu_time().unwrap() > before);
+        }
+    }
+
+    fn run(workers: usize, seconds: f64, cpu_seconds: f64) -> ScaleResult {
+        ScaleResult {
+            store: ScaleStore::Memory,
+            workers,
+            sessions: 1000,
+            turns: 5000,
+            elapsed: Duration::from_secs_f64(seconds),
+            rss_before: None,
+            rss_after: None,
+            peak_rss: None,
+            peak_is_this_run: true,
+            held: None,
+            cpu: Some(Duration::from_secs_f64(cpu_seconds)),
+        }
+    }
+
+    fn bindings() -> BindingMemory {
+        BindingMemory {
+            bindings: 1,
+            rss_delta: None,
+            binding_heap_bytes: 0,
+        }
+    }
+
+    /// The report tells a second worker that waits (cores busy barely rise) from one whose
+    /// turns cost more CPU, and compares nothing when the runs used too little CPU to tell.
+    #[test]
+    fn the_report_says_where_a_second_worker_went() {
+        // 1 s at 1.0 core, then 1 s at 1.1 cores, CPU per turn +10 %: threads wait.
+        let waiting = format_report(&[run(1, 1.0, 1.0), run(2, 1.0, 1.1)], &bindings());
+        assert!(
+            waiting.contains("1 worker(s): 1.00 cores busy on average, 200 µs of CPU per turn"),
+            "{waiting}"
+        );
+        assert!(waiting.contains("cores busy 1.00 → 1.10 (threads wait: idle, not working), CPU per turn +10% (work per turn unchanged)"), "{waiting}");
+        // 1 s at 1.0 core, then 1 s at 1.9 cores: the second core is used, each turn +90 %.
+        let contended = format_report(&[run(1, 1.0, 1.0), run(2, 1.0, 1.9)], &bindings());
+        assert!(contended.contains("cores busy 1.00 → 1.90 (the second core is used), CPU per turn +90% (each turn costs more: contention)"), "{contended}");
+        let tiny = format_report(&[run(1, 0.01, 0.01), run(2, 0.01, 0.0)], &bindings());
+        assert!(tiny.contains("2 worker(s): 0.00 cores busy"), "{tiny}");
+        assert!(
+            !tiny.contains("where a second worker's gain goes"),
+            "{tiny}"
+        );
     }
 
     /// Two workers at most double throughput; a serial resource busy half of a 1-worker run
