@@ -95,23 +95,24 @@ impl TurnScope {
         }
     }
 
-    /// The upstream request that starts the turn (or the compaction): the first one accepted
-    /// answers the client at once ([`UpstreamHandle::request_answering`]); a later one (a
-    /// retry on a new thread after an overflow) only the harness.
+    /// The upstream request that starts the turn (or the compaction), accepted: the first one
+    /// accepted answers the client at once ([`UpstreamHandle::request_answering`]) and ends the
+    /// session request ([`TurnScope::accept`]); a later one (a retry on a new thread after an
+    /// overflow) only the harness. Without a scope (no client request) a plain request.
     async fn request_start(
         scope: Option<&TurnScope>,
         upstream: &UpstreamHandle,
         method: &str,
         params: Value,
     ) -> Result<Value, RpcError> {
-        match scope.filter(|s| s.awaits_acceptance()) {
-            Some(scope) => {
-                upstream
-                    .request_answering(method, params, &scope.answer)
-                    .await
-            }
-            None => upstream.request(method, params).await,
-        }
+        let Some(scope) = scope.filter(|s| s.awaits_acceptance()) else {
+            return upstream.request(method, params).await;
+        };
+        let result = upstream
+            .request_answering(method, params, &scope.answer)
+            .await?;
+        scope.accept(result.clone());
+        Ok(result)
     }
 
     fn awaits_acceptance(&self) -> bool {
@@ -469,9 +470,6 @@ impl ThreadedBackend for ServeBackend {
             .pointer("/turn/id")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        if let Some(scope) = &scope {
-            scope.accept(result);
-        }
         let ended = follow_turn(OP, &mut watch, turn_id.as_deref(), Some(&events)).await?;
         if ended.status == "completed" {
             return Ok(TurnOutcome {
@@ -503,13 +501,9 @@ impl ThreadedBackend for ServeBackend {
         let upstream = self.attached(OP, thread).await?;
         let mut watch = upstream.watch(thread);
         let scope = TurnScope::current();
-        let result =
-            TurnScope::request_start(scope.as_deref(), upstream, OP, json!({"threadId": thread}))
-                .await
-                .map_err(|e| rpc_error(OP, thread, e))?;
-        if let Some(scope) = scope {
-            scope.accept(result);
-        }
+        TurnScope::request_start(scope.as_deref(), upstream, OP, json!({"threadId": thread}))
+            .await
+            .map_err(|e| rpc_error(OP, thread, e))?;
         let ended = follow_turn(OP, &mut watch, None, None).await?;
         if ended.status == "completed" && ended.compaction.is_some() {
             return Ok(NativeCompaction::default());

@@ -1618,6 +1618,17 @@ mod tests {
     use super::*;
     use crate::contract::AgentMessage;
 
+    /// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
+    fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
+        TurnWrite::AcquireLease {
+            session: "k".into(),
+            holder: holder.into(),
+            dead_holder: None,
+            now_ms,
+            ttl_ms: 60_000,
+        }
+    }
+
     fn entry(id: &str, text: &str) -> TranscriptEntry {
         TranscriptEntry {
             entry_id: id.into(),
@@ -1810,13 +1821,7 @@ mod tests {
             commit: None,
         };
         let released = s.submit(TurnWrite::ReleaseLease(old.clone()));
-        let acquired = s.submit(TurnWrite::AcquireLease {
-            session: "k".into(),
-            holder: "p2".into(),
-            dead_holder: None,
-            now_ms: 10,
-            ttl_ms: 60_000,
-        });
+        let acquired = s.submit(acquire_k("p2", 10));
         // p1's write after p2 took the session: fenced.
         let stale = s.submit(record("stale", "k", old.generation));
         let other = s.submit(record("other", "k2", 0));
@@ -1862,13 +1867,7 @@ mod tests {
     fn a_lease_acquired_for_a_cancelled_turn_is_released() {
         let s = SqliteStore::in_memory().unwrap();
         s.combining.store(true, Ordering::SeqCst);
-        let acquire = s.submit(TurnWrite::AcquireLease {
-            session: "k".into(),
-            holder: "p1".into(),
-            dead_holder: None,
-            now_ms: 0,
-            ttl_ms: 60_000,
-        });
+        let acquire = s.submit(acquire_k("p1", 0));
         drop(acquire);
         s.combining.store(false, Ordering::SeqCst);
         s.combine();
@@ -1893,13 +1892,7 @@ mod tests {
         let other = Connection::open(&path).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         s.combining.store(true, Ordering::SeqCst);
-        let acquire = s.submit(TurnWrite::AcquireLease {
-            session: "k".into(),
-            holder: "p1".into(),
-            dead_holder: None,
-            now_ms: 0,
-            ttl_ms: 60_000,
-        });
+        let acquire = s.submit(acquire_k("p1", 0));
         let complete = s.submit(TurnWrite::CompleteOutbox {
             session_id: "s".into(),
             advancement_key: "turn-1".into(),
