@@ -81,6 +81,7 @@ conformance_tests!(
     documents,
     retention_sweep,
     sweep_is_bounded,
+    swept_lease_is_reborn_above_its_generations,
     store_stats,
     submitted_writes,
 );

@@ -48,6 +48,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("documents", documents),
     ("retention_sweep", retention_sweep),
     ("sweep_is_bounded", sweep_is_bounded),
+    (
+        "swept_lease_is_reborn_above_its_generations",
+        swept_lease_is_reborn_above_its_generations,
+    ),
     ("store_stats", store_stats),
     ("submitted_writes", submitted_writes),
 ];
@@ -820,6 +824,64 @@ pub fn retention_sweep(store: &dyn StateStore) {
         .append_transcript("old", &[entry("o3", "again")])
         .unwrap();
     assert_eq!(ids(store, "old"), ["o3"], "{at}");
+}
+
+/// A lease the retention sweep removed is taken again two generations above the highest it
+/// had, and so is any other session's first lease: a holder from before the sweep can write
+/// neither on the empty row nor after the new holder, and never sees its own generation
+/// continued by one (the harness's test for "nobody else held it"). A write that was never
+/// leased (generation 0) is not fenced by the floor.
+pub fn swept_lease_is_reborn_above_its_generations(store: &dyn StateStore) {
+    let at = store.location();
+    let mut old = acquire(store, "b-gen", "old-holder", 0, 10);
+    for _ in 0..2 {
+        store.release_lease(&old).unwrap();
+        old = acquire(store, "b-gen", "old-holder", 0, 10);
+    }
+    assert_eq!(old.generation, 3, "{at}: three takes of one lease");
+    store
+        .save_binding("b-gen", "{\"thread\":\"t-1\"}", old.generation)
+        .unwrap();
+    let cutoff = tick_past(wall_ms());
+    let report = sweep(store, cutoff, 100);
+    assert_eq!((report.bindings, report.leases), (1, 1), "{at}: {report:?}");
+
+    // The old holder, late, on the empty row: fenced at the floor the sweep left.
+    let late = store.save_binding("b-gen", "{\"thread\":\"late\"}", old.generation);
+    assert_stale(store, late, 3, 3);
+    assert_eq!(
+        store.load_binding("b-gen").unwrap(),
+        None,
+        "{at}: late write kept"
+    );
+
+    let reborn = acquire(store, "b-gen", "new-holder", wall_ms(), 60_000);
+    assert_eq!(reborn.generation, 5, "{at}: reborn lease generation");
+    store
+        .save_binding("b-gen", "{\"thread\":\"t-2\"}", reborn.generation)
+        .unwrap();
+    let late = store.save_binding("b-gen", "{\"thread\":\"late\"}", old.generation);
+    assert_stale(store, late, 3, 5);
+    let stored = store.load_binding("b-gen").unwrap().unwrap();
+    assert_eq!(
+        (stored.json.as_str(), stored.generation),
+        ("{\"thread\":\"t-2\"}", 5),
+        "{at}"
+    );
+
+    // Every other session's first lease starts above the floor too; unleased writes pass.
+    let first = acquire(store, "b-other", "new-holder", wall_ms(), 60_000);
+    assert_eq!(first.generation, 5, "{at}: a new session's first lease");
+    store.save_binding("b-unleased", "{}", 0).unwrap();
+
+    // The next sweep raises the floor to the highest generation it removes.
+    store.release_lease(&first).unwrap();
+    let next = acquire(store, "b-next", "holder", 0, 10);
+    assert_eq!(next.generation, 5, "{at}");
+    let cutoff = tick_past(wall_ms());
+    sweep(store, cutoff, 100);
+    let again = acquire(store, "b-next", "holder", wall_ms(), 60_000);
+    assert_eq!(again.generation, 7, "{at}: reborn after the second sweep");
 }
 
 /// One sweep removes at most its limit of idle keys, oldest first; the next call goes on.

@@ -164,6 +164,16 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
+/// The first generation of a session lease taken where no lease row is left: 1 in a store
+/// whose retention sweep never removed a lease, otherwise two above the highest generation the
+/// sweep removed (`floor`). A holder from before the sweep saw a generation at most `floor`;
+/// the reborn lease is neither that generation nor the one after it, so the holder neither
+/// passes the fencing check nor takes the new holder's turns for its own continuation
+/// (the harness trusts its cached binding only when a lease continues its last one by one).
+pub(crate) fn reborn_generation(floor: Option<u64>) -> u64 {
+    floor.map_or(1, |floor| floor.saturating_add(2))
+}
+
 /// Outcome of a lease attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseAttempt {
@@ -641,4 +651,20 @@ pub fn open_store(target: &StoreTarget) -> Result<std::sync::Arc<dyn StateStore>
             std::sync::Arc::new(PostgresStore::connect(url, options.clone())?)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reborn_generation;
+
+    /// A lease row taken where none is left starts at 1 until a sweep removed a lease, then two
+    /// above the highest generation removed (saturating at the top of the range).
+    #[test]
+    fn reborn_generations_skip_the_one_after_the_floor() {
+        assert_eq!(reborn_generation(None), 1);
+        assert_eq!(reborn_generation(Some(1)), 3);
+        assert_eq!(reborn_generation(Some(41)), 43);
+        assert_eq!(reborn_generation(Some(u64::MAX - 1)), u64::MAX);
+        assert_eq!(reborn_generation(Some(u64::MAX)), u64::MAX);
+    }
 }

@@ -33,9 +33,9 @@ use tokio::sync::oneshot;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession,
-    TranscriptEntry,
+    decode_transcript_rows, reborn_generation, sweep_scopes, Lease, LeaseAttempt, OutboxRow,
+    QuarantineRecord, StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest,
+    SweptSession, TranscriptEntry,
 };
 
 /// The embedded migrations, in order: `(version, SQL)`. A released migration is never edited;
@@ -147,10 +147,21 @@ INSERT INTO ctxbridge_activity (scope, key, last_active_ms)
     ON CONFLICT DO NOTHING;
 ",
     ),
+    (
+        3,
+        // The highest generation of any lease the retention sweep removed: a lease taken again
+        // later starts above it, so a holder from before the sweep stays fenced off.
+        "
+CREATE TABLE ctxbridge_lease_floor (
+    id INT PRIMARY KEY CHECK (id = 1),
+    generation BIGINT NOT NULL
+);
+",
+    ),
 ];
 
 /// The newest schema version this build knows.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// First key of the advisory locks this store takes (the second names what is locked).
 const LOCK_MIGRATE: &str = "ctxbridge.migrate";
@@ -639,6 +650,23 @@ impl PostgresStore {
                 tx.rollback().await?;
                 return Ok(Some(current));
             }
+            if current.is_none() && lease_generation > 0 {
+                // Leased once, and the lease has since been swept (the sweep raised the floor
+                // in the transaction that removed the row, which the read above waited for).
+                let floor = tx
+                    .query_opt(
+                        "SELECT generation FROM ctxbridge_lease_floor WHERE id = 1",
+                        &[],
+                    )
+                    .await?
+                    .map(|row| row.try_get::<_, i64>(0))
+                    .transpose()?
+                    .map(from_db);
+                if let Some(floor) = floor.filter(|floor| *floor >= lease_generation) {
+                    tx.rollback().await?;
+                    return Ok(Some(floor));
+                }
+            }
             tx.execute(
                 "INSERT INTO ctxbridge_bindings (binding_key, json, generation) VALUES ($1, $2, $3)
                  ON CONFLICT (binding_key) DO UPDATE
@@ -790,7 +818,7 @@ impl PostgresStore {
                            expires_at_ms = EXCLUDED.expires_at_ms
                        WHERE l.holder = EXCLUDED.holder OR l.holder = $5::text
                          OR l.expires_at_ms <= $3
-                     RETURNING generation",
+                     RETURNING generation, (xmax = 0) AS inserted",
                     &[
                         &session,
                         &holder,
@@ -801,12 +829,38 @@ impl PostgresStore {
                 )
                 .await?;
             let attempt = match acquired {
-                Some(row) => LeaseAttempt::Acquired(Lease {
-                    generation: from_db(row.try_get(0)?),
-                    session,
-                    holder,
-                    expires_at_ms,
-                }),
+                Some(row) => {
+                    let mut generation = from_db(row.try_get(0)?);
+                    if row.try_get::<_, bool>(1)? {
+                        // A new row: it starts above the sweep's floor. Read now, in a
+                        // statement of its own, it sees a sweep that removed this session's
+                        // row while the insert waited for it.
+                        let floor = tx
+                            .query_opt(
+                                "SELECT generation FROM ctxbridge_lease_floor WHERE id = 1",
+                                &[],
+                            )
+                            .await?
+                            .map(|row| row.try_get::<_, i64>(0))
+                            .transpose()?
+                            .map(from_db);
+                        let reborn = reborn_generation(floor);
+                        if reborn != generation {
+                            tx.execute(
+                                "UPDATE ctxbridge_leases SET generation = $2 WHERE session = $1",
+                                &[&session, &to_db(reborn)],
+                            )
+                            .await?;
+                            generation = reborn;
+                        }
+                    }
+                    LeaseAttempt::Acquired(Lease {
+                        generation,
+                        session,
+                        holder,
+                        expires_at_ms,
+                    })
+                }
                 None => {
                     let row = tx
                         .query_one(
@@ -1286,9 +1340,18 @@ impl StateStore for PostgresStore {
                                 &[&key],
                             )
                             .await?;
+                        // The row goes and the floor rises in one statement: a lease taken
+                        // again later starts above every generation it had.
                         report.leases += tx
                             .execute(
-                                "DELETE FROM ctxbridge_leases WHERE session = $1 AND expires_at_ms < $2",
+                                "WITH gone AS (
+                                   DELETE FROM ctxbridge_leases
+                                   WHERE session = $1 AND expires_at_ms < $2
+                                   RETURNING generation)
+                                 INSERT INTO ctxbridge_lease_floor AS f (id, generation)
+                                   SELECT 1, generation FROM gone
+                                 ON CONFLICT (id) DO UPDATE
+                                   SET generation = GREATEST(f.generation, EXCLUDED.generation)",
                                 &[&key, &cutoff],
                             )
                             .await?;

@@ -21,13 +21,15 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 
 use super::checkpointer::{Checkpointer, CHECKPOINT_IDLE, WRITER_AUTOCHECKPOINT_PAGES};
 use super::{
-    decode_transcript_rows, sweep_scopes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord,
-    StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, SweptSession,
-    TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteOutcome,
+    decode_transcript_rows, reborn_generation, sweep_scopes, Lease, LeaseAttempt, OutboxRow,
+    QuarantineRecord, StateStore, StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest,
+    SweptSession, TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture,
+    WriteOutcome,
 };
 
-/// The schema this build writes (2: per-session transcript rewrite versions).
-const SCHEMA_VERSION: i64 = 2;
+/// The schema this build writes (2: per-session transcript rewrite versions; 3: the lease
+/// generation floor, which a build that does not honour it must not write past).
+const SCHEMA_VERSION: i64 = 3;
 
 /// How long a statement waits for another process's write lock before failing as `Locked`.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -80,6 +82,10 @@ CREATE TABLE IF NOT EXISTS leases (
     generation INTEGER NOT NULL,
     expires_at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lease_floor (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    generation INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS documents (
     namespace TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -89,7 +95,7 @@ CREATE TABLE IF NOT EXISTS documents (
 ";
 
 /// The tables of the schema (a database holding others is not ours).
-const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','documents','activity')";
+const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','lease_floor','documents','activity')";
 
 /// How the connections of one store reach its database.
 #[derive(Debug, Clone)]
@@ -984,6 +990,13 @@ fn upsert_binding(
     if let Some(current) = current.filter(|c| (*c as u64) > lease_generation) {
         return Ok(Some(current as u64));
     }
+    if current.is_none() && lease_generation > 0 {
+        // Leased once, and the lease has since been swept: the writer's generation is not
+        // above the floor the sweep left, so the writer is a holder from before the sweep.
+        if let Some(floor) = lease_floor(conn)?.filter(|floor| *floor >= lease_generation) {
+            return Ok(Some(floor));
+        }
+    }
     conn.prepare_cached(
         "INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
          ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation",
@@ -991,6 +1004,14 @@ fn upsert_binding(
     .execute(params![binding_key, json, lease_generation as i64])?;
     touch(conn, BINDING_SCOPE, binding_key)?;
     Ok(None)
+}
+
+/// The highest generation of any lease the retention sweep removed, if it removed one.
+fn lease_floor(conn: &Connection) -> rusqlite::Result<Option<u64>> {
+    conn.prepare_cached("SELECT generation FROM lease_floor WHERE id = 1")?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|floor| floor.map(|f| f.max(0) as u64))
 }
 
 /// Takes the session's lease for `holder` when it is free, expired, already `holder`'s, or
@@ -1021,7 +1042,7 @@ fn acquire_lease(
             return Ok((busy, false));
         }
         Some((_, generation, _)) => *generation as u64 + 1,
-        None => 1,
+        None => reborn_generation(lease_floor(tx)?),
     };
     let expires_at_ms = now_ms.saturating_add(ttl_ms);
     tx.prepare_cached(
@@ -1562,6 +1583,16 @@ impl StateStore for SqliteStore {
                         report.bindings +=
                             tx.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
                                 .execute(params![key])? as u64;
+                        // The floor first: a lease taken again later starts above every
+                        // generation it had (see `reborn_generation`).
+                        tx.prepare_cached(
+                            "INSERT INTO lease_floor (id, generation)
+                               SELECT 1, generation FROM leases
+                               WHERE session = ?1 AND expires_at_ms < ?2
+                             ON CONFLICT(id) DO UPDATE
+                               SET generation = max(generation, excluded.generation)",
+                        )?
+                        .execute(params![key, cutoff])?;
                         report.leases +=
                             tx.prepare_cached(
                                 "DELETE FROM leases WHERE session = ?1 AND expires_at_ms < ?2",
@@ -1652,6 +1683,37 @@ mod tests {
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"a\":1}");
         assert!(!s.mark_bootstrapped("sess", "eng").unwrap());
+    }
+
+    /// A file an earlier build wrote (schema 2, no lease floor) opens with its state intact,
+    /// gains the (empty) lease floor table and is marked schema 3.
+    #[test]
+    fn schema_2_file_gains_the_lease_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            s.save_binding("k", "{\"a\":1}", 0).unwrap();
+        }
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch("DROP TABLE lease_floor; PRAGMA user_version=2;")
+                .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"a\":1}");
+        let version: i64 = s
+            .with_reader("read version", |c| {
+                c.query_row("PRAGMA user_version", [], |r| r.get(0))
+            })
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let floor: i64 = s
+            .with_reader("count floor rows", |c| {
+                c.query_row("SELECT count(*) FROM lease_floor", [], |r| r.get(0))
+            })
+            .unwrap();
+        assert_eq!(floor, 0, "no sweep yet: no floor");
     }
 
     /// A file that is not a database is refused with an error naming it, and left untouched.
