@@ -503,6 +503,11 @@ async fn reads_show_the_conversation_across_rotations() {
         )
         .await;
     assert_eq!(read["result"]["thread"]["id"], thread, "{read}");
+    let backend = env.backend_of(&thread);
+    assert!(
+        !read.to_string().contains(&backend),
+        "the current backend thread {backend} shows through: {read}"
+    );
     let turns = read["result"]["thread"]["turns"]
         .as_array()
         .unwrap_or_else(|| panic!("{read}"));
@@ -627,6 +632,10 @@ async fn resume_pages_turns_and_items_across_rotations() {
             "{field} is ctxbridge's: {resume}"
         );
     }
+    assert!(
+        !resume.to_string().contains(&backend),
+        "the backend thread {backend} shows through (its id, session id or rollout path): {resume}"
+    );
 
     let turns = tui
         .call(

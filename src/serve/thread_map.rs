@@ -319,8 +319,9 @@ impl ThreadMap {
     }
 }
 
-/// Replaces thread ids in `value` with `map(id)` where it gives one. `method` names the request
-/// a result answers: `thread/list` results hold thread objects in `data`, `thread/loaded/list`
+/// Replaces thread ids in `value` with `map(id)` where it gives one: in the fields that hold
+/// one (see [`holds_thread_id`]), thread objects' `id` and rollout paths' file names. `method`
+/// names the request a result answers: `thread/list` results hold thread objects in `data`, `thread/loaded/list`
 /// results hold thread ids in `data`.
 pub fn rewrite(value: &mut Value, method: Option<&str>, map: &dyn Fn(&str) -> Option<String>) {
     if let Some(data) = value.get_mut("data").and_then(Value::as_array_mut) {
@@ -343,16 +344,62 @@ pub fn rewrite(value: &mut Value, method: Option<&str>, map: &dyn Fn(&str) -> Op
     walk(value, map);
 }
 
+/// Whether a field of this name holds a thread id: `threadId`, every `…ThreadId`
+/// (`parentThreadId`, `attachedToThreadId`, `agentThreadId`, `senderThreadId`,
+/// `beforeThreadId`, `reviewThreadId`), `forkedFromId`, and a thread's `sessionId` (the root
+/// thread of its session tree: for a thread of its own, its id).
+fn holds_thread_id(key: &str) -> bool {
+    key == "threadId" || key.ends_with("ThreadId") || key == "forkedFromId" || key == "sessionId"
+}
+
+/// The thread id a Codex rollout path names: `…/rollout-<time>-<id>.jsonl`, `<id>` a UUID.
+/// Returns the byte range of the id in `path`.
+fn rollout_id_range(path: &str) -> Option<std::ops::Range<usize>> {
+    const UUID_LEN: usize = 36;
+    let stem = path.strip_suffix(".jsonl")?;
+    let name_start = stem.rfind('/').map_or(0, |slash| slash + 1);
+    if !stem[name_start..].starts_with("rollout-") {
+        return None;
+    }
+    let start = stem.len().checked_sub(UUID_LEN)?;
+    if start < name_start + "rollout-".len() || !stem.is_char_boundary(start) {
+        return None;
+    }
+    let id = &stem[start..];
+    let uuid_shaped = id.char_indices().all(|(i, c)| match i {
+        8 | 13 | 18 | 23 => c == '-',
+        _ => c.is_ascii_hexdigit(),
+    });
+    uuid_shaped.then_some(start..stem.len())
+}
+
+/// Rewrites the thread id inside a rollout path (see [`rollout_id_range`]); other paths are
+/// left alone.
+fn rewrite_rollout_path(slot: &mut Value, map: &dyn Fn(&str) -> Option<String>) {
+    let Some(path) = slot.as_str() else {
+        return;
+    };
+    let Some(range) = rollout_id_range(path) else {
+        return;
+    };
+    if let Some(new) = map(&path[range.clone()]) {
+        let mut rewritten = path.to_owned();
+        rewritten.replace_range(range, &new);
+        *slot = Value::String(rewritten);
+    }
+}
+
 fn walk(value: &mut Value, map: &dyn Fn(&str) -> Option<String>) {
     match value {
         Value::Object(object) => {
             for (key, child) in object.iter_mut() {
                 match key.as_str() {
-                    "threadId" | "parentThreadId" => {
+                    id if holds_thread_id(id) => {
                         if let Some(new) = child.as_str().and_then(map) {
                             *child = Value::String(new);
                         }
                     }
+                    "path" => rewrite_rollout_path(child, map),
                     "thread" => {
                         rewrite_field(child, "id", map);
                         walk(child, map);
@@ -427,6 +474,84 @@ mod tests {
         let mut loaded = json!({"data": ["backend-2", "other"]});
         map.rewrite(&mut loaded, Direction::ToClient, Some("thread/loaded/list"));
         assert_eq!(loaded, json!({"data": ["client-1", "other"]}));
+    }
+
+    const CLIENT: &str = "01a23491-7ee8-7cd1-9b67-bcee5b8bc525";
+    const BACKEND: &str = "01a23491-8063-70f2-92ac-c612f652d1a3";
+
+    fn rollout(id: &str) -> String {
+        format!("/home/u/.codex/sessions/2026/12/02/rollout-2026-12-02T02-24-40-{id}.jsonl")
+    }
+
+    /// A thread object of a rotated session names its client id everywhere Codex names the
+    /// thread: `id`, `sessionId`, the rollout `path`, and ids of related threads
+    /// (`forkedFromId`, `…ThreadId`) when they are mapped; other paths and ids are kept.
+    #[test]
+    fn thread_objects_name_no_backend_thread() {
+        let mut map = ThreadMap::new(None);
+        map.bind(CLIENT, BACKEND).unwrap();
+        let mut read = json!({"thread": {
+            "id": BACKEND, "sessionId": BACKEND, "path": rollout(BACKEND),
+            "forkedFromId": BACKEND, "attachedToThreadId": BACKEND, "parentThreadId": "other",
+            "turns": [{"items": [{"type": "imageView", "path": format!("/img/{BACKEND}.jsonl")},
+                                 {"type": "collabAgentToolCall", "senderThreadId": BACKEND}]}]
+        }});
+        map.rewrite(&mut read, Direction::ToClient, Some("thread/read"));
+        let thread = &read["thread"];
+        assert_eq!(thread["id"], CLIENT);
+        assert_eq!(thread["sessionId"], CLIENT);
+        assert_eq!(thread["path"], rollout(CLIENT).as_str());
+        assert_eq!(thread["forkedFromId"], CLIENT);
+        assert_eq!(thread["attachedToThreadId"], CLIENT);
+        assert_eq!(thread["parentThreadId"], "other");
+        let items = &thread["turns"][0]["items"];
+        assert_eq!(items[0]["path"], format!("/img/{BACKEND}.jsonl").as_str());
+        assert_eq!(items[1]["senderThreadId"], CLIENT);
+        let mut list =
+            json!({"data": [{"id": BACKEND, "sessionId": BACKEND, "path": rollout(BACKEND)}]});
+        map.rewrite(&mut list, Direction::ToClient, Some("thread/list"));
+        assert_eq!(
+            list,
+            json!({"data": [{"id": CLIENT, "sessionId": CLIENT, "path": rollout(CLIENT)}]})
+        );
+    }
+
+    /// A client resuming by the rollout path it was shown reaches the backend thread's file.
+    #[test]
+    fn a_resume_by_path_reaches_the_backend_rollout() {
+        let mut map = ThreadMap::new(None);
+        map.bind(CLIENT, BACKEND).unwrap();
+        let mut resume = json!({"threadId": CLIENT, "path": rollout(CLIENT)});
+        map.rewrite(&mut resume, Direction::ToBackend, Some("thread/resume"));
+        assert_eq!(
+            resume,
+            json!({"threadId": BACKEND, "path": rollout(BACKEND)})
+        );
+    }
+
+    /// Only a rollout file's trailing UUID is a thread id.
+    #[test]
+    fn rollout_ids_are_found_only_in_rollout_names() {
+        let path = rollout(BACKEND);
+        let range = rollout_id_range(&path).unwrap();
+        assert_eq!(&path[range], BACKEND);
+        assert_eq!(
+            rollout_id_range(&format!("rollout-x-{BACKEND}.jsonl")).map(|r| r.start),
+            Some(10)
+        );
+        for other in [
+            format!("/s/other-{BACKEND}.jsonl"),
+            format!("/s/rollout-{BACKEND}.json"),
+            format!("/rollout-x/{BACKEND}.jsonl"),
+            "/s/rollout-01a23491-8063-70f2-92ac-c612f652d1aZ.jsonl".to_owned(),
+            "/s/rollout-01a23491x8063-70f2-92ac-c612f652d1a3.jsonl".to_owned(),
+            "/s/rollout-short.jsonl".to_owned(),
+            "rollout-.jsonl".to_owned(),
+            "/s/rollout-é01a23491-8063-70f2-92ac-c612f652d1a.jsonl".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(rollout_id_range(&other), None, "{other}");
+        }
     }
 
     /// Client ids become backend ids in requests; `data` of other methods is untouched.
