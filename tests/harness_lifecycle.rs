@@ -241,6 +241,75 @@ async fn unknown_commit_status_keeps_the_row_queued() {
     assert!(rig.store.pending_outbox("s").unwrap().is_empty());
 }
 
+/// A reset first retries the session's queued commits: the engine commits the old session's
+/// turn before the session ends, and nothing stays queued under either id.
+#[tokio::test]
+async fn a_reset_delivers_the_queued_commits_first() {
+    let rig = Rig::new();
+    let engine = durable_engine();
+    engine
+        .script()
+        .commit_statuses
+        .push_back("accepted-later".into());
+    let h = rig.harness(Some(&engine), cfg());
+    turn(&h, "one").await;
+    let key = rig.store.pending_outbox("s").unwrap()[0]
+        .advancement_key
+        .clone();
+    let report = h.reset_session("s").await.unwrap();
+    assert_eq!(report.session_id, "s");
+    let log = commits(&engine);
+    assert_eq!(
+        log,
+        [
+            (key.clone(), "accepted-later".to_string()),
+            (key, "committed".to_string())
+        ]
+    );
+    assert!(rig.store.pending_outbox("s").unwrap().is_empty());
+    assert!(rig
+        .store
+        .pending_outbox(&report.next_session_id)
+        .unwrap()
+        .is_empty());
+}
+
+/// A commit the engine still does not settle at the reset moves to the next session id and is
+/// retried before that session's first turn (its params still name the old session); the
+/// reset loses no answered turn's commit.
+#[tokio::test]
+async fn a_reset_carries_an_undelivered_commit_to_the_next_session() {
+    let rig = Rig::new();
+    let engine = durable_engine();
+    for _ in 0..2 {
+        engine
+            .script()
+            .commit_statuses
+            .push_back("accepted-later".into());
+    }
+    let h = rig.harness(Some(&engine), cfg());
+    turn(&h, "one").await;
+    let report = h.reset_session("s").await.unwrap();
+    assert!(rig.store.pending_outbox("s").unwrap().is_empty());
+    let carried = rig.store.pending_outbox(&report.next_session_id).unwrap();
+    assert_eq!(carried.len(), 1, "{carried:?}");
+    assert_eq!(carried[0].attempts, 2);
+    let params: serde_json::Value = serde_json::from_str(&carried[0].params_json).unwrap();
+    assert_eq!(params["sessionId"], "s", "{params}");
+    let key = carried[0].advancement_key.clone();
+
+    turn(&h, "two").await;
+    let log = commits(&engine);
+    assert_eq!(log.len(), 4, "{log:?}");
+    assert_eq!(log[2], (key, "committed".to_string()));
+    assert_eq!(log[3].1, "committed");
+    assert!(rig
+        .store
+        .pending_outbox(&report.next_session_id)
+        .unwrap()
+        .is_empty());
+}
+
 /// Native auto-compaction during a turn keeps the binding (same thread next turn); the turn's
 /// `afterTurn` gets the summary and `maintain(reason "compaction")` runs.
 #[tokio::test]

@@ -75,6 +75,7 @@ conformance_tests!(
     quarantine_records,
     bootstrap_marks,
     delete_session,
+    outbox_moves_to_the_next_session,
     lease_lifecycle,
     dead_holder_is_taken_over_at_once,
     heartbeat_extends_expiry,

@@ -165,6 +165,10 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         self.inner.delete_session(session_id)
     }
 
+    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        self.inner.move_outbox(from, to)
+    }
+
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
         self.timed(StoreOp::DeleteBinding, |s| s.delete_binding(binding_key))
     }

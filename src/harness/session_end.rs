@@ -168,6 +168,9 @@ impl Harness {
         key: &str,
     ) -> Result<ResetReport, HarnessError> {
         let session_id = self.session_id(session_key)?;
+        // The session's queued commits go to the engine before it hears of the reset; what
+        // still cannot be delivered moves to the next session id below.
+        self.flush_outbox(session_key, &session_id).await;
         let messages = self
             .store
             .load_transcript(&session_id)
@@ -227,13 +230,22 @@ impl Harness {
             }
         }
         self.clear_binding(key).await?;
+        // The next id first: from here on the key's turns run in the next session, which
+        // then holds the old session's undelivered commits (retried before its first turn).
+        self.store
+            .save_document(SESSION_NAMESPACE, session_key, &next_session_id)
+            .map_err(store_err("record the reset session's next id"))?;
+        let undelivered = self
+            .store
+            .move_outbox(&session_id, &next_session_id)
+            .map_err(store_err("carry undelivered commits to the next session"))?;
+        if undelivered > 0 {
+            tracing::warn!(session = session_key, from = %session_id, to = %next_session_id, commits = undelivered, "undelivered commits of the reset session are retried before the next session's turns");
+        }
         self.store
             .delete_session(&session_id)
             .map_err(store_err("delete session"))?;
         self.transcripts.invalidate(&session_id).await;
-        self.store
-            .save_document(SESSION_NAMESPACE, session_key, &next_session_id)
-            .map_err(store_err("record the reset session's next id"))?;
         tracing::info!(session = session_key, from = %session_id, to = %next_session_id, "session reset");
         Ok(ResetReport {
             session_key: session_key.to_string(),

@@ -39,6 +39,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("quarantine_records", quarantine_records),
     ("bootstrap_marks", bootstrap_marks),
     ("delete_session", delete_session),
+    (
+        "outbox_moves_to_the_next_session",
+        outbox_moves_to_the_next_session,
+    ),
     ("lease_lifecycle", lease_lifecycle),
     (
         "dead_holder_is_taken_over_at_once",
@@ -549,6 +553,53 @@ pub fn delete_session(store: &dyn StateStore) {
         .append_transcript("s", &[entry("3", "again")])
         .unwrap();
     assert_eq!(ids(store, "s"), ["3"], "{at}: the id is usable again");
+}
+
+/// A reset's undelivered commits move to the next session id in their order, params
+/// unchanged; a key the next session already holds stays behind; other sessions are untouched;
+/// the moved rows keep the next session from the retention sweep.
+pub fn outbox_moves_to_the_next_session(store: &dyn StateStore) {
+    let at = store.location();
+    for (session, key) in [
+        ("old", "k1"),
+        ("old", "k2"),
+        ("next", "k2"),
+        ("other", "k3"),
+    ] {
+        store.enqueue_outbox(&outbox_row(session, key)).unwrap();
+    }
+    store.fail_outbox("old", "k1", "engine down").unwrap();
+    assert_eq!(store.move_outbox("old", "next").unwrap(), 1, "{at}");
+    let next = store.pending_outbox("next").unwrap();
+    let keys: Vec<&str> = next.iter().map(|r| r.advancement_key.as_str()).collect();
+    assert_eq!(keys, ["k1", "k2"], "{at}: queue order kept");
+    assert_eq!(next[0].session_id, "next", "{at}");
+    assert_eq!(
+        next[0].params_json,
+        outbox_row("old", "k1").params_json,
+        "{at}"
+    );
+    assert_eq!(next[0].attempts, 1, "{at}: attempts kept");
+    assert_eq!(next[0].last_error.as_deref(), Some("engine down"), "{at}");
+    let left: Vec<String> = store
+        .pending_outbox("old")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.advancement_key)
+        .collect();
+    assert_eq!(left, ["k2"], "{at}: a key the next session holds stays");
+    assert_eq!(store.pending_outbox("other").unwrap().len(), 1, "{at}");
+    assert_eq!(store.move_outbox("missing", "next").unwrap(), 0, "{at}");
+
+    let cutoff = tick_past(wall_ms());
+    sweep(store, cutoff, 100);
+    assert_eq!(
+        store.pending_outbox("next").unwrap().len(),
+        2,
+        "{at}: swept"
+    );
+    store.complete_outbox("next", "k1").unwrap();
+    assert_eq!(store.pending_outbox("next").unwrap().len(), 1, "{at}");
 }
 
 /// Leases: the first acquisition has generation 1; the holder renews with the next generation;

@@ -533,6 +533,11 @@ pub trait StateStore: Send + Sync {
     fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError>;
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError>;
     fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError>;
+    /// Moves the queued commits of session `from` to session `to`, in their order (a reset:
+    /// what the old session could not deliver is retried before the new session's turns;
+    /// each row's params still name the session its turn belonged to). A row whose
+    /// advancement key `to` already holds stays. Returns how many moved.
+    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError>;
     fn fail_outbox(
         &self,
         session_id: &str,

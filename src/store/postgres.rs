@@ -1088,6 +1088,34 @@ impl StateStore for PostgresStore {
         })
     }
 
+    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        let (from, to) = (from.to_string(), to.to_string());
+        self.run("move outbox rows", move |mut client| async move {
+            let tx = client.transaction().await?;
+            // The update has no activity trigger: the new session is dated here, so the
+            // retention sweep sees it (and keeps it while a commit waits).
+            let moved = tx
+                .execute(
+                    "UPDATE ctxbridge_outbox o SET session_id = $2
+                     WHERE o.session_id = $1 AND NOT EXISTS (SELECT 1 FROM ctxbridge_outbox t
+                       WHERE t.session_id = $2 AND t.advancement_key = o.advancement_key)",
+                    &[&from, &to],
+                )
+                .await?;
+            if moved > 0 {
+                tx.execute(
+                    "INSERT INTO ctxbridge_activity (scope, key, last_active_ms)
+                     VALUES ('s', $1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                     ON CONFLICT (scope, key) DO UPDATE SET last_active_ms = EXCLUDED.last_active_ms",
+                    &[&to],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(moved)
+        })
+    }
+
     fn fail_outbox(
         &self,
         session_id: &str,

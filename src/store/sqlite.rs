@@ -1332,6 +1332,19 @@ impl StateStore for SqliteStore {
         )
         .map(|_| ())
     }
+    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        self.write_tx("move outbox rows", |tx| {
+            let moved = tx
+                .prepare_cached(
+                    "UPDATE OR IGNORE outbox SET session_id = ?2 WHERE session_id = ?1",
+                )?
+                .execute(params![from, to])? as u64;
+            if moved > 0 {
+                touch(tx, SESSION_SCOPE, to)?;
+            }
+            Ok((moved, true))
+        })
+    }
     fn fail_outbox(
         &self,
         session_id: &str,
