@@ -380,6 +380,26 @@ fn postgres_scale_run_prints_both_rows_and_the_ratio() {
     assert!(probe.contains("machine load average"), "{probe}");
 }
 
+/// `--scale-split` adds a row for 2 workers sharing nothing, with every turn, and the line
+/// comparing it with the shared runs.
+#[test]
+fn the_split_run_prints_its_row_and_the_ceiling() {
+    let (ok, stdout, stderr) =
+        bench_scale(&["--scale-store", "file", "--sessions", "4", "--scale-split"]);
+    assert!(ok, "bench --scale-split failed: {stderr}\n{stdout}");
+    assert_eq!(scale_rows(&stdout), [(1, 4, 20), (2, 4, 20)], "{stdout}");
+    let split = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 split "))
+        .unwrap_or_else(|| panic!("no split row in:\n{stdout}"));
+    let fields: Vec<&str> = split.split_whitespace().collect();
+    assert_eq!(fields[2..4], ["4", "20"], "{split}");
+    assert!(
+        stdout.contains("2 workers sharing nothing (a runtime, harness and store each): "),
+        "{stdout}"
+    );
+}
+
 /// The SQLite scale runs print both rows and the 1 → 2 ratio too.
 #[test]
 fn sqlite_scale_runs_print_both_rows_and_the_ratio() {

@@ -100,6 +100,9 @@ pub struct ScaleResult {
     pub held: Option<HeldTimes>,
     /// CPU time the process used during the run (all threads; 10 ms resolution).
     pub cpu: Option<Duration>,
+    /// Whether each worker ran on a runtime, harness and store of its own (the split run):
+    /// nothing of ctxbridge shared between the cores.
+    pub split: bool,
 }
 
 impl ScaleResult {
@@ -117,6 +120,15 @@ impl ScaleResult {
 }
 
 impl ScaleResult {
+    /// The run's name in the report: its worker count, `split` for the split run.
+    pub fn label(&self) -> String {
+        if self.split {
+            format!("{} split", self.workers)
+        } else {
+            self.workers.to_string()
+        }
+    }
+
     pub fn turns_per_second(&self) -> f64 {
         self.turns as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -451,7 +463,150 @@ fn run_blocking(
             peak_is_this_run,
             held,
             cpu,
+            split: false,
         })
+    })
+}
+
+/// The sessions each of `workers` split workers runs: as even as can be, all of them in all.
+pub fn split_sessions(sessions: usize, workers: usize) -> Vec<usize> {
+    let workers = workers.max(1);
+    (0..workers)
+        .map(|w| sessions / workers + usize::from(w < sessions % workers))
+        .collect()
+}
+
+/// The split run: `workers` threads, each with a single-thread runtime, a harness and a store
+/// of its own, share the sessions ([`split_sessions`]); nothing of ctxbridge is shared between
+/// them. Its throughput is what the machine gives two cores when no store, cache or runtime
+/// is shared: the ceiling the shared run can approach.
+pub async fn run_split_on_own_threads(
+    sessions: usize,
+    workers: usize,
+    target: ScaleTarget,
+) -> Result<ScaleResult, BenchError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("ctxbridge-bench-split-{workers}"))
+        .spawn(move || {
+            let _ = tx.send(run_split(sessions, workers, &target));
+        })
+        .map_err(|e| BenchError::Runtime {
+            operation: "start the split scale thread",
+            message: e.to_string(),
+        })?;
+    rx.await.map_err(|e| BenchError::Runtime {
+        operation: "split scale thread",
+        message: e.to_string(),
+    })?
+}
+
+/// One split worker: its own runtime, harness and store; sessions `first..first + count`.
+fn split_worker(
+    first: usize,
+    count: usize,
+    target: &ScaleTarget,
+    start: &std::sync::Barrier,
+) -> Result<usize, BenchError> {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            start.wait();
+            return Err(BenchError::Runtime {
+                operation: "build a split worker's runtime",
+                message: e.to_string(),
+            });
+        }
+    };
+    runtime.block_on(async move {
+        let opened = scale_harness(target);
+        // Every worker passes the barrier, opened or not, so none waits for ever.
+        start.wait();
+        let (harness, hold, _) = opened?;
+        let mut turns = 0usize;
+        let mut runs = futures::stream::iter(first..first + count)
+            .map(|i| {
+                let harness = &harness;
+                async move {
+                    let key = format!("scale-session-{i}");
+                    for turn in 1..=TURNS_PER_SESSION {
+                        harness
+                            .turn(TurnSpec::new(key.clone(), bench_prompt(turn)))
+                            .await?;
+                    }
+                    Ok::<usize, HarnessError>(TURNS_PER_SESSION)
+                }
+            })
+            .buffer_unordered(SESSIONS_IN_FLIGHT);
+        while let Some(done) = runs.next().await {
+            turns += done.map_err(harness_err("split scale turn"))?;
+        }
+        drop(runs);
+        harness.shutdown().await;
+        // The store goes before what it lives in (the directory).
+        drop(harness);
+        drop(hold);
+        Ok(turns)
+    })
+}
+
+fn run_split(
+    sessions: usize,
+    workers: usize,
+    target: &ScaleTarget,
+) -> Result<ScaleResult, BenchError> {
+    let shares = split_sessions(sessions, workers);
+    // The stores open before the clock starts: every worker waits at the barrier, and so
+    // does this thread.
+    let start = std::sync::Barrier::new(shares.len() + 1);
+    let peak_is_this_run = reset_peak_rss();
+    let rss_before = rss_bytes();
+    let (outcomes, elapsed, cpu) = std::thread::scope(|scope| {
+        let mut first = 0;
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|&count| {
+                let from = first;
+                first += count;
+                let start = &start;
+                scope.spawn(move || split_worker(from, count, target, start))
+            })
+            .collect();
+        start.wait();
+        let cpu_before = process_cpu_time();
+        let started = Instant::now();
+        let outcomes: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        let elapsed = started.elapsed();
+        let cpu = process_cpu_time()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
+        (outcomes, elapsed, cpu)
+    });
+    let rss_after = rss_bytes();
+    let mut turns = 0;
+    for outcome in outcomes {
+        turns += outcome.map_err(|_| BenchError::Runtime {
+            operation: "split scale worker",
+            message: "the worker thread panicked".into(),
+        })??;
+    }
+    Ok(ScaleResult {
+        store: target.store,
+        workers,
+        sessions,
+        turns,
+        elapsed,
+        rss_before,
+        rss_after,
+        peak_rss: peak_rss_bytes(),
+        peak_is_this_run,
+        // Several stores are not one resource: no serial share.
+        held: None,
+        cpu,
+        split: true,
     })
 }
 
@@ -559,7 +714,7 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
         let _ = writeln!(
             out,
             "{:>7} {:>9} {:>7} {:>10.2} {:>10.0} {:>12} {:>12} {:>10}",
-            r.workers,
+            r.label(),
             r.sessions,
             r.turns,
             r.elapsed.as_secs_f64(),
@@ -569,16 +724,22 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             mib(r.peak_rss)
         );
     }
-    if let (Some(one), Some(two)) = (
-        results.iter().find(|r| r.workers == 1),
-        results.iter().find(|r| r.workers == 2),
-    ) {
+    let shared = |workers: usize| results.iter().find(|r| r.workers == workers && !r.split);
+    if let (Some(one), Some(two)) = (shared(1), shared(2)) {
         let ratio = two.turns_per_second() / one.turns_per_second().max(1e-9);
         let _ = writeln!(
             out,
             "scaling 1 → 2 workers: {ratio:.2}× (target ≥ 1.6×: {}; a loaded machine depresses the 2-worker figure)",
             if ratio >= 1.6 { "met" } else { "MISSED" }
         );
+        if let Some(split) = results.iter().find(|r| r.workers == 2 && r.split) {
+            let ceiling = split.turns_per_second() / one.turns_per_second().max(1e-9);
+            let _ = writeln!(
+                out,
+                "2 workers sharing nothing (a runtime, harness and store each): {ceiling:.2}× one worker — the ceiling sharing one store can approach on this machine; the shared run reaches {:.0}% of it",
+                100.0 * ratio / ceiling.max(1e-9)
+            );
+        }
     }
     for r in results {
         if let (Some(held), Some(share)) = (r.held, r.serial_share()) {
@@ -586,7 +747,7 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             let _ = writeln!(
                 out,
                 "{} worker(s): store writer held {:.0}% of the run ({:.1} µs per turn), readers {:.0}% (summed); serial share {:.0}%",
-                r.workers,
+                r.label(),
                 pct(held.writer),
                 held.writer.as_secs_f64() * 1e6 / r.turns.max(1) as f64,
                 pct(held.readers),
@@ -599,14 +760,11 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             let _ = writeln!(
                 out,
                 "{} worker(s): {cores:.2} cores busy on average, {per_turn:.0} µs of CPU per turn",
-                r.workers
+                r.label()
             );
         }
     }
-    if let (Some(one), Some(two)) = (
-        results.iter().find(|r| r.workers == 1),
-        results.iter().find(|r| r.workers == 2),
-    ) {
+    if let (Some(one), Some(two)) = (shared(1), shared(2)) {
         // Only runs long enough for the 10 ms ticks of the CPU clock to tell.
         let measured = |r: &ScaleResult| r.cpu.is_some_and(|c| c >= MIN_CPU_TO_COMPARE);
         if let (true, Some(c1), Some(c2), Some(t1), Some(t2)) = (
@@ -625,11 +783,7 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             );
         }
     }
-    if let Some(share) = results
-        .iter()
-        .find(|r| r.workers == 1)
-        .and_then(ScaleResult::serial_share)
-    {
+    if let Some(share) = shared(1).and_then(ScaleResult::serial_share) {
         let _ = writeln!(
             out,
             "serial share of the 1-worker run {:.0}% → at most {:.2}× from a second worker, if the serial work per turn stays what it was (it is one resource, busy that share of the time; indicative: held times are wall times, and a preempted writer keeps the lock, so load inflates them too)",
@@ -731,6 +885,59 @@ mod tests {
             peak_is_this_run: true,
             held: None,
             cpu: Some(Duration::from_secs_f64(cpu_seconds)),
+            split: false,
+        }
+    }
+
+    /// Split workers get every session once, as evenly as can be.
+    #[test]
+    fn split_sessions_share_every_session_evenly() {
+        for sessions in 0..40 {
+            for workers in 1..6 {
+                let shares = split_sessions(sessions, workers);
+                assert_eq!(shares.len(), workers);
+                assert_eq!(shares.iter().sum::<usize>(), sessions);
+                let (min, max) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+                assert!(max - min <= 1, "{sessions} over {workers}: {shares:?}");
+            }
+        }
+        assert_eq!(split_sessions(5, 0), [5], "no workers counts as one");
+    }
+
+    /// With a split run the report shows its row as "2 split", compares it with the shared
+    /// 1-worker run as the ceiling, and keeps the shared ratio as it was.
+    #[test]
+    fn the_report_shows_the_split_ceiling() {
+        let split = ScaleResult {
+            split: true,
+            ..run(2, 0.5, 0.95)
+        };
+        let report = format_report(&[run(1, 1.0, 1.0), run(2, 0.8, 1.5), split], &bindings());
+        assert!(report.contains("scaling 1 → 2 workers: 1.25×"), "{report}");
+        assert!(report.contains("2 workers sharing nothing (a runtime, harness and store each): 2.00× one worker — the ceiling sharing one store can approach on this machine; the shared run reaches 62% of it"), "{report}");
+        assert!(
+            report
+                .lines()
+                .any(|l| l.trim_start().starts_with("2 split ")),
+            "{report}"
+        );
+        assert!(
+            report.contains("2 split worker(s): 1.90 cores busy"),
+            "{report}"
+        );
+        // The shared pair still explains its own second worker.
+        assert!(report.contains("cores busy 1.00 → 1.88"), "{report}");
+    }
+
+    /// A small split run completes every turn of every session, in memory and on a file.
+    #[tokio::test]
+    async fn small_split_run_completes_every_turn() {
+        for store in [ScaleStore::Memory, ScaleStore::File] {
+            let r = run_split_on_own_threads(21, 2, ScaleTarget::sqlite(store))
+                .await
+                .unwrap();
+            assert_eq!(r.turns, 21 * TURNS_PER_SESSION);
+            assert!(r.split && r.workers == 2 && r.held.is_none());
         }
     }
 

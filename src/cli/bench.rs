@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Skip the scale run.
     #[arg(long)]
     pub skip_scale: bool,
+    /// Also run the scale sessions on 2 workers that share nothing (each its own single-thread
+    /// runtime, harness and store): the ceiling the shared 2-worker run can approach.
+    #[arg(long)]
+    pub scale_split: bool,
     /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
     /// what the CLI uses, `postgres` a fresh schema on `--pg-url` (dropped afterwards).
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
@@ -114,6 +118,9 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         let mut results = Vec::new();
         for workers in [1, 2] {
             results.push(scale::run_on_own_runtime(sessions, workers, target.clone()).await?);
+        }
+        if args.scale_split {
+            results.push(scale::run_split_on_own_threads(sessions, 2, target.clone()).await?);
         }
         print!("{}", scale::format_report(&results, &memory));
     }
