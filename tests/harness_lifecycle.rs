@@ -30,6 +30,19 @@ fn durable_engine() -> std::sync::Arc<ScriptEngine> {
     engine
 }
 
+/// A durable engine whose first `n` `commitTurn` calls answer the unknown status
+/// "accepted-later" (the row stays queued).
+fn durable_engine_deferring(n: usize) -> std::sync::Arc<ScriptEngine> {
+    let engine = durable_engine();
+    for _ in 0..n {
+        engine
+            .script()
+            .commit_statuses
+            .push_back("accepted-later".into());
+    }
+    engine
+}
+
 /// The `commitTurn` calls so far: (key, status).
 fn commits(engine: &ScriptEngine) -> Vec<(String, String)> {
     engine
@@ -212,11 +225,7 @@ async fn partial_durable_declaration_degrades_one_turn_to_legacy() {
 #[tokio::test]
 async fn unknown_commit_status_keeps_the_row_queued() {
     let rig = Rig::new();
-    let engine = durable_engine();
-    engine
-        .script()
-        .commit_statuses
-        .push_back("accepted-later".into());
+    let engine = durable_engine_deferring(1);
     let h = rig.harness(Some(&engine), cfg());
     turn(&h, "one").await;
     let queued = rig.store.pending_outbox("s").unwrap();
@@ -246,11 +255,7 @@ async fn unknown_commit_status_keeps_the_row_queued() {
 #[tokio::test]
 async fn a_reset_delivers_the_queued_commits_first() {
     let rig = Rig::new();
-    let engine = durable_engine();
-    engine
-        .script()
-        .commit_statuses
-        .push_back("accepted-later".into());
+    let engine = durable_engine_deferring(1);
     let h = rig.harness(Some(&engine), cfg());
     turn(&h, "one").await;
     let key = rig.store.pending_outbox("s").unwrap()[0]
@@ -280,13 +285,7 @@ async fn a_reset_delivers_the_queued_commits_first() {
 #[tokio::test]
 async fn a_reset_carries_an_undelivered_commit_to_the_next_session() {
     let rig = Rig::new();
-    let engine = durable_engine();
-    for _ in 0..2 {
-        engine
-            .script()
-            .commit_statuses
-            .push_back("accepted-later".into());
-    }
+    let engine = durable_engine_deferring(2);
     let h = rig.harness(Some(&engine), cfg());
     turn(&h, "one").await;
     let report = h.reset_session("s").await.unwrap();

@@ -360,21 +360,24 @@ fn scale_harness(
     Ok((harness, hold, sqlite))
 }
 
+/// The [`TURNS_PER_SESSION`] turns of scale session `i`, one after the other.
+async fn run_session(harness: &Harness, i: usize) -> Result<usize, HarnessError> {
+    let key = format!("scale-session-{i}");
+    for turn in 1..=TURNS_PER_SESSION {
+        harness
+            .turn(TurnSpec::new(key.clone(), bench_prompt(turn)))
+            .await?;
+    }
+    Ok(TURNS_PER_SESSION)
+}
+
 /// Runs `sessions` × [`TURNS_PER_SESSION`] turns on the current runtime.
 pub async fn run_sessions(harness: Arc<Harness>, sessions: usize) -> Result<usize, BenchError> {
     let mut turns = 0usize;
     let mut runs = futures::stream::iter(0..sessions)
         .map(|i| {
             let harness = harness.clone();
-            tokio::spawn(async move {
-                let key = format!("scale-session-{i}");
-                for turn in 1..=TURNS_PER_SESSION {
-                    harness
-                        .turn(TurnSpec::new(key.clone(), bench_prompt(turn)))
-                        .await?;
-                }
-                Ok::<usize, HarnessError>(TURNS_PER_SESSION)
-            })
+            tokio::spawn(async move { run_session(&harness, i).await })
         })
         .buffer_unordered(SESSIONS_IN_FLIGHT);
     while let Some(joined) = runs.next().await {
@@ -396,11 +399,23 @@ pub async fn run_on_own_runtime(
     workers: usize,
     target: ScaleTarget,
 ) -> Result<ScaleResult, BenchError> {
+    on_own_thread(format!("ctxbridge-bench-scale-{workers}"), move || {
+        run_blocking(sessions, workers, &target)
+    })
+    .await
+}
+
+/// Runs `run` on a thread of its own (named `name`) and awaits its result without blocking the
+/// caller's runtime.
+async fn on_own_thread(
+    name: String,
+    run: impl FnOnce() -> Result<ScaleResult, BenchError> + Send + 'static,
+) -> Result<ScaleResult, BenchError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
-        .name(format!("ctxbridge-bench-scale-{workers}"))
+        .name(name)
         .spawn(move || {
-            let _ = tx.send(run_blocking(sessions, workers, &target));
+            let _ = tx.send(run());
         })
         .map_err(|e| BenchError::Runtime {
             operation: "start the scale thread",
@@ -485,20 +500,10 @@ pub async fn run_split_on_own_threads(
     workers: usize,
     target: ScaleTarget,
 ) -> Result<ScaleResult, BenchError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("ctxbridge-bench-split-{workers}"))
-        .spawn(move || {
-            let _ = tx.send(run_split(sessions, workers, &target));
-        })
-        .map_err(|e| BenchError::Runtime {
-            operation: "start the split scale thread",
-            message: e.to_string(),
-        })?;
-    rx.await.map_err(|e| BenchError::Runtime {
-        operation: "split scale thread",
-        message: e.to_string(),
-    })?
+    on_own_thread(format!("ctxbridge-bench-split-{workers}"), move || {
+        run_split(sessions, workers, &target)
+    })
+    .await
 }
 
 /// One split worker: its own runtime, harness and store; sessions `first..first + count`.
@@ -528,18 +533,7 @@ fn split_worker(
         let (harness, hold, _) = opened?;
         let mut turns = 0usize;
         let mut runs = futures::stream::iter(first..first + count)
-            .map(|i| {
-                let harness = &harness;
-                async move {
-                    let key = format!("scale-session-{i}");
-                    for turn in 1..=TURNS_PER_SESSION {
-                        harness
-                            .turn(TurnSpec::new(key.clone(), bench_prompt(turn)))
-                            .await?;
-                    }
-                    Ok::<usize, HarnessError>(TURNS_PER_SESSION)
-                }
-            })
+            .map(|i| run_session(&harness, i))
             .buffer_unordered(SESSIONS_IN_FLIGHT);
         while let Some(done) = runs.next().await {
             turns += done.map_err(harness_err("split scale turn"))?;

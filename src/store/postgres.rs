@@ -653,15 +653,7 @@ impl PostgresStore {
             if current.is_none() && lease_generation > 0 {
                 // Leased once, and the lease has since been swept (the sweep raised the floor
                 // in the transaction that removed the row, which the read above waited for).
-                let floor = tx
-                    .query_opt(
-                        "SELECT generation FROM ctxbridge_lease_floor WHERE id = 1",
-                        &[],
-                    )
-                    .await?
-                    .map(|row| row.try_get::<_, i64>(0))
-                    .transpose()?
-                    .map(from_db);
+                let floor = lease_floor(&tx).await?;
                 if let Some(floor) = floor.filter(|floor| *floor >= lease_generation) {
                     tx.rollback().await?;
                     return Ok(Some(floor));
@@ -717,6 +709,17 @@ fn to_db(value: u64) -> i64 {
 
 fn from_db(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
+}
+
+/// The highest generation of any lease the retention sweep removed, if it removed one.
+async fn lease_floor(tx: &Transaction<'_>) -> Result<Option<u64>, tokio_postgres::Error> {
+    tx.query_opt(
+        "SELECT generation FROM ctxbridge_lease_floor WHERE id = 1",
+        &[],
+    )
+    .await?
+    .map(|row| row.try_get::<_, i64>(0).map(from_db))
+    .transpose()
 }
 
 /// Appends encoded entries after the session's last one, inside the caller's transaction. An
@@ -835,16 +838,7 @@ impl PostgresStore {
                         // A new row: it starts above the sweep's floor. Read now, in a
                         // statement of its own, it sees a sweep that removed this session's
                         // row while the insert waited for it.
-                        let floor = tx
-                            .query_opt(
-                                "SELECT generation FROM ctxbridge_lease_floor WHERE id = 1",
-                                &[],
-                            )
-                            .await?
-                            .map(|row| row.try_get::<_, i64>(0))
-                            .transpose()?
-                            .map(from_db);
-                        let reborn = reborn_generation(floor);
+                        let reborn = reborn_generation(lease_floor(&tx).await?);
                         if reborn != generation {
                             tx.execute(
                                 "UPDATE ctxbridge_leases SET generation = $2 WHERE session = $1",
