@@ -43,6 +43,11 @@ fn durable_engine_deferring(n: usize) -> std::sync::Arc<ScriptEngine> {
     engine
 }
 
+/// Whether the store's outbox holds nothing for `session`.
+fn nothing_queued(rig: &Rig, session: &str) -> bool {
+    rig.store.pending_outbox(session).unwrap().is_empty()
+}
+
 /// The `commitTurn` calls so far: (key, status).
 fn commits(engine: &ScriptEngine) -> Vec<(String, String)> {
     engine
@@ -271,12 +276,8 @@ async fn a_reset_delivers_the_queued_commits_first() {
             (key, "committed".to_string())
         ]
     );
-    assert!(rig.store.pending_outbox("s").unwrap().is_empty());
-    assert!(rig
-        .store
-        .pending_outbox(&report.next_session_id)
-        .unwrap()
-        .is_empty());
+    assert!(nothing_queued(&rig, "s"));
+    assert!(nothing_queued(&rig, &report.next_session_id));
 }
 
 /// A commit the engine still does not settle at the reset moves to the next session id and is
@@ -289,7 +290,7 @@ async fn a_reset_carries_an_undelivered_commit_to_the_next_session() {
     let h = rig.harness(Some(&engine), cfg());
     turn(&h, "one").await;
     let report = h.reset_session("s").await.unwrap();
-    assert!(rig.store.pending_outbox("s").unwrap().is_empty());
+    assert!(nothing_queued(&rig, "s"));
     let carried = rig.store.pending_outbox(&report.next_session_id).unwrap();
     assert_eq!(carried.len(), 1, "{carried:?}");
     assert_eq!(carried[0].attempts, 2);
@@ -302,11 +303,7 @@ async fn a_reset_carries_an_undelivered_commit_to_the_next_session() {
     assert_eq!(log.len(), 4, "{log:?}");
     assert_eq!(log[2], (key, "committed".to_string()));
     assert_eq!(log[3].1, "committed");
-    assert!(rig
-        .store
-        .pending_outbox(&report.next_session_id)
-        .unwrap()
-        .is_empty());
+    assert!(nothing_queued(&rig, &report.next_session_id));
 }
 
 /// Native auto-compaction during a turn keeps the binding (same thread next turn); the turn's
