@@ -29,7 +29,7 @@ use crate::projection::DriftPolicy;
 use crate::registry::{EngineDirs, EngineRegistry, ResolvedEngine, CORE_OWNER};
 use crate::store::{
     open_store, PostgresOptions, RetentionSweeper, StateStore, StoreError, StoreTarget,
-    SweepListener, SWEEP_INTERVAL,
+    SweepListener, MAX_SHARDS, SWEEP_INTERVAL,
 };
 
 /// The owner of engines declared in the configuration file.
@@ -45,6 +45,12 @@ pub enum AppError {
     /// `backend.command` of the Codex backend names no program.
     #[error("backend: backend.command is empty")]
     EmptyCodexCommand,
+    /// `store.shards` out of range.
+    #[error("store: store.shards is {shards}; it must be 1 to {MAX_SHARDS}")]
+    BadShards { shards: usize },
+    /// `store.shards` with a PostgreSQL store (its server already writes in parallel).
+    #[error("store: store.shards applies to the SQLite store only; PostgreSQL writes sessions in parallel without it — remove store.shards")]
+    ShardsOnPostgres,
     /// `store.kind: "postgres"` without `store.url`.
     #[error(
         "store: store.url is required with store.kind \"postgres\" (postgres://user@host:5432/db)"
@@ -536,7 +542,15 @@ fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBack
 /// database at `store.url` (in `store.schema` when set).
 pub fn store_target(config: &Config) -> Result<StoreTarget, AppError> {
     match config.store.kind {
-        StoreKind::Sqlite => Ok(StoreTarget::Sqlite(config.store.path.clone())),
+        StoreKind::Sqlite => match config.store.shards {
+            None | Some(1) => Ok(StoreTarget::Sqlite(config.store.path.clone())),
+            Some(shards) if (2..=MAX_SHARDS).contains(&shards) => Ok(StoreTarget::ShardedSqlite {
+                path: config.store.path.clone(),
+                shards,
+            }),
+            Some(shards) => Err(AppError::BadShards { shards }),
+        },
+        StoreKind::Postgres if config.store.shards.is_some() => Err(AppError::ShardsOnPostgres),
         StoreKind::Postgres => {
             let url = config.store.url.clone().ok_or(AppError::MissingStoreUrl)?;
             let mut options = PostgresOptions::default();

@@ -26,7 +26,7 @@ use crate::host::requirements::{
 use crate::host::session_file::utc_time;
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
-use crate::store::{open_store, SqliteStore, StateStore, StoreError, StoreStats, StoreTarget};
+use crate::store::{open_store, StateStore, StoreError, StoreStats, StoreTarget};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +184,17 @@ pub fn read_persisted_state(
 /// Opens the store at `path` if the file exists (never creating one) and reads what earlier
 /// runs left there for `engine_ids`.
 pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
+    inspect_sqlite(path, engine_ids, || {
+        open_store(&StoreTarget::Sqlite(path.to_path_buf()))
+    })
+}
+
+/// [`inspect_store`] for a SQLite store whose shard 0 is `path`, opened by `open`.
+fn inspect_sqlite(
+    path: &Path,
+    engine_ids: &[String],
+    open: impl FnOnce() -> Result<std::sync::Arc<dyn crate::store::StateStore>, StoreError>,
+) -> PersistedState {
     match path.try_exists() {
         Ok(false) => PersistedState::NoStore {
             path: path.display().to_string(),
@@ -194,8 +205,8 @@ pub fn inspect_store(path: &Path, engine_ids: &[String]) -> PersistedState {
                 path.display()
             ),
         },
-        Ok(true) => SqliteStore::open(path)
-            .and_then(|store| read_persisted_state(&store, engine_ids))
+        Ok(true) => open()
+            .and_then(|store| read_persisted_state(store.as_ref(), engine_ids))
             .unwrap_or_else(|error| match error {
                 StoreError::Locked { .. } => PersistedState::Locked {
                     error: error.to_string(),
@@ -405,6 +416,9 @@ pub async fn node_checks(config: &Config) -> Vec<NodeCheck> {
 pub fn inspect_target(target: &StoreTarget, engine_ids: &[String]) -> PersistedState {
     match target {
         StoreTarget::Sqlite(path) => inspect_store(path, engine_ids),
+        StoreTarget::ShardedSqlite { path, .. } => {
+            inspect_sqlite(path, engine_ids, || open_store(target))
+        }
         StoreTarget::Postgres { .. } => open_store(target)
             .and_then(|store| read_persisted_state(store.as_ref(), engine_ids))
             .unwrap_or_else(|error| PersistedState::Unusable {

@@ -257,6 +257,104 @@ fn doctor_json_reports_store_counts_and_retention() {
     assert_eq!(again["persisted"]["stats"], *stats);
 }
 
+/// `store.shards` splits the SQLite store by session over that many files: turns of several
+/// sessions run on it from the CLI, `doctor --json` adds up the shards' rows, and the shard
+/// files sit beside `store.path`. Changing the count, dropping it, an out-of-range count and
+/// shards on PostgreSQL are refused with errors naming the key and the file; nothing is lost.
+#[test]
+fn sharded_store_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "two.json5",
+        r#"{ backend: { kind: "mock" }, store: { path: "state/s.db", shards: 2 } }"#,
+    );
+    let sessions = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
+    for session in sessions {
+        for prompt in ["first", "second"] {
+            let out = ctxbridge(
+                dir.path(),
+                &[
+                    "--config",
+                    "two.json5",
+                    "turn",
+                    "--session",
+                    session,
+                    prompt,
+                ],
+            );
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+    }
+    assert!(dir.path().join("state/s.db").exists());
+    assert!(dir.path().join("state/s.shard1.db").exists());
+    let out = ctxbridge(dir.path(), &["--config", "two.json5", "doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let stats = &report["persisted"]["stats"];
+    assert_eq!(stats["sessions"], sessions.len(), "{report}");
+    assert_eq!(stats["bindings"], sessions.len(), "{report}");
+    // Both files hold some of the sessions.
+    for file in ["state/s.db", "state/s.shard1.db"] {
+        let conn = rusqlite::Connection::open(dir.path().join(file)).unwrap();
+        let bindings: i64 = conn
+            .query_row("SELECT count(*) FROM bindings", [], |r| r.get(0))
+            .unwrap();
+        assert!(bindings > 0, "{file} holds no session");
+    }
+
+    let refused = |name: &str, config: &str, needle: &str| {
+        write(dir.path(), name, config);
+        let out = ctxbridge(
+            dir.path(),
+            &["--config", name, "turn", "--session", "alpha", "third"],
+        );
+        assert_ne!(out.status.code(), Some(0), "{name}");
+        let err = stderr(&out);
+        assert!(err.contains(needle), "{name}: {err}");
+    };
+    refused(
+        "three.json5",
+        r#"{ backend: { kind: "mock" }, store: { path: "state/s.db", shards: 3 } }"#,
+        "created with 2 shards",
+    );
+    refused(
+        "one.json5",
+        r#"{ backend: { kind: "mock" }, store: { path: "state/s.db" } }"#,
+        "store.shards: 2",
+    );
+    refused(
+        "zero.json5",
+        r#"{ backend: { kind: "mock" }, store: { path: "state/s.db", shards: 0 } }"#,
+        "store.shards is 0",
+    );
+    refused(
+        "pg.json5",
+        r#"{ backend: { kind: "mock" }, store: { kind: "postgres", url: "postgres://u@127.0.0.1:1/x", shards: 2 } }"#,
+        "store.shards applies to the SQLite store only",
+    );
+    // Nothing was lost: the session continues with the right count.
+    let out = ctxbridge(
+        dir.path(),
+        &[
+            "--config",
+            "two.json5",
+            "turn",
+            "--session",
+            "alpha",
+            "third",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = ctxbridge(dir.path(), &["--config", "two.json5", "doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        report["persisted"]["stats"]["transcriptEntries"],
+        sessions.len() * 4 + 2,
+        "{report}"
+    );
+}
+
 /// `store.retention` accepts durations and "off"; anything else is a configuration error
 /// naming the key.
 #[test]

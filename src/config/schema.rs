@@ -362,6 +362,13 @@ pub struct StoreConfig {
     /// 30 000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_wait_ms: Option<u64>,
+    /// SQLite only: how many database files the state is split over by session (default 1; 2
+    /// to 64). Each file has a writer of its own, so turns of different sessions write in
+    /// parallel — set it to the number of cores when one writer limits throughput. Shard 0 is
+    /// `store.path`, shard `i` sits beside it as `<stem>.shard<i>.<ext>`. Fixed when the store
+    /// is created: opening it with another count is refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
     /// How long a session may stay idle before a background sweep removes its binding,
     /// transcript, bootstrap marks and mock threads (never an undelivered commit): a duration
     /// such as `"30d"`, `"12h"`, `"90m"`, `"45s"` or `"500ms"`; `"off"` or `"0"` keeps
@@ -378,6 +385,7 @@ impl Default for StoreConfig {
             schema: None,
             lease_ttl_ms: None,
             lease_wait_ms: None,
+            shards: None,
             retention: Retention::default(),
         }
     }

@@ -21,7 +21,7 @@ impl Harness {
         let key = self.binding_key_for(session_key);
         let guard = self.lock_session(session_key, &key).await?;
         let session_id = self.session_id(session_key)?;
-        let stored = self.load_binding(&key).await?;
+        let stored = self.load_binding(session_key, &key).await?;
         let report = self
             .compact_locked(session_key, &session_id, stored.as_deref(), &guard)
             .await;
@@ -68,12 +68,12 @@ impl Harness {
                 }
             }
         }
-        let (cb, delegated) = self.callbacks(session_id, thread.as_ref(), true);
+        let (cb, delegated) = self.callbacks(session_key, session_id, thread.as_ref(), true);
         let params = project_host_params(
             CompactParams {
                 session_id: session_id.to_string(),
                 session_key: Some(session_key.to_string()),
-                session_file: self.ensure_session_file(session_id),
+                session_file: self.ensure_session_file(session_key, session_id),
                 session_target: self
                     .facts(session_key, session_id, thread.as_ref())
                     .session_target,
@@ -137,7 +137,8 @@ impl Harness {
                 .or_else(|| r.session_target.as_ref().and_then(|t| t.session_id.clone()))
         });
         if let Some(next) = successor.filter(|s| s != session_id) {
-            self.store
+            guard
+                .store()
                 .save_document(SESSION_NAMESPACE, session_key, &next)
                 .map_err(store_err("record successor session"))?;
         }
@@ -187,7 +188,8 @@ impl Harness {
             what: "the thread binding",
             source,
         })?;
-        self.store
+        guard
+            .store()
             .save_binding(&updated.binding_key, &json, guard.generation())
             .map_err(store_err("save binding"))?;
         self.bindings

@@ -111,7 +111,7 @@ impl Harness {
                 AfterTurnParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
-                    session_file: self.ensure_session_file(session_id),
+                    session_file: self.ensure_session_file(session_key, session_id),
                     session_target: session_target(),
                     messages: messages.iter().chain(&appended).cloned().collect(),
                     pre_prompt_message_count: pre_prompt as u64,
@@ -216,14 +216,14 @@ impl Harness {
                 failed(e.to_string())
             }
         };
-        if let Err(e) = self.store.submit(write).await {
+        if let Err(e) = self.store_for(session_key).submit(write).await {
             tracing::error!(advancement_key = %key, error = %e, "could not update the durable-turn outbox");
         }
     }
 
     /// Retries queued durable commits of a session (before its next turn, and after a restart).
     pub(super) async fn flush_outbox(&self, session_key: &str, session_id: &str) {
-        let rows = match self.store.pending_outbox(session_id) {
+        let rows = match self.store_for(session_key).pending_outbox(session_id) {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the durable-turn outbox");
@@ -265,7 +265,7 @@ impl Harness {
             MaintainParams {
                 session_id: session_id.to_string(),
                 session_key: Some(session_key.to_string()),
-                session_file: self.ensure_session_file(session_id),
+                session_file: self.ensure_session_file(session_key, session_id),
                 reason,
                 session_target: self.facts(session_key, session_id, thread).session_target,
                 runtime_settings: Some(self.runtime_settings(serving, None)),

@@ -473,6 +473,14 @@ impl Harness {
         &self.cfg
     }
 
+    /// The store holding session key `session_key`'s state (its shard when the store is
+    /// split by session; see [`StateStore::session_shard`]).
+    pub fn store_for(&self, session_key: &str) -> Arc<dyn StateStore> {
+        self.store
+            .session_shard(session_key)
+            .unwrap_or_else(|| self.store.clone())
+    }
+
     /// The binding key of a session.
     pub fn binding_key_for(&self, session_key: &str) -> String {
         binding_key(&self.cfg.agent_id, Some(session_key), session_key)
@@ -490,7 +498,7 @@ impl Harness {
         let guard = self
             .locks
             .acquire(
-                &self.store,
+                &self.store_for(session_key),
                 session_key,
                 key,
                 &self.holder,
@@ -515,14 +523,17 @@ impl Harness {
     /// The stored binding of a session (cache, then store).
     pub async fn binding(&self, session_key: &str) -> Result<Option<ThreadBinding>, HarnessError> {
         let key = self.binding_key_for(session_key);
-        Ok(self.load_binding(&key).await?.map(|b| (*b).clone()))
+        Ok(self
+            .load_binding(session_key, &key)
+            .await?
+            .map(|b| (*b).clone()))
     }
 
     /// The session's mirrored transcript.
     pub fn transcript(&self, session_key: &str) -> Result<Vec<AgentMessage>, HarnessError> {
         let session_id = self.session_id(session_key)?;
         Ok(self
-            .store
+            .store_for(session_key)
             .load_transcript(&session_id)
             .map_err(store_err("load transcript"))?
             .into_iter()
@@ -534,7 +545,11 @@ impl Harness {
     /// or the whole transcript when it was rewritten (or never read). The cached list grows in
     /// place (no copy of the transcript per turn) unless an engine still holds the previous
     /// turn's list; the returned handle shares it.
-    async fn session_messages(&self, session_id: &str) -> Result<Messages, HarnessError> {
+    async fn session_messages(
+        &self,
+        session_key: &str,
+        session_id: &str,
+    ) -> Result<Messages, HarnessError> {
         let slot = match self.transcripts.get(session_id).await {
             Some(slot) => slot,
             None => {
@@ -550,7 +565,7 @@ impl Harness {
         // together or not at all, so its content is still coherent.
         let mut cached = slot.lock().unwrap_or_else(|p| p.into_inner());
         let read = self
-            .store
+            .store_for(session_key)
             .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
             .map_err(store_err("load transcript"))?;
         let mut messages = match cached.take() {
@@ -575,14 +590,19 @@ impl Harness {
     /// The current session id for a session key (a compaction may have named a successor).
     fn session_id(&self, session_key: &str) -> Result<String, HarnessError> {
         Ok(self
-            .store
+            .store_for(session_key)
             .load_document(SESSION_NAMESPACE, session_key)
             .map_err(store_err("load session id"))?
             .unwrap_or_else(|| session_key.to_string()))
     }
 
-    async fn load_binding(&self, key: &str) -> Result<Option<Arc<ThreadBinding>>, HarnessError> {
-        let store = self.store.clone();
+    /// The binding `key` of session key `session_key` (cache, then the session's store).
+    async fn load_binding(
+        &self,
+        session_key: &str,
+        key: &str,
+    ) -> Result<Option<Arc<ThreadBinding>>, HarnessError> {
+        let store = self.store_for(session_key);
         let owned = key.to_string();
         // Single-flight: concurrent loads of one key share one store read.
         self.bindings
@@ -636,7 +656,7 @@ impl Harness {
                 lease_generation: guard.generation(),
                 commit: commit.clone(),
             };
-            match self.store.submit(write).await.map(|_| ()) {
+            match guard.store().submit(write).await.map(|_| ()) {
                 Ok(()) => break,
                 Err(StoreError::Locked { .. }) if attempt < RECORD_ATTEMPTS => {
                     tracing::warn!(
@@ -660,8 +680,9 @@ impl Harness {
         Ok(())
     }
 
-    async fn clear_binding(&self, key: &str) -> Result<(), HarnessError> {
-        self.store
+    async fn clear_binding(&self, guard: &SessionGuard, key: &str) -> Result<(), HarnessError> {
+        guard
+            .store()
             .delete_binding(key)
             .map_err(store_err("delete binding"))?;
         self.bindings.insert(key.to_string(), None).await;
@@ -716,13 +737,14 @@ impl Harness {
 
     fn callbacks(
         &self,
+        session_key: &str,
         session_id: &str,
         thread: Option<&ThreadId>,
         allow_rewrite: bool,
     ) -> (Arc<HostCallbacks>, Arc<AtomicBool>) {
         let delegated = Arc::new(AtomicBool::new(false));
         let cb = Arc::new(HostCallbacks {
-            store: self.store.clone(),
+            store: self.store_for(session_key),
             backend: self.backend.clone(),
             session_id: session_id.to_string(),
             thread_id: thread.cloned(),
@@ -742,7 +764,7 @@ impl Harness {
         thread: Option<&ThreadId>,
         allow_rewrite: bool,
     ) -> RuntimeContext {
-        let (cb, _) = self.callbacks(session_id, thread, allow_rewrite);
+        let (cb, _) = self.callbacks(session_key, session_id, thread, allow_rewrite);
         RuntimeContext {
             facts: self.facts(session_key, session_id, thread),
             callbacks: Some(cb),

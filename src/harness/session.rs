@@ -188,6 +188,12 @@ impl SessionGuard {
         self.took_over
     }
 
+    /// The store holding the session's state, on which the lease is held: the session's
+    /// writes under this guard go there.
+    pub fn store(&self) -> &Arc<dyn StateStore> {
+        &self.store
+    }
+
     /// The fencing generation of this holder.
     pub fn generation(&self) -> u64 {
         self.lease.generation

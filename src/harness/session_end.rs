@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::session::now_ms;
+use super::session::{now_ms, SessionGuard};
 use super::{store_err, Harness, HarnessError, SESSION_NAMESPACE};
 use crate::contract::{
     CommandCallParams, CommandReply, ContextEngine, EngineCommand, HookCall, SessionEndReason,
@@ -155,7 +155,7 @@ impl Harness {
     pub async fn reset_session(&self, session_key: &str) -> Result<ResetReport, HarnessError> {
         let key = self.binding_key_for(session_key);
         let guard = self.lock_session(session_key, &key).await?;
-        let result = self.reset_locked(session_key, &key).await;
+        let result = self.reset_locked(&guard, session_key, &key).await;
         if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
@@ -164,6 +164,7 @@ impl Harness {
 
     async fn reset_locked(
         &self,
+        guard: &SessionGuard,
         session_key: &str,
         key: &str,
     ) -> Result<ResetReport, HarnessError> {
@@ -171,8 +172,8 @@ impl Harness {
         // The session's queued commits go to the engine before it hears of the reset; what
         // still cannot be delivered moves to the next session id below.
         self.flush_outbox(session_key, &session_id).await;
-        let messages = self
-            .store
+        let store = guard.store();
+        let messages = store
             .load_transcript(&session_id)
             .map_err(store_err("load transcript"))?
             .into_iter()
@@ -229,20 +230,19 @@ impl Harness {
                 tracing::warn!(error = %e, "session_end hook failed");
             }
         }
-        self.clear_binding(key).await?;
+        self.clear_binding(guard, key).await?;
         // The next id first: from here on the key's turns run in the next session, which
         // then holds the old session's undelivered commits (retried before its first turn).
-        self.store
+        store
             .save_document(SESSION_NAMESPACE, session_key, &next_session_id)
             .map_err(store_err("record the reset session's next id"))?;
-        let undelivered = self
-            .store
+        let undelivered = store
             .move_outbox(&session_id, &next_session_id)
             .map_err(store_err("carry undelivered commits to the next session"))?;
         if undelivered > 0 {
             tracing::warn!(session = session_key, from = %session_id, to = %next_session_id, commits = undelivered, "undelivered commits of the reset session are retried before the next session's turns");
         }
-        self.store
+        store
             .delete_session(&session_id)
             .map_err(store_err("delete session"))?;
         self.transcripts.invalidate(&session_id).await;

@@ -62,7 +62,11 @@ impl Harness {
 
     /// Creates the session file if it does not exist yet (header and the transcript so far)
     /// and returns its path for the engine's `sessionFile`.
-    pub(crate) fn ensure_session_file(&self, session_id: &str) -> Option<String> {
+    pub(crate) fn ensure_session_file(
+        &self,
+        session_key: &str,
+        session_id: &str,
+    ) -> Option<String> {
         let path = self.session_file_path(session_id)?;
         if !path.exists() {
             if let Some(dir) = path.parent() {
@@ -71,7 +75,8 @@ impl Harness {
                     return None;
                 }
             }
-            rewrite_session_file(&path, self.store.as_ref(), session_id, &self.session_cwd());
+            let store = self.store_for(session_key);
+            rewrite_session_file(&path, store.as_ref(), session_id, &self.session_cwd());
         }
         path.exists().then(|| path.display().to_string())
     }

@@ -138,10 +138,12 @@ impl Harness {
         let guard = self.lock_session(&spec.session_key, &key).await?;
         let session_id = self.session_id(&spec.session_key)?;
         self.flush_outbox(&spec.session_key, &session_id).await;
-        let stored = self.load_binding(&key).await?;
-        let messages = self.session_messages(&session_id).await?;
+        let stored = self.load_binding(&spec.session_key, &key).await?;
+        let messages = self
+            .session_messages(&spec.session_key, &session_id)
+            .await?;
         // The session file starts from the transcript as it is before this turn.
-        self.ensure_session_file(&session_id);
+        self.ensure_session_file(&spec.session_key, &session_id);
 
         // 2. Host requirements, fail closed (the engine that would run, quarantined or not).
         let info = self.engine.info();
@@ -244,7 +246,7 @@ impl Harness {
                     }
                     tracing::warn!(error = %error, "retrying the turn once on a fresh thread with the projection cleared");
                     retried = true;
-                    self.clear_binding(&key).await?;
+                    self.clear_binding(&guard, &key).await?;
                     stored_view = None;
                 }
             }
@@ -309,7 +311,7 @@ impl Harness {
     ) -> Result<(), HarnessError> {
         let engine_id = serving.active_engine_id().to_string();
         let done = self
-            .store
+            .store_for(session_key)
             .is_bootstrapped(session_id, &engine_id)
             .map_err(store_err("read bootstrap mark"))?;
         if done {
@@ -331,7 +333,7 @@ impl Harness {
                 BootstrapParams {
                     session_id: session_id.to_string(),
                     session_key: Some(session_key.to_string()),
-                    session_file: self.ensure_session_file(session_id),
+                    session_file: self.ensure_session_file(session_key, session_id),
                     session_target: self.facts(session_key, session_id, None).session_target,
                     runtime_settings: Some(self.runtime_settings(serving, None)),
                     runtime_context: Some(self.runtime_context(
@@ -356,7 +358,7 @@ impl Harness {
         )
         .await;
         // Marked only once bootstrap has run: a crash before this point bootstraps again.
-        self.store
+        self.store_for(session_key)
             .mark_bootstrapped(session_id, &engine_id)
             .map_err(store_err("mark bootstrapped"))?;
         Ok(())

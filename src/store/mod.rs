@@ -12,6 +12,7 @@ mod checkpointer;
 pub mod conformance;
 mod postgres;
 mod retention;
+mod sharded;
 mod sqlite;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use retention::{
     idle_before_ms, sweep_once, RetentionSweeper, SweepListener, SWEEP_BATCH, SWEEP_INTERVAL,
 };
+pub use sharded::{shard_index, shard_path, ShardedSqliteStore, MAX_SHARDS};
 pub use sqlite::{HeldTimes, SqliteStore};
 
 /// Errors of the state store. Each names the file and the operation.
@@ -76,6 +78,9 @@ pub enum StoreError {
         held: u64,
         current: u64,
     },
+    /// A sharded SQLite store opened with a layout other than its recorded one.
+    #[error("state store {path}: cannot open with this shard layout: {message}")]
+    ShardLayout { path: PathBuf, message: String },
     /// The schema version on disk is newer than this build understands.
     #[error(
         "state store {path} has schema version {found}, this build understands up to {supported}"
@@ -450,6 +455,15 @@ pub trait StateStore: Send + Sync {
     /// The file (or URL) for messages.
     fn location(&self) -> String;
 
+    /// The store holding the state of session key `session_key` — its lease, binding,
+    /// transcripts, outbox, bootstrap marks and session-id document — when this store is split
+    /// by session ([`ShardedSqliteStore`]); `None` when this store holds it itself. A caller
+    /// working on one session makes all of that session's calls on the store this names.
+    fn session_shard(&self, session_key: &str) -> Option<std::sync::Arc<dyn StateStore>> {
+        let _ = session_key;
+        None
+    }
+
     // --- bindings
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError>;
     /// Writes a binding; refused when `lease_generation` is older than the session's current
@@ -624,6 +638,9 @@ pub trait StateStore: Send + Sync {
 pub enum StoreTarget {
     /// The embedded SQLite file (`store: {path}`, the default).
     Sqlite(PathBuf),
+    /// The embedded SQLite store split by session over `shards` files (`store: {path,
+    /// shards}`, 2 or more; see [`ShardedSqliteStore`]).
+    ShardedSqlite { path: PathBuf, shards: usize },
     /// A PostgreSQL database (`store: {kind: "postgres", url}`).
     Postgres {
         url: String,
@@ -651,7 +668,14 @@ fn decode_transcript_rows(
 /// Opens the selected store (for a PostgreSQL one: connects and applies pending migrations).
 pub fn open_store(target: &StoreTarget) -> Result<std::sync::Arc<dyn StateStore>, StoreError> {
     Ok(match target {
-        StoreTarget::Sqlite(path) => std::sync::Arc::new(SqliteStore::open(path)?),
+        StoreTarget::Sqlite(path) => {
+            let store = SqliteStore::open(path)?;
+            sharded::check_unsharded(&store)?;
+            std::sync::Arc::new(store)
+        }
+        StoreTarget::ShardedSqlite { path, shards } => {
+            std::sync::Arc::new(ShardedSqliteStore::open(path, *shards)?)
+        }
         StoreTarget::Postgres { url, options } => {
             std::sync::Arc::new(PostgresStore::connect(url, options.clone())?)
         }

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -95,7 +95,7 @@ CREATE TABLE IF NOT EXISTS documents (
 ";
 
 /// The tables of the schema (a database holding others is not ours).
-const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','lease_floor','documents','activity')";
+const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','quarantine','bootstrapped','leases','lease_floor','documents','activity','store_layout')";
 
 /// How the connections of one store reach its database.
 #[derive(Debug, Clone)]
@@ -213,6 +213,11 @@ pub struct SqliteStore {
     combining: AtomicBool,
     /// The background WAL checkpointer (file stores).
     checkpointer: Option<Checkpointer>,
+    /// In-memory stores: readers share it, the writer holds it alone. `memdb` has no WAL, so
+    /// a reader and the writer exclude each other anyway; SQLite's own exclusion makes the one
+    /// that comes second sleep in the busy handler (1 ms and more, for writes of tens of µs),
+    /// while this lock wakes it the moment the other is done.
+    memory_lock: Option<RwLock<()>>,
 }
 
 /// How long a store's connections were held since it was opened (see
@@ -306,6 +311,10 @@ impl SqliteStore {
             queue: Mutex::new(Vec::new()),
             combining: AtomicBool::new(false),
             checkpointer: None,
+            memory_lock: match target {
+                Target::File(_) => None,
+                Target::Memory(_) => Some(RwLock::new(())),
+            },
         };
         store.init_retrying(&target)?;
         let mut readers = Vec::with_capacity(READERS);
@@ -355,6 +364,64 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The shard count recorded in this database when it became shard 0 of a sharded store
+    /// ([`super::ShardedSqliteStore`]); `None` for a database never sharded.
+    pub fn recorded_shards(&self) -> Result<Option<usize>, StoreError> {
+        self.with_conn("read the shard layout", |conn| {
+            let exists: i64 = conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'store_layout'",
+                [],
+                |r| r.get(0),
+            )?;
+            if exists == 0 {
+                return Ok(None);
+            }
+            let shards: Option<i64> = conn
+                .query_row(
+                    "SELECT value FROM store_layout WHERE key = 'shards'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(shards.map(|n| usize::try_from(n).unwrap_or(0)))
+        })
+    }
+
+    /// Records `shards` as this database's shard layout unless one is recorded already, in one
+    /// transaction; returns the layout recorded after the call (`shards`, or the earlier one).
+    /// `may_record` decides, inside the transaction, whether the database may take the layout
+    /// (it is refused when the database already holds an unsharded store's state).
+    pub(crate) fn record_shards(
+        &self,
+        shards: usize,
+        may_record: impl FnOnce(&StoreStats) -> bool,
+    ) -> Result<Option<usize>, StoreError> {
+        self.write_tx("record the shard layout", |tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS store_layout (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+            )?;
+            let recorded: Option<i64> = tx
+                .query_row(
+                    "SELECT value FROM store_layout WHERE key = 'shards'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(n) = recorded {
+                return Ok((Some(usize::try_from(n).unwrap_or(0)), false));
+            }
+            let stats = stats_of(tx)?;
+            if !may_record(&stats) {
+                return Ok((None, false));
+            }
+            tx.execute(
+                "INSERT INTO store_layout (key, value) VALUES ('shards', ?1)",
+                params![i64::try_from(shards).unwrap_or(i64::MAX)],
+            )?;
+            Ok((Some(shards), true))
+        })
     }
 
     /// [`SqliteStore::init`], again while another process holds a lock SQLite does not wait
@@ -471,6 +538,11 @@ impl SqliteStore {
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         let mut conn = lock(&self.writer);
+        // A poisoned lock guards no data: the panic left nothing half-done behind it.
+        let _exclusive = self
+            .memory_lock
+            .as_ref()
+            .map(|l| l.write().unwrap_or_else(|p| p.into_inner()));
         let held = Instant::now();
         let result =
             f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
@@ -503,6 +575,10 @@ impl SqliteStore {
             Some(guard) => guard,
             None => lock(&self.readers[start % n]),
         };
+        let _shared = self
+            .memory_lock
+            .as_ref()
+            .map(|l| l.read().unwrap_or_else(|p| p.into_inner()));
         let held = Instant::now();
         let result =
             f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
@@ -1630,30 +1706,33 @@ impl StateStore for SqliteStore {
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.with_reader("count rows", |conn| {
-            conn.query_row(
-                "SELECT
-                   (SELECT count(*) FROM activity WHERE scope = 's'),
-                   (SELECT count(*) FROM bindings),
-                   (SELECT count(*) FROM transcript),
-                   (SELECT count(*) FROM outbox),
-                   (SELECT count(*) FROM documents),
-                   (SELECT min(last_active_ms) FROM activity WHERE scope IN ('s', 'b'))",
-                [],
-                |r| {
-                    let count = |i: usize| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
-                    Ok(StoreStats {
-                        sessions: count(0)?,
-                        bindings: count(1)?,
-                        transcript_entries: count(2)?,
-                        outbox_pending: count(3)?,
-                        documents: count(4)?,
-                        oldest_session_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
-                    })
-                },
-            )
-        })
+        self.with_reader("count rows", |conn| stats_of(conn))
     }
+}
+
+/// Row counts and the oldest session's last activity, read on `conn`.
+fn stats_of(conn: &Connection) -> rusqlite::Result<StoreStats> {
+    conn.query_row(
+        "SELECT
+           (SELECT count(*) FROM activity WHERE scope = 's'),
+           (SELECT count(*) FROM bindings),
+           (SELECT count(*) FROM transcript),
+           (SELECT count(*) FROM outbox),
+           (SELECT count(*) FROM documents),
+           (SELECT min(last_active_ms) FROM activity WHERE scope IN ('s', 'b'))",
+        [],
+        |r| {
+            let count = |i: usize| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+            Ok(StoreStats {
+                sessions: count(0)?,
+                bindings: count(1)?,
+                transcript_entries: count(2)?,
+                outbox_pending: count(3)?,
+                documents: count(4)?,
+                oldest_session_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
+            })
+        },
+    )
 }
 
 #[cfg(test)]
