@@ -423,3 +423,42 @@ fn sqlite_scale_runs_print_both_rows_and_the_ratio() {
         }
     }
 }
+
+/// `--scale-shards` runs the SQLite scale stores split by session (every turn done, the report
+/// saying so); on PostgreSQL it is refused with an error naming the flag.
+#[test]
+fn sharded_scale_runs_and_postgres_refuses_shards() {
+    for store in ["memory", "file"] {
+        let (ok, stdout, stderr) = bench_scale(&[
+            "--scale-store",
+            store,
+            "--sessions",
+            "6",
+            "--scale-shards",
+            "3",
+            "--scale-split",
+        ]);
+        assert!(
+            ok,
+            "bench --scale-shards on {store} failed: {stderr}\n{stdout}"
+        );
+        assert_eq!(scale_rows(&stdout), [(1, 6, 30), (2, 6, 30)], "{stdout}");
+        assert!(
+            stdout.contains("store split by session over 3 SQLite databases (store.shards: 3)"),
+            "{stdout}"
+        );
+    }
+    let (ok, stdout, stderr) = bench_scale(&[
+        "--scale-store",
+        "postgres",
+        "--sessions",
+        "2",
+        "--scale-shards",
+        "2",
+    ]);
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("--scale-shards"), "{stderr}");
+    let (ok, _, stderr) = bench_scale(&["--scale-shards", "0"]);
+    assert!(!ok);
+    assert!(stderr.contains("--scale-shards"), "{stderr}");
+}

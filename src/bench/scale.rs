@@ -22,7 +22,8 @@ use crate::harness::TurnSpec;
 use crate::harness::{Harness, HarnessError};
 use crate::projection::{binding_key, ThreadBinding};
 use crate::store::{
-    HeldTimes, PostgresOptions, PostgresStore, SqliteStore, StateStore, StoreError,
+    HeldTimes, PostgresOptions, PostgresStore, ShardedSqliteStore, SqliteStore, StateStore,
+    StoreError,
 };
 
 /// Turns per session of the scale run.
@@ -103,6 +104,8 @@ pub struct ScaleResult {
     /// Whether each worker ran on a runtime, harness and store of its own (the split run):
     /// nothing of ctxbridge shared between the cores.
     pub split: bool,
+    /// SQLite: the databases the store was split over by session (1: one database).
+    pub shards: usize,
 }
 
 impl ScaleResult {
@@ -223,6 +226,9 @@ pub struct ScaleTarget {
     pub store: ScaleStore,
     /// The PostgreSQL URL ([`pg_url`]); unused by the SQLite stores.
     pub pg_url: String,
+    /// SQLite stores: the databases the state is split over by session (`store.shards`; 1:
+    /// one database).
+    pub shards: usize,
 }
 
 impl ScaleTarget {
@@ -231,6 +237,7 @@ impl ScaleTarget {
         ScaleTarget {
             store,
             pg_url: pg_url(None),
+            shards: 1,
         }
     }
 }
@@ -296,9 +303,28 @@ impl Drop for StoreHold {
     }
 }
 
-/// The scale run's store, what must outlive it, and the SQLite store itself (for its held
-/// times).
-type OpenedStore = (Arc<dyn StateStore>, StoreHold, Option<Arc<SqliteStore>>);
+/// The scale run's store, what must outlive it, and its SQLite databases (for their held
+/// times; none on PostgreSQL).
+type OpenedStore = (Arc<dyn StateStore>, StoreHold, Vec<Arc<SqliteStore>>);
+
+/// A SQLite scale store of `shards` databases: one [`SqliteStore`], or a
+/// [`ShardedSqliteStore`] and its shards.
+fn sqlite_store(
+    shards: usize,
+    one: impl FnOnce() -> Result<SqliteStore, StoreError>,
+    sharded: impl FnOnce(usize) -> Result<ShardedSqliteStore, StoreError>,
+) -> Result<(Arc<dyn StateStore>, Vec<Arc<SqliteStore>>), BenchError> {
+    if shards <= 1 {
+        let store = Arc::new(opened_sqlite(one())?);
+        return Ok((store.clone(), vec![store]));
+    }
+    let store = sharded(shards).map_err(|source| BenchError::Store {
+        operation: "open the scale store",
+        source,
+    })?;
+    let parts = store.shards().to_vec();
+    Ok((Arc::new(store), parts))
+}
 
 fn open_store(target: &ScaleTarget) -> Result<OpenedStore, BenchError> {
     let opened = |store: Result<Arc<dyn StateStore>, StoreError>| {
@@ -309,18 +335,25 @@ fn open_store(target: &ScaleTarget) -> Result<OpenedStore, BenchError> {
     };
     match target.store {
         ScaleStore::Memory => {
-            let sqlite = Arc::new(opened_sqlite(SqliteStore::in_memory())?);
-            Ok((sqlite.clone(), StoreHold::None, Some(sqlite)))
+            let (store, parts) = sqlite_store(
+                target.shards,
+                SqliteStore::in_memory,
+                ShardedSqliteStore::in_memory,
+            )?;
+            Ok((store, StoreHold::None, parts))
         }
         ScaleStore::File => {
             let dir = tempfile::tempdir().map_err(|e| BenchError::Runtime {
                 operation: "create the scale store directory",
                 message: e.to_string(),
             })?;
-            let sqlite = Arc::new(opened_sqlite(SqliteStore::open(
-                dir.path().join("state.db"),
-            ))?);
-            Ok((sqlite.clone(), StoreHold::Dir(dir), Some(sqlite)))
+            let path = dir.path().join("state.db");
+            let (store, parts) = sqlite_store(
+                target.shards,
+                || SqliteStore::open(&path),
+                |n| ShardedSqliteStore::open(&path, n),
+            )?;
+            Ok((store, StoreHold::Dir(dir), parts))
         }
         ScaleStore::Postgres => {
             let schema = format!("ctxb_bench_{}", uuid::Uuid::new_v4().simple());
@@ -334,7 +367,7 @@ fn open_store(target: &ScaleTarget) -> Result<OpenedStore, BenchError> {
                 PostgresStore::connect(&target.pg_url, options)
                     .map(|s| Arc::new(s) as Arc<dyn StateStore>),
             )?;
-            Ok((store, hold, None))
+            Ok((store, hold, Vec::new()))
         }
     }
 }
@@ -349,7 +382,7 @@ fn opened_sqlite(store: Result<SqliteStore, StoreError>) -> Result<SqliteStore, 
 /// The scale harness and what must outlive it (a file store's directory, a schema).
 fn scale_harness(
     target: &ScaleTarget,
-) -> Result<(Harness, StoreHold, Option<Arc<SqliteStore>>), BenchError> {
+) -> Result<(Harness, StoreHold, Vec<Arc<SqliteStore>>), BenchError> {
     let (store, hold, sqlite) = open_store(target)?;
     let (harness, _) = bench_harness(
         BenchMode::ThreadBootstrap,
@@ -445,7 +478,7 @@ fn run_blocking(
         let harness = Arc::new(harness);
         let peak_is_this_run = reset_peak_rss();
         let rss_before = rss_bytes();
-        let held_before = sqlite.as_ref().map(|s| s.held_times());
+        let held_before: Vec<HeldTimes> = sqlite.iter().map(|s| s.held_times()).collect();
         let cpu_before = process_cpu_time();
         let started = Instant::now();
         let turns = run_sessions(harness.clone(), sessions).await?;
@@ -453,14 +486,18 @@ fn run_blocking(
         let cpu = process_cpu_time()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
+        // The busiest database's: with shards, the others' writers ran beside it.
         let held = sqlite
-            .as_ref()
-            .map(|s| s.held_times())
+            .iter()
             .zip(held_before)
-            .map(|(after, before)| HeldTimes {
-                writer: after.writer.saturating_sub(before.writer),
-                readers: after.readers.saturating_sub(before.readers),
-            });
+            .map(|(s, before)| {
+                let after = s.held_times();
+                HeldTimes {
+                    writer: after.writer.saturating_sub(before.writer),
+                    readers: after.readers.saturating_sub(before.readers),
+                }
+            })
+            .max_by_key(|h| h.writer);
         let rss_after = rss_bytes();
         harness.shutdown().await;
         // The store goes before what it lives in (the directory, the schema).
@@ -479,6 +516,7 @@ fn run_blocking(
             held,
             cpu,
             split: false,
+            shards: target.shards,
         })
     })
 }
@@ -601,6 +639,7 @@ fn run_split(
         held: None,
         cpu,
         split: true,
+        shards: target.shards,
     })
 }
 
@@ -689,6 +728,13 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
         "\n== Scale: sessions × {TURNS_PER_SESSION} turns, in-process mock, {}, bench engine (thread_bootstrap, {SCALE_BACKGROUND_CHARS}-char background), {SESSIONS_IN_FLIGHT} sessions in flight ==",
         results.first().map_or(ScaleStore::Memory, |r| r.store).describe()
     );
+    let shards = results.first().map_or(1, |r| r.shards);
+    if shards > 1 {
+        let _ = writeln!(
+            out,
+            "store split by session over {shards} SQLite databases (store.shards: {shards}), in every run; held times below are the busiest database's"
+        );
+    }
     let _ = writeln!(out, "{}", super::load_line());
     if results
         .first()
@@ -880,6 +926,7 @@ mod tests {
             held: None,
             cpu: Some(Duration::from_secs_f64(cpu_seconds)),
             split: false,
+            shards: 1,
         }
     }
 
@@ -904,6 +951,7 @@ mod tests {
     fn the_report_shows_the_split_ceiling() {
         let split = ScaleResult {
             split: true,
+            shards: 1,
             ..run(2, 0.5, 0.95)
         };
         let report = format_report(&[run(1, 1.0, 1.0), run(2, 0.8, 1.5), split], &bindings());

@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// what the CLI uses, `postgres` a fresh schema on `--pg-url` (dropped afterwards).
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
     pub scale_store: ScaleStore,
+    /// SQLite scale stores: split the state by session over this many databases, one writer
+    /// each (`store.shards`), in every run of the scale measurement.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=crate::store::MAX_SHARDS as u64))]
+    pub scale_shards: u64,
     /// The PostgreSQL server of `--scale-store postgres` (else `CTXBRIDGE_TEST_PG_URL`, else
     /// postgres://postgres@127.0.0.1:5432/test).
     #[arg(long)]
@@ -77,7 +81,14 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
     let target = ScaleTarget {
         store: args.scale_store,
         pg_url: scale::pg_url(args.pg_url.as_deref()),
+        shards: usize::try_from(args.scale_shards).unwrap_or(1),
     };
+    if target.store == ScaleStore::Postgres && target.shards > 1 {
+        return Err(BenchError::Runtime {
+            operation: "--scale-shards",
+            message: "applies to the SQLite scale stores (memory, file) only; PostgreSQL writes sessions in parallel without it".into(),
+        });
+    }
     // Without a server the PostgreSQL scale run is skipped, loudly; the rest still runs.
     let skip_scale = args.skip_scale || !postgres_ready(&target);
     // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
