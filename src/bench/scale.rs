@@ -307,13 +307,16 @@ impl Drop for StoreHold {
 /// times; none on PostgreSQL).
 type OpenedStore = (Arc<dyn StateStore>, StoreHold, Vec<Arc<SqliteStore>>);
 
+/// A SQLite scale store and its databases.
+type SqliteParts = (Arc<dyn StateStore>, Vec<Arc<SqliteStore>>);
+
 /// A SQLite scale store of `shards` databases: one [`SqliteStore`], or a
 /// [`ShardedSqliteStore`] and its shards.
 fn sqlite_store(
     shards: usize,
     one: impl FnOnce() -> Result<SqliteStore, StoreError>,
     sharded: impl FnOnce(usize) -> Result<ShardedSqliteStore, StoreError>,
-) -> Result<(Arc<dyn StateStore>, Vec<Arc<SqliteStore>>), BenchError> {
+) -> Result<SqliteParts, BenchError> {
     if shards <= 1 {
         let store = Arc::new(opened_sqlite(one())?);
         return Ok((store.clone(), vec![store]));
