@@ -269,20 +269,16 @@ fn sharded_store_from_the_cli() {
         "two.json5",
         r#"{ backend: { kind: "mock" }, store: { path: "state/s.db", shards: 2 } }"#,
     );
+    let turn = |config: &str, session: &str, prompt: &str| {
+        ctxbridge(
+            dir.path(),
+            &["--config", config, "turn", "--session", session, prompt],
+        )
+    };
     let sessions = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
     for session in sessions {
         for prompt in ["first", "second"] {
-            let out = ctxbridge(
-                dir.path(),
-                &[
-                    "--config",
-                    "two.json5",
-                    "turn",
-                    "--session",
-                    session,
-                    prompt,
-                ],
-            );
+            let out = turn("two.json5", session, prompt);
             assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         }
     }
@@ -305,10 +301,7 @@ fn sharded_store_from_the_cli() {
 
     let refused = |name: &str, config: &str, needle: &str| {
         write(dir.path(), name, config);
-        let out = ctxbridge(
-            dir.path(),
-            &["--config", name, "turn", "--session", "alpha", "third"],
-        );
+        let out = turn(name, "alpha", "third");
         assert_ne!(out.status.code(), Some(0), "{name}");
         let err = stderr(&out);
         assert!(err.contains(needle), "{name}: {err}");
@@ -334,17 +327,7 @@ fn sharded_store_from_the_cli() {
         "store.shards applies to the SQLite store only",
     );
     // Nothing was lost: the session continues with the right count.
-    let out = ctxbridge(
-        dir.path(),
-        &[
-            "--config",
-            "two.json5",
-            "turn",
-            "--session",
-            "alpha",
-            "third",
-        ],
-    );
+    let out = turn("two.json5", "alpha", "third");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = ctxbridge(dir.path(), &["--config", "two.json5", "doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -177,6 +177,17 @@ impl ShardedSqliteStore {
     }
 }
 
+/// Implements each listed [`StateStore`] method by the same call on shard 0.
+macro_rules! on_shard_zero {
+    ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*) => {
+        $(
+            fn $name(&self, $($arg: $ty),*) -> $ret {
+                self.first().$name($($arg),*)
+            }
+        )*
+    };
+}
+
 /// Every direct call goes to shard 0 (see the module documentation), except the row counts and
 /// the retention sweep, which cover every shard.
 impl StateStore for ShardedSqliteStore {
@@ -188,183 +199,65 @@ impl StateStore for ShardedSqliteStore {
         Some(self.shard_of(session_key).clone())
     }
 
-    fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
-        self.first().load_binding(binding_key)
-    }
-
-    fn save_binding(
-        &self,
-        binding_key: &str,
-        json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError> {
-        self.first()
-            .save_binding(binding_key, json, lease_generation)
-    }
-
-    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
-        self.first().delete_binding(binding_key)
-    }
-
-    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
-        self.first().delete_session(session_id)
-    }
-
-    fn record_turn(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError> {
-        self.first().record_turn(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-        )
-    }
-
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
-    ) -> Result<(), StoreError> {
-        self.first().record_turn_with_commit(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-            commit,
-        )
-    }
-
-    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
-        self.first().load_transcript(session_id)
-    }
-
-    fn transcript_since(
-        &self,
-        session_id: &str,
-        cursor: Option<TranscriptCursor>,
-    ) -> Result<TranscriptRead, StoreError> {
-        self.first().transcript_since(session_id, cursor)
-    }
-
-    fn append_transcript(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-    ) -> Result<(), StoreError> {
-        self.first().append_transcript(session_id, entries)
-    }
-
-    fn replace_transcript_entries(
-        &self,
-        session_id: &str,
-        replacements: &[TranscriptEntry],
-    ) -> Result<(), StoreError> {
-        self.first()
-            .replace_transcript_entries(session_id, replacements)
-    }
-
-    fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.first().enqueue_outbox(row)
-    }
-
-    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
-        self.first().pending_outbox(session_id)
-    }
-
-    fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
-        self.first().complete_outbox(session_id, advancement_key)
-    }
-
-    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
-        self.first().move_outbox(from, to)
-    }
-
-    fn fail_outbox(
-        &self,
-        session_id: &str,
-        advancement_key: &str,
-        error: &str,
-    ) -> Result<(), StoreError> {
-        self.first().fail_outbox(session_id, advancement_key, error)
-    }
-
-    fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
-        self.first().record_quarantine(record)
-    }
-
-    fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError> {
-        self.first().clear_quarantine(engine_id)
-    }
-
-    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
-        self.first().quarantines()
-    }
-
-    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.first().is_bootstrapped(session_id, engine_id)
-    }
-
-    fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.first().mark_bootstrapped(session_id, engine_id)
-    }
-
-    fn try_acquire_lease(
-        &self,
-        session: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.first()
-            .try_acquire_lease(session, holder, now_ms, ttl_ms)
-    }
-
-    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.first().release_lease(lease)
-    }
-
-    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
-        self.first().renew_lease(lease, now_ms, ttl_ms)
-    }
-
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.first()
-            .take_over_lease(session, dead_holder, holder, now_ms, ttl_ms)
-    }
-
-    fn submit(&self, write: TurnWrite) -> WriteFuture {
-        self.first().submit(write)
-    }
-
-    fn submit_detached(&self, write: TurnWrite) {
-        self.first().submit_detached(write)
-    }
-
-    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
-        self.first().load_document(namespace, key)
-    }
-
-    fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
-        self.first().save_document(namespace, key, json)
+    on_shard_zero! {
+        fn load_binding(binding_key: &str) -> Result<Option<StoredBinding>, StoreError>;
+        fn save_binding(binding_key: &str, json: &str, lease_generation: u64) -> Result<(), StoreError>;
+        fn delete_binding(binding_key: &str) -> Result<(), StoreError>;
+        fn delete_session(session_id: &str) -> Result<u64, StoreError>;
+        fn record_turn(
+            session_id: &str,
+            entries: &[TranscriptEntry],
+            binding_key: &str,
+            binding_json: &str,
+            lease_generation: u64,
+        ) -> Result<(), StoreError>;
+        fn record_turn_with_commit(
+            session_id: &str,
+            entries: &[TranscriptEntry],
+            binding_key: &str,
+            binding_json: &str,
+            lease_generation: u64,
+            commit: &OutboxRow,
+        ) -> Result<(), StoreError>;
+        fn load_transcript(session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
+        fn transcript_since(
+            session_id: &str,
+            cursor: Option<TranscriptCursor>,
+        ) -> Result<TranscriptRead, StoreError>;
+        fn append_transcript(session_id: &str, entries: &[TranscriptEntry]) -> Result<(), StoreError>;
+        fn replace_transcript_entries(
+            session_id: &str,
+            replacements: &[TranscriptEntry],
+        ) -> Result<(), StoreError>;
+        fn enqueue_outbox(row: &OutboxRow) -> Result<(), StoreError>;
+        fn pending_outbox(session_id: &str) -> Result<Vec<OutboxRow>, StoreError>;
+        fn complete_outbox(session_id: &str, advancement_key: &str) -> Result<(), StoreError>;
+        fn move_outbox(from: &str, to: &str) -> Result<u64, StoreError>;
+        fn fail_outbox(session_id: &str, advancement_key: &str, error: &str) -> Result<(), StoreError>;
+        fn record_quarantine(record: &QuarantineRecord) -> Result<(), StoreError>;
+        fn clear_quarantine(engine_id: &str) -> Result<(), StoreError>;
+        fn quarantines() -> Result<Vec<QuarantineRecord>, StoreError>;
+        fn is_bootstrapped(session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
+        fn mark_bootstrapped(session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
+        fn try_acquire_lease(
+            session: &str,
+            holder: &str,
+            now_ms: u64,
+            ttl_ms: u64,
+        ) -> Result<LeaseAttempt, StoreError>;
+        fn release_lease(lease: &Lease) -> Result<(), StoreError>;
+        fn renew_lease(lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError>;
+        fn take_over_lease(
+            session: &str,
+            dead_holder: &str,
+            holder: &str,
+            now_ms: u64,
+            ttl_ms: u64,
+        ) -> Result<LeaseAttempt, StoreError>;
+        fn submit(write: TurnWrite) -> WriteFuture;
+        fn submit_detached(write: TurnWrite) -> ();
+        fn load_document(namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
+        fn save_document(namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
     }
 
     /// Sweeps the shards in order, each with what is left of the batch's limit: a batch that
