@@ -728,7 +728,7 @@ impl Harness {
                 agent_id: Some(self.cfg.agent_id.clone()),
                 session_id: Some(session_id.to_string()),
                 session_key: Some(session_key.to_string()),
-                store_path: Some(self.store.location()),
+                store_path: Some(self.store_for(session_key).location()),
                 thread_id: thread.map(|t| t.0.clone()),
             }),
             prompt_cache: None,
