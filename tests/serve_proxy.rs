@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
-use ctxbridge::serve::{self, CapabilityToken, ListenAddr, ServeHandle, ServeOptions};
+use ctxbridge::serve::{
+    self, CapabilityToken, ListenAddr, OriginPolicy, ServeHandle, ServeOptions,
+};
 use ctxbridge::store::{SqliteStore, StateStore};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use futures::{SinkExt, StreamExt};
@@ -649,6 +651,99 @@ async fn garbage_then_oversize<S: AsyncRead + AsyncWrite + Unpin>(mut c: Client<
     assert_eq!(u16::from(close.unwrap().code), 1009);
 }
 
+/// The status of a WebSocket upgrade at `url` carrying `origin` (and `authorization`): 101
+/// when it was let in (its first request then gets "Not initialized"), else the refusal's.
+async fn upgrade_status(url: &str, origin: Option<&str>, authorization: Option<&str>) -> u16 {
+    let mut request = url.into_client_request().unwrap();
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("Origin", origin.parse().unwrap());
+    }
+    if let Some(value) = authorization {
+        request
+            .headers_mut()
+            .insert("Authorization", value.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((ws, response)) => {
+            let mut c = Client::over(ws);
+            let early = c.call(json!(1), "thread/list", json!({})).await;
+            assert_eq!(early["error"]["message"], "Not initialized", "{early}");
+            response.status().as_u16()
+        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default())
+                .into_owned();
+            if response.status() == 403 {
+                assert!(body.contains("--allow-origin"), "{body}");
+            }
+            response.status().as_u16()
+        }
+        Err(other) => panic!("upgrade failed: {other}"),
+    }
+}
+
+/// As the real `codex app-server`: a WebSocket upgrade carrying an `Origin` header (every
+/// browser page sends one, `null` included) is refused with 403 — with auth too, even with
+/// the right token — while a CLI client (no `Origin`) is let in.
+#[tokio::test]
+async fn browser_origins_are_refused_by_default() {
+    let open = without_codex(|_| {}).await;
+    for origin in ["http://evil.example", "null", "http://127.0.0.1:4500"] {
+        assert_eq!(
+            upgrade_status(&open.url(), Some(origin), None).await,
+            403,
+            "{origin}"
+        );
+    }
+    assert_eq!(upgrade_status(&open.url(), None, None).await, 101);
+    open.handle.shutdown().await;
+
+    let authed = without_codex(|o| o.auth = Some(CapabilityToken::new("right-token"))).await;
+    let token = Some("Bearer right-token");
+    assert_eq!(
+        upgrade_status(&authed.url(), Some("http://evil.example"), token).await,
+        403
+    );
+    assert_eq!(
+        upgrade_status(&authed.url(), Some("null"), token).await,
+        403
+    );
+    assert_eq!(upgrade_status(&authed.url(), None, token).await, 101);
+    authed.handle.shutdown().await;
+}
+
+/// `--allow-origin` lets exactly the listed origins in (case and a trailing slash aside);
+/// others are still refused, and auth still applies to an allowed origin.
+#[tokio::test]
+async fn allowed_origins_are_let_in() {
+    let env = without_codex(|o| {
+        o.origins = OriginPolicy::allowing(["http://localhost:3000"]).unwrap();
+        o.auth = Some(CapabilityToken::new("right-token"));
+    })
+    .await;
+    let token = Some("Bearer right-token");
+    assert_eq!(
+        upgrade_status(&env.url(), Some("http://localhost:3000"), token).await,
+        101
+    );
+    assert_eq!(
+        upgrade_status(&env.url(), Some("HTTP://LOCALHOST:3000/"), token).await,
+        101
+    );
+    assert_eq!(
+        upgrade_status(&env.url(), Some("http://localhost:3000"), None).await,
+        401
+    );
+    assert_eq!(
+        upgrade_status(&env.url(), Some("http://localhost:3001"), token).await,
+        403
+    );
+    assert_eq!(upgrade_status(&env.url(), Some("null"), token).await, 403);
+    env.handle.shutdown().await;
+}
+
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
 #[tokio::test]
 async fn health_endpoints() {
@@ -733,6 +828,22 @@ async fn serve_command_runs_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("non-loopback"));
+    let bad_origin = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "serve",
+            "--listen",
+            "ws://127.0.0.1:0",
+            "--allow-origin",
+            "evil.example",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad_origin.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad_origin.stderr);
+    assert!(
+        stderr.contains("--allow-origin \"evil.example\""),
+        "{stderr}"
+    );
 
     let Some(binary) = locate_codex_binary() else {
         eprintln!("\n!!!!!!!! SKIPPED serve_command: no codex binary !!!!!!!!\n");

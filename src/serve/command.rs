@@ -10,7 +10,7 @@ use crate::app::{open_with_backend, store_target};
 use crate::backend::codex_config::codex_overrides;
 use crate::config::{BackendConfig, Config};
 use crate::serve::{
-    CapabilityToken, EngineSessions, ListenAddr, ServeBackend, ServeOptions,
+    CapabilityToken, EngineSessions, ListenAddr, OriginPolicy, ServeBackend, ServeOptions,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 use crate::store::{open_store, StateStore};
@@ -35,6 +35,11 @@ pub struct ServeArgs {
     /// `stdio://` listeners; a `ws://` listener serves it on its own port too).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// A browser origin (`scheme://host[:port]`, or `null`) whose pages may open a WebSocket;
+    /// repeatable. By default an upgrade carrying an `Origin` header is refused with 403, as
+    /// the real `codex app-server` does: browsers always send one, CLI clients never do.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
     /// Largest client message in bytes (WebSocket: larger ones close the connection, 1009).
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
@@ -50,6 +55,7 @@ impl ServeArgs {
             ws_token_file: None,
             ws_token_sha256: None,
             metrics_listen: None,
+            allow_origins: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
@@ -69,6 +75,9 @@ pub enum ServeSetupError {
     /// `--listen` / auth.
     #[error(transparent)]
     Listen(#[from] crate::serve::ListenError),
+    /// An `--allow-origin` value is not an origin.
+    #[error(transparent)]
+    Origin(#[from] crate::serve::BadOrigin),
     /// `--ws-auth capability-token` needs exactly one of `--ws-token-file`, `--ws-token-sha256`.
     #[error("--ws-auth capability-token needs exactly one of --ws-token-file FILE or --ws-token-sha256 HEX")]
     TokenSource,
@@ -104,6 +113,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
         (None, _, _) => None,
     };
     crate::serve::check_exposure(&listen, auth.as_ref())?;
+    let origins = OriginPolicy::allowing(&args.allow_origins)?;
     let BackendConfig::Codex(codex) = &config.backend else {
         return Err(ServeSetupError::NotCodex);
     };
@@ -147,6 +157,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     let mut options = ServeOptions::new(listen, upstream);
     options.backend_url = codex.url.clone();
     options.auth = auth;
+    options.origins = origins;
     options.max_message_bytes = args.max_message_bytes;
     options.metrics_listen = args.metrics_listen;
     let slot = config.engine_slot();

@@ -1,6 +1,7 @@
 //! Where `serve` listens and who may connect: the `--listen` URL (`ws://IP:PORT`,
-//! `unix://PATH`, `stdio://`, the same forms as `codex app-server --listen`) and WebSocket
-//! capability-token auth (`--ws-auth capability-token --ws-token-file F`).
+//! `unix://PATH`, `stdio://`, the same forms as `codex app-server --listen`), WebSocket
+//! capability-token auth (`--ws-auth capability-token --ws-token-file F`) and which browser
+//! origins may open a WebSocket (`--allow-origin`).
 //!
 //! Everything here is pure except reading the token file.
 
@@ -142,6 +143,73 @@ impl CapabilityToken {
     }
 }
 
+/// Which `Origin` headers a WebSocket upgrade may carry. Browsers send `Origin` on every
+/// WebSocket upgrade and CLI clients (the Codex TUI, `codex exec`, the SDKs) never do, so —
+/// as the real `codex app-server --listen ws://` — an upgrade that carries one is refused
+/// (HTTP 403) unless its origin is listed with `--allow-origin`. Without this any web page the
+/// user opens could drive the server on loopback (cross-site WebSocket hijacking).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OriginPolicy {
+    /// The allowed origins, normalised by [`normalize_origin`].
+    allowed: Vec<String>,
+}
+
+/// An `--allow-origin` value that is not an origin.
+#[derive(Debug, thiserror::Error)]
+#[error("--allow-origin {value:?}: {reason} (expected an origin such as http://localhost:3000, or null)")]
+pub struct BadOrigin {
+    value: String,
+    reason: &'static str,
+}
+
+impl OriginPolicy {
+    /// The policy allowing exactly `origins` (each `scheme://host[:port]`, or `null`).
+    pub fn allowing<I, S>(origins: I) -> Result<OriginPolicy, BadOrigin>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut allowed = Vec::new();
+        for origin in origins {
+            let value = origin.as_ref();
+            let bad = |reason| BadOrigin {
+                value: value.to_owned(),
+                reason,
+            };
+            let normalized = normalize_origin(value);
+            if normalized != "null" {
+                let url = url::Url::parse(&normalized).map_err(|_| bad("not a URL"))?;
+                if url.host_str().is_none() {
+                    return Err(bad("it names no host"));
+                }
+                if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+                    return Err(bad("an origin has no path, query or fragment"));
+                }
+            }
+            allowed.push(normalized);
+        }
+        Ok(OriginPolicy { allowed })
+    }
+
+    /// Whether an upgrade carrying `origin` (the header's value; `None` without the header)
+    /// may proceed.
+    pub fn admits(&self, origin: Option<&str>) -> bool {
+        match origin {
+            None => true,
+            Some(value) => {
+                let value = normalize_origin(value);
+                self.allowed.iter().any(|allowed| *allowed == value)
+            }
+        }
+    }
+}
+
+/// An origin as compared: trimmed, without a trailing `/`, scheme and host in lower case (the
+/// parts of an origin that are case-insensitive; an origin has nothing else).
+pub fn normalize_origin(origin: &str) -> String {
+    origin.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
 /// Refuses listener settings that would expose the backend: a non-loopback WebSocket address
 /// without auth, or auth on a transport without a handshake.
 pub fn check_exposure(
@@ -182,6 +250,29 @@ mod tests {
         ] {
             let error = ListenAddr::parse(bad).unwrap_err().to_string();
             assert!(error.contains(bad), "{error}");
+        }
+    }
+
+    /// Without an allow-list only upgrades without `Origin` pass; `null` and foreign origins
+    /// are refused; listed origins pass whatever their case or trailing slash.
+    #[test]
+    fn origin_policy() {
+        let closed = OriginPolicy::default();
+        assert!(closed.admits(None));
+        for origin in ["http://evil.example", "null", "http://127.0.0.1:4500", ""] {
+            assert!(!closed.admits(Some(origin)), "{origin}");
+        }
+        let open = OriginPolicy::allowing(["http://localhost:3000/", "null"]).unwrap();
+        assert!(open.admits(Some("HTTP://LOCALHOST:3000")));
+        assert!(open.admits(Some("null")));
+        assert!(!open.admits(Some("http://localhost:3001")));
+        assert!(!open.admits(Some("http://evil.example")));
+        for bad in ["localhost", "http://x/path", "not a url", "http://x/?q"] {
+            let error = OriginPolicy::allowing([bad]).unwrap_err().to_string();
+            assert!(
+                error.contains("--allow-origin") && error.contains(bad),
+                "{error}"
+            );
         }
     }
 

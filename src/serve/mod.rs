@@ -48,7 +48,9 @@ pub mod thread_map;
 mod transport;
 mod upstream;
 
-pub use listen::{check_exposure, CapabilityToken, ListenAddr, ListenError};
+pub use listen::{
+    check_exposure, BadOrigin, CapabilityToken, ListenAddr, ListenError, OriginPolicy,
+};
 pub use router::{
     PassThroughSessions, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
 };
@@ -70,6 +72,9 @@ pub struct ServeOptions {
     pub listen: ListenAddr,
     /// WebSocket capability token, if auth is on.
     pub auth: Option<CapabilityToken>,
+    /// Which browser origins may open a WebSocket (by default none: an upgrade carrying an
+    /// `Origin` header is refused with 403, as Codex's).
+    pub origins: OriginPolicy,
     /// Client messages over this size are refused (WebSocket: close 1009).
     pub max_message_bytes: usize,
     /// How the upstream `codex app-server` child is started (without `backend_url`; its
@@ -118,6 +123,7 @@ impl ServeOptions {
         ServeOptions {
             listen,
             auth: None,
+            origins: OriginPolicy::default(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             upstream,
             backend_url: None,
@@ -232,6 +238,7 @@ pub(crate) async fn start_with(
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,
         auth: options.auth.clone(),
+        origins: Arc::new(options.origins.clone()),
         next_conn: Arc::new(AtomicU64::new(0)),
         metrics: options.metrics.clone(),
         transport: match options.listen {

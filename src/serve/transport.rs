@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
 use crate::serve::framing::read_bounded_line;
-use crate::serve::listen::CapabilityToken;
+use crate::serve::listen::{CapabilityToken, OriginPolicy};
 use crate::serve::router::{HubMsg, Outbound};
 
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
@@ -40,6 +40,7 @@ pub(crate) struct Shared {
     pub hub: mpsc::UnboundedSender<HubMsg>,
     pub max_message_bytes: usize,
     pub auth: Option<CapabilityToken>,
+    pub origins: Arc<OriginPolicy>,
     pub next_conn: Arc<AtomicU64>,
     pub metrics: Arc<Registry>,
     /// The listener kind, as logged with each client (`ws`, `unix`, `stdio`).
@@ -132,6 +133,24 @@ async fn ws_upgrade(
     headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    // A browser page (any site the user visits) sends its Origin; CLI clients never do.
+    let origin = headers.get(header::ORIGIN).map(|value| {
+        value
+            .to_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|_| String::from_utf8_lossy(value.as_bytes()).into_owned())
+    });
+    if !shared.origins.admits(origin.as_deref()) {
+        tracing::warn!(
+            origin = origin.as_deref().unwrap_or_default(),
+            "serve: refused a WebSocket upgrade from a browser origin that is not allowed (--allow-origin)"
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            "forbidden: WebSocket upgrades carrying an Origin header are refused unless the origin is allowed with --allow-origin",
+        )
+            .into_response();
+    }
     if !authorized(&shared, &headers) {
         tracing::warn!("serve: refused a WebSocket client without a valid token");
         return (StatusCode::UNAUTHORIZED, "unauthorized").into_response();
