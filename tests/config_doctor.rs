@@ -184,6 +184,40 @@ fn unknown_key_and_missing_file_exit_2() {
 }
 
 /// Usage errors exit 2; --help exits 0.
+/// A `store.url` that does not parse (a password typed where the URL's `//` should be, or
+/// no URL at all) is a configuration error naming the file, line, column and key (exit 2),
+/// and the value — which may hold the password — is printed by no command.
+#[test]
+fn unparsable_postgres_url_is_located_and_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "postgres:/root:MalSecret1@127.0.0.1:5433/db",
+        "not a url TopSecretPW",
+    ] {
+        let path = write(
+            dir.path(),
+            "pg.json5",
+            &format!("{{\n  store: {{ kind: 'postgres',\n    url: '{url}' }},\n}}\n"),
+        );
+        for args in [
+            vec!["--config", &path, "turn", "--session", "s", "hi"],
+            vec!["--config", &path, "doctor"],
+            vec!["--config", &path, "doctor", "--json"],
+        ] {
+            let out = ctxbridge(dir.path(), &args);
+            let (text, err) = (stdout(&out), stderr(&out));
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("pg.json5:3:10: store.url"), "{args:?}: {err}");
+            for secret in ["MalSecret1", "TopSecretPW"] {
+                assert!(
+                    !err.contains(secret) && !text.contains(secret),
+                    "{args:?}: {err}{text}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();

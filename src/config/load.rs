@@ -99,6 +99,9 @@ impl Config {
             };
             return Err(error.locate(source, file));
         }
+        if let Some(url) = &raw.store.url {
+            check_store_url(url).map_err(|e| e.locate(source, file))?;
+        }
         let backend = match raw.backend {
             None => BackendConfig::default(),
             Some(v) => parse_backend(v).map_err(|e| e.locate(source, file))?,
@@ -213,6 +216,23 @@ fn check_backend_url(codex: &CodexBackendConfig) -> Result<(), UnlocatedError> {
         return Err(refuse("codexHome", "`codexHome`"));
     }
     Ok(())
+}
+
+/// `store.url` must parse as a PostgreSQL connection URL or key/value string. The value is
+/// never repeated in the error: a URL that does not parse cannot be redacted reliably, and it
+/// may hold a password (`postgres:/user:secret@host/db`, a password typed in the wrong place).
+fn check_store_url(url: &str) -> Result<(), UnlocatedError> {
+    match url.parse::<tokio_postgres::Config>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(UnlocatedError {
+            path: vec![
+                PathSegment::Key("store".into()),
+                PathSegment::Key("url".into()),
+            ],
+            message: "not a PostgreSQL connection URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE) or key/value connection string (host=… dbname=…); the value is not shown, as it may hold a password".into(),
+            source: None,
+        }),
+    }
 }
 
 /// Deserializes `value` as `T`, reporting errors with their key path under `prefix`.
@@ -483,6 +503,32 @@ mod tests {
             "c.json5"
         )
         .is_err());
+    }
+
+    /// A `store.url` that does not parse is refused at its place in the file, without the
+    /// value (it may hold a password); a parsable one, URL or key/value, is accepted.
+    #[test]
+    fn unparsable_store_url_is_located_and_not_shown() {
+        for url in [
+            "postgres:/root:MalSecret1@127.0.0.1:5433/db",
+            "not a url MalSecret1",
+        ] {
+            let source =
+                format!("{{\n  store: {{\n    kind: \"postgres\",\n    url: \"{url}\",\n  }},\n}}");
+            let error = err(&source);
+            assert!(
+                error.starts_with("ctxbridge.json5:4:10: store.url: not a PostgreSQL"),
+                "{error}"
+            );
+            assert!(!error.contains("MalSecret1"), "{error}");
+        }
+        for url in [
+            "postgres://u:p@127.0.0.1:5432/db",
+            "host=127.0.0.1 user=u password=p dbname=db",
+        ] {
+            let source = format!("{{store: {{kind: \"postgres\", url: \"{url}\"}}}}");
+            assert!(Config::parse(&source, "test.json5").is_ok(), "{url}");
+        }
     }
 
     /// A wrong type reports file, line and column of the value and the dotted key path.

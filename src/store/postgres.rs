@@ -221,6 +221,9 @@ impl PostgresOptions {
     }
 }
 
+/// How an unparsable `store.url` is named in messages (never by its text).
+const UNPARSABLE_URL: &str = "(store.url, not shown: it does not parse)";
+
 /// The URL as it may be shown: the password (in the user info, a `password` query parameter or
 /// a `password=` key of a key/value connection string) replaced by `***`.
 pub fn redact_url(url: &str) -> String {
@@ -394,7 +397,9 @@ impl PostgresStore {
         let shown = redact_url(url);
         let mut config =
             tokio_postgres::Config::from_str(url).map_err(|source| StoreError::Postgres {
-                url: shown.clone(),
+                // What does not parse cannot be redacted reliably: a password typed in the
+                // wrong place would be shown. Name it without repeating it.
+                url: UNPARSABLE_URL.to_owned(),
                 operation: "parse the URL",
                 detail: describe(&source),
                 source,
@@ -1491,6 +1496,19 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
         assert!(err.to_string().contains("parse the URL"), "{err}");
+
+        // A URL that does not parse is never shown, not even redacted.
+        for url in [
+            "postgres:/root:MalSecret1@127.0.0.1:5433/db",
+            "not a url MalSecret1",
+        ] {
+            let err = PostgresStore::connect(url, PostgresOptions::default()).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("not shown") && !text.contains("MalSecret1"),
+                "{text}"
+            );
+        }
     }
 
     /// `open_store` opens the selected kind: a SQLite file, or PostgreSQL (here an unusable
