@@ -22,7 +22,6 @@ use ctxbridge::contract::{
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::{
     check_unit_result, decode_initialize, fill_estimated_tokens, parse_incoming, preview,
-    LineBuffer,
 };
 use ctxbridge::quarantine::{
     validate_assemble_result, validate_compact_result, validate_ingest_batch_result, CallerSession,
@@ -30,6 +29,7 @@ use ctxbridge::quarantine::{
 use ctxbridge::serve::fuzzing::{client_frames, Frame};
 use ctxbridge::serve::thread_map::{thread_of, Direction};
 use ctxbridge::serve::{ThreadMap, DEFAULT_MAX_MESSAGE_BYTES};
+use ctxbridge_jsonrpc::{BytesMut, Decoder, Frame as LineFrame, LineCodec};
 use futures::StreamExt;
 use responses_client::sse::ResponseStream;
 use responses_client::types::ResponseEvent;
@@ -128,11 +128,13 @@ pub fn codex_jsonrpc_line(data: &[u8]) {
 // engine_jsonrpc_line
 // ------------------------------------------------------------------------------------------
 
-/// The engine process protocol's stdout reader: `LineBuffer` fed in arbitrary chunks, each
-/// framed line classified by `parse_incoming` and previewed (as the error path does). Byte 0
-/// sets the line limit (0xff: unbounded), byte 1 the chunking, the rest is stdout. Checked:
-/// no returned line exceeds the limit; unbounded, the lines are exactly the `\n`-separated
-/// pieces of the input (one trailing `\r` removed) and the rest is the unfinished last piece.
+/// The engine process protocol's stdout framing: the shared line codec (reporting over-long
+/// lines early, as the engine connection does) fed in arbitrary chunks, then the end of the
+/// stream; each framed line classified by `parse_incoming` and previewed (as the error path
+/// does). Byte 0 sets the line limit (0xff: unbounded), byte 1 the chunking, the rest is
+/// stdout. Checked: no returned line exceeds the limit and no line within it is reported too
+/// long; unbounded, the lines are exactly the `\n`-separated pieces of the input (one
+/// trailing `\r` removed, the unfinished last piece included).
 pub fn engine_jsonrpc_line(data: &[u8]) {
     let [limit, seed, stream @ ..] = data else {
         return;
@@ -142,34 +144,52 @@ pub fn engine_jsonrpc_line(data: &[u8]) {
     } else {
         usize::from(*limit)
     };
-    let mut buffer = LineBuffer::new(max_line);
+    // As the engine connection frames stdout: over-long lines reported as they pass the limit.
+    let mut codec = LineCodec::reporting_early(max_line);
+    let mut buffer = BytesMut::new();
     let mut lines = Vec::new();
     let mut too_long = false;
+    let mut take = |frame: LineFrame, lines: &mut Vec<Vec<u8>>| match frame {
+        LineFrame::Line(line) => {
+            assert!(line.len() <= max_line, "a line over the limit was returned");
+            let _ = preview(&line);
+            let _ = parse_incoming(&line);
+            lines.push(line.to_vec());
+        }
+        LineFrame::TooLong(len) => {
+            assert!(
+                len > max_line,
+                "a line within the limit was reported too long"
+            );
+            too_long = true;
+        }
+    };
     for chunk in chunked(stream, *seed, 23) {
-        buffer.extend(chunk);
-        while let Some(line) = buffer.next_line() {
-            match line {
-                Ok(line) => {
-                    assert!(line.len() <= max_line, "a line over the limit was returned");
-                    let _ = preview(&line);
-                    let _ = parse_incoming(&line);
-                    lines.push(line);
-                }
-                Err(_) => too_long = true,
-            }
+        buffer.extend_from_slice(chunk);
+        while let Some(frame) = codec
+            .decode(&mut buffer)
+            .unwrap_or_else(|e| panic!("decoding failed: {e}"))
+        {
+            take(frame, &mut lines);
         }
     }
-    let unfinished = buffer.take_rest();
+    while let Some(frame) = codec
+        .decode_eof(&mut buffer)
+        .unwrap_or_else(|e| panic!("decoding at the end failed: {e}"))
+    {
+        take(frame, &mut lines);
+    }
     if max_line == usize::MAX {
-        assert!(!too_long, "an unbounded buffer reported a line too long");
+        assert!(!too_long, "an unbounded codec reported a line too long");
         let mut pieces: Vec<&[u8]> = stream.split(|b| *b == b'\n').collect();
-        let last = pieces.pop().unwrap_or_default();
+        if pieces.last().is_some_and(|last| last.is_empty()) {
+            pieces.pop();
+        }
         let expected: Vec<Vec<u8>> = pieces
             .into_iter()
             .map(|p| p.strip_suffix(b"\r").unwrap_or(p).to_vec())
             .collect();
         assert_eq!(lines, expected, "framing lost or changed bytes");
-        assert_eq!(unfinished, last, "the unfinished rest differs");
     }
 }
 

@@ -23,10 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
+use ctxbridge_jsonrpc::{line_reader, next_frame, Frame, LineReader};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -219,7 +220,7 @@ enum Peer {
 struct StdioPeer {
     _child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    lines: LineReader<tokio::process::ChildStdout>,
 }
 
 impl Peer {
@@ -266,7 +267,7 @@ impl Peer {
         Ok(Peer::Stdio(Box::new(StdioPeer {
             _child: child,
             stdin,
-            lines: BufReader::new(stdout).lines(),
+            lines: line_reader(stdout, config.max_line_bytes),
         })))
     }
 
@@ -304,8 +305,11 @@ impl Peer {
                         Some(Err(e)) => return Err(e.to_string()),
                     }
                 },
-                Peer::Stdio(stdio) => match stdio.lines.next_line().await {
-                    Ok(Some(line)) => Ok(line),
+                Peer::Stdio(stdio) => match next_frame(&mut stdio.lines).await {
+                    Ok(Some(Frame::Line(line))) => Ok(String::from_utf8_lossy(&line).into_owned()),
+                    Ok(Some(Frame::TooLong(len))) => Err(format!(
+                        "the app-server wrote a line of {len} bytes, over the limit"
+                    )),
                     Ok(None) => Err("the app-server closed its stdout".to_owned()),
                     Err(e) => Err(e.to_string()),
                 },

@@ -7,8 +7,8 @@
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::framing::Line;
 use crate::serve::router::{ConnId, HubMsg, Outbound, RpcError, INVALID_REQUEST, PARSE_ERROR};
+use ctxbridge_jsonrpc::Frame as LineFrame;
 
 /// What a transport read from the client.
 #[derive(Debug)]
@@ -25,12 +25,11 @@ fn error_message(id: Value, code: i64, message: impl Into<String>) -> Value {
 }
 
 /// The message a transport hands on for one line of a newline-delimited connection: its text
-/// (invalid UTF-8 replaced) or, for a line over the limit, its length. `None` at the end.
-pub(crate) fn inbound_of(line: Line, bytes: &[u8]) -> Option<Inbound> {
-    match line {
-        Line::Complete => Some(Inbound::Text(String::from_utf8_lossy(bytes).into_owned())),
-        Line::TooLong(len) => Some(Inbound::Oversize(len)),
-        Line::Eof => None,
+/// (invalid UTF-8 replaced) or, for a line over the limit, its length.
+pub(crate) fn inbound_of(frame: LineFrame) -> Inbound {
+    match frame {
+        LineFrame::Line(bytes) => Inbound::Text(String::from_utf8_lossy(&bytes).into_owned()),
+        LineFrame::TooLong(len) => Inbound::Oversize(len),
     }
 }
 

@@ -5,11 +5,11 @@
 //! state — and what the router does to a frame before any I/O: the client→backend thread-id
 //! rewriting and the routing decisions taken from method and params.
 
+use ctxbridge_jsonrpc::{line_reader, next_frame};
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, BufReader};
+use tokio::io::AsyncRead;
 
 use crate::serve::client::{classify, inbound_of};
-use crate::serve::framing::read_bounded_line;
 use crate::serve::router::{subscribes, SessionOp};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 
@@ -39,14 +39,11 @@ pub async fn client_frames<R: AsyncRead + Unpin>(
     max_message_bytes: usize,
     threads: &mut ThreadMap,
 ) -> Vec<Routed> {
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut line = Vec::new();
+    let mut reader = line_reader(reader, max_message_bytes);
     let mut initialized = false;
     let mut routed = Vec::new();
-    while let Ok(read) = read_bounded_line(&mut reader, &mut line, max_message_bytes).await {
-        let Some(inbound) = inbound_of(read, &line) else {
-            break;
-        };
+    while let Ok(Some(line)) = next_frame(&mut reader).await {
+        let inbound = inbound_of(line);
         let frame = classify(inbound, initialized, max_message_bytes);
         let mut entry = Routed {
             frame,

@@ -198,7 +198,7 @@ impl OriginPolicy {
             None => true,
             Some(value) => {
                 let value = normalize_origin(value);
-                self.allowed.iter().any(|allowed| *allowed == value)
+                self.allowed.contains(&value)
             }
         }
     }

@@ -20,7 +20,6 @@
 //!   (`backend.url`), and the raw JSON-RPC connection.
 //! - `history`: a session's conversation across its backend threads, as `thread/read` and
 //!   `thread/turns/list` show it.
-//! - `framing`: bounded newline-delimited reading (stdio, the upstream child).
 //! - `fuzzing`: the fuzz targets' entry point (client bytes → frames → routing), not API.
 
 use std::net::SocketAddr;
@@ -37,7 +36,6 @@ use crate::store::{StateStore, SweepListener};
 
 mod client;
 pub mod command;
-mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 mod history;

@@ -14,17 +14,17 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use ctxbridge_jsonrpc::{line_reader, next_frame};
 use futures::{SinkExt, StreamExt};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
-use crate::serve::framing::read_bounded_line;
 use crate::serve::listen::{CapabilityToken, OriginPolicy};
 use crate::serve::router::{HubMsg, Outbound};
 
@@ -315,20 +315,16 @@ where
         }
         .in_current_span(),
     );
-    let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut line = Vec::new();
+    let mut reader = line_reader(reader, shared.max_message_bytes);
     loop {
-        let inbound =
-            match read_bounded_line(&mut reader, &mut line, shared.max_message_bytes).await {
-                Ok(read) => match client::inbound_of(read, &line) {
-                    Some(inbound) => inbound,
-                    None => break,
-                },
-                Err(error) => {
-                    tracing::info!(%error, "serve: reading a client failed");
-                    break;
-                }
-            };
+        let inbound = match next_frame(&mut reader).await {
+            Ok(Some(frame)) => client::inbound_of(frame),
+            Ok(None) => break,
+            Err(error) => {
+                tracing::info!(%error, "serve: reading a client failed");
+                break;
+            }
+        };
         if in_tx.send(inbound).await.is_err() {
             break;
         }

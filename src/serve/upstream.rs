@@ -9,25 +9,25 @@
 //! (every message from stdout, in order, then one `Closed` with the reason). The router owns
 //! the `Live` and matches ids; a dead child is replaced by the router on the next need.
 
-use std::collections::VecDeque;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use codex_app_server_client::AppServerConfig;
+use codex_app_server_client::{log_stderr_line, AppServerConfig};
+use ctxbridge_jsonrpc::{line_reader, next_frame, spawn_piped, Frame, Piped, StderrTail};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::config::BackendUrl;
-use crate::serve::framing::{read_bounded_line, Line};
 
 /// How many stderr lines are kept to explain a death.
 const STDERR_TAIL_LINES: usize = 10;
+/// The longest stderr line kept whole; a longer one is noted by its length.
+const STDERR_MAX_LINE: usize = 64 * 1024;
 /// How long a shutdown waits for the child to exit after its stdin closes.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// After the process exits, how long its stdout may still drain before the death is reported.
@@ -117,7 +117,7 @@ impl Live {
     }
 }
 
-type Tail = Arc<Mutex<VecDeque<String>>>;
+type Tail = Arc<StderrTail>;
 
 /// How the router obtains an upstream connection: a `codex app-server` child
 /// ([`ChildConnector`]), or an already running app-server (`backend.url`, [`UrlConnector`]);
@@ -186,15 +186,16 @@ pub(crate) async fn spawn(
     command
         .args(config.args())
         .env("CODEX_HOME", &config.codex_home)
-        .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     if let Some(cwd) = &config.cwd {
         command.current_dir(cwd);
     }
-    let mut child = command.spawn().map_err(|source| UpstreamError::Spawn {
+    let Piped {
+        child,
+        stdin,
+        stdout,
+        stderr,
+    } = spawn_piped(command).map_err(|source| UpstreamError::Spawn {
         program: program.clone(),
         source,
     })?;
@@ -203,12 +204,7 @@ pub(crate) async fn spawn(
         program: program.clone(),
         reason: reason.to_owned(),
     };
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return Err(handshake_error("child stdio is not piped"));
-    };
-    let tail: Tail = Arc::default();
+    let tail: Tail = Arc::new(StderrTail::new(STDERR_TAIL_LINES));
     let (event_tx, events) = mpsc::unbounded_channel();
     let (writer, writer_rx) = mpsc::unbounded_channel();
     let (keeper, keeper_rx) = mpsc::unbounded_channel();
@@ -357,11 +353,10 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     tail: Tail,
     label: String,
 ) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line = Vec::new();
+    let mut reader = line_reader(stdout, max_line_bytes);
     let reason = loop {
-        match read_bounded_line(&mut reader, &mut line, max_line_bytes).await {
-            Ok(Line::Complete) => match serde_json::from_slice::<Value>(&line) {
+        match next_frame(&mut reader).await {
+            Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<Value>(&line) {
                 Ok(Value::Object(message)) => {
                     if tx.send(UpstreamEvent::Message(message)).is_err() {
                         return;
@@ -372,14 +367,14 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                     "serve: skipped a non-object line from the upstream"
                 ),
             },
-            Ok(Line::TooLong(len)) => {
+            Ok(Some(Frame::TooLong(len))) => {
                 tracing::warn!(
                     len,
                     max_line_bytes,
                     "serve: skipped an over-long upstream line"
                 );
             }
-            Ok(Line::Eof) => break "its output closed (the process died or exited)".to_owned(),
+            Ok(None) => break "its output closed (the process died or exited)".to_owned(),
             Err(error) => break format!("reading its output failed: {error}"),
         }
     };
@@ -392,11 +387,10 @@ async fn read_stdout<R: AsyncRead + Unpin>(
 }
 
 fn tail_summary(tail: &Tail) -> String {
-    let tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-    if tail.is_empty() {
+    let lines = tail.lines();
+    if lines.is_empty() {
         String::new()
     } else {
-        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
         format!("; last stderr: {}", lines.join(" | "))
     }
 }
@@ -596,13 +590,8 @@ where
 }
 
 async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, tail: Tail) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "ctxbridge::serve::upstream_stderr", "{line}");
-        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-        if tail.len() == STDERR_TAIL_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(line);
-    }
+    ctxbridge_jsonrpc::forward_stderr(stderr, STDERR_MAX_LINE, &tail, |line| {
+        log_stderr_line("serve upstream", line)
+    })
+    .await;
 }

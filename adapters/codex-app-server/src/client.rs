@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -290,28 +289,19 @@ impl AppServerClient {
         command
             .args(config.args())
             .env("CODEX_HOME", &config.codex_home)
-            .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         if let Some(cwd) = &config.cwd {
             command.current_dir(cwd);
         }
-        let child = command.spawn().map_err(|source| AppServerError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        let pid = child.id();
+        let piped =
+            ctxbridge_jsonrpc::spawn_piped(command).map_err(|source| AppServerError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        let pid = piped.child.id();
         tracing::info!(%program, ?pid, codex_home = %config.codex_home.display(), "spawned codex app-server");
         let health = Arc::new(Health::default());
-        let commands =
-            connection::start(child, config.max_line_bytes, health.clone()).map_err(|reason| {
-                AppServerError::Transport {
-                    method: "initialize".to_owned(),
-                    reason,
-                }
-            })?;
+        let commands = connection::start(piped, config.max_line_bytes, health.clone());
         let mut inner = Inner {
             commands,
             health,

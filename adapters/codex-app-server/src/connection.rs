@@ -6,13 +6,14 @@
 //! server-initiated requests, and watches the process. The actor never awaits I/O on the child,
 //! so a child that stops reading stdin cannot wedge the reader, and vice versa.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use ctxbridge_jsonrpc::{line_reader, next_frame, Frame, Piped, StderrTail};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -21,6 +22,8 @@ use crate::error::AppServerError;
 
 /// How many stderr lines are kept to explain a death.
 const STDERR_TAIL_LINES: usize = 20;
+/// The longest stderr line kept whole; a longer one is noted by its length.
+const STDERR_MAX_LINE: usize = 64 * 1024;
 /// After the process exits, how long stdout may still drain before pending calls fail.
 const EXIT_DRAIN: Duration = Duration::from_millis(200);
 /// After stdout closes, how long the process may take to exit before it is killed.
@@ -128,11 +131,21 @@ pub(crate) enum Command {
 }
 
 /// State shared between the actor and client handles.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Health {
     pub alive: AtomicBool,
     pub death: Mutex<Option<String>>,
-    pub stderr_tail: Mutex<VecDeque<String>>,
+    pub stderr_tail: StderrTail,
+}
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            alive: AtomicBool::new(false),
+            death: Mutex::new(None),
+            stderr_tail: StderrTail::new(STDERR_TAIL_LINES),
+        }
+    }
 }
 
 impl Health {
@@ -144,10 +157,7 @@ impl Health {
     }
 
     fn stderr_summary(&self) -> String {
-        let tail = self
-            .stderr_tail
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let tail = self.stderr_tail.lines();
         summarize_stderr(tail.iter().map(String::as_str))
     }
 }
@@ -178,13 +188,16 @@ pub(crate) struct Actor {
 
 /// Start the reader, writer and stderr tasks and the actor for a spawned child.
 pub(crate) fn start(
-    mut child: Child,
+    piped: Piped,
     max_line_bytes: usize,
     health: Arc<Health>,
-) -> Result<mpsc::Sender<Command>, String> {
-    let stdin = child.stdin.take().ok_or("child stdin is not piped")?;
-    let stdout = child.stdout.take().ok_or("child stdout is not piped")?;
-    let stderr = child.stderr.take().ok_or("child stderr is not piped")?;
+) -> mpsc::Sender<Command> {
+    let Piped {
+        child,
+        stdin,
+        stdout,
+        stderr,
+    } = piped;
     let (incoming_tx, incoming_rx) = mpsc::channel(256);
     let (writer_tx, writer_rx) = mpsc::unbounded_channel();
     let (command_tx, command_rx) = mpsc::channel(64);
@@ -203,63 +216,7 @@ pub(crate) fn start(
         warned_methods: HashSet::new(),
     };
     tokio::spawn(actor.run());
-    Ok(command_tx)
-}
-
-/// What a bounded line read produced.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    /// A line (without its `\n`, and without a `\r` before it) is in the buffer.
-    Complete,
-    /// A line longer than the bound was skipped; its length.
-    TooLong(usize),
-    /// End of input.
-    Eof,
-}
-
-/// Reads one `\n`-terminated line of newline-delimited JSON-RPC into `line` without ever
-/// holding more than `max` bytes; an over-long line is consumed and reported by length. A
-/// `\r` before the `\n` is dropped. Shared by every line transport of the app-server protocol
-/// (the child's stdout here, and the unix/stdio listeners of a server speaking it).
-pub async fn read_bounded_line<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Line> {
-    line.clear();
-    let mut skipped: Option<usize> = None;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(match skipped {
-                Some(len) => Line::TooLong(len),
-                None if line.is_empty() => Line::Eof,
-                None => Line::Complete,
-            });
-        }
-        let (chunk_len, consumed, done) = match buf.iter().position(|b| *b == b'\n') {
-            Some(i) => (i, i + 1, true),
-            None => (buf.len(), buf.len(), false),
-        };
-        match skipped.as_mut() {
-            Some(len) => *len += chunk_len,
-            None if line.len() + chunk_len > max => {
-                skipped = Some(line.len() + chunk_len);
-                line.clear();
-            }
-            None => line.extend_from_slice(&buf[..chunk_len]),
-        }
-        reader.consume(consumed);
-        if done {
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            return Ok(match skipped {
-                Some(len) => Line::TooLong(len),
-                None => Line::Complete,
-            });
-        }
-    }
+    command_tx
 }
 
 async fn read_stdout<R: AsyncRead + Unpin>(
@@ -267,11 +224,10 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     max_line_bytes: usize,
     tx: mpsc::Sender<Incoming>,
 ) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-    let mut line = Vec::new();
+    let mut reader = line_reader(stdout, max_line_bytes);
     loop {
-        let reason = match read_bounded_line(&mut reader, &mut line, max_line_bytes).await {
-            Ok(Line::Complete) => {
+        let reason = match next_frame(&mut reader).await {
+            Ok(Some(Frame::Line(line))) => {
                 if let Some(message) = parse_line(&line) {
                     if tx.send(Incoming::Message(message)).await.is_err() {
                         return;
@@ -279,7 +235,7 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                 }
                 continue;
             }
-            Ok(Line::TooLong(len)) => {
+            Ok(Some(Frame::TooLong(len))) => {
                 tracing::warn!(
                     len,
                     max_line_bytes,
@@ -287,7 +243,7 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                 );
                 continue;
             }
-            Ok(Line::Eof) => "stdout closed".to_owned(),
+            Ok(None) => "stdout closed".to_owned(),
             Err(error) => format!("reading stdout failed: {error}"),
         };
         let _ = tx.send(Incoming::Eof(reason)).await;
@@ -367,7 +323,7 @@ async fn write_stdin(
 const STDERR_SUMMARY_LINES: usize = 3;
 
 /// `line` without ANSI escape sequences (colour and cursor codes) and control characters.
-pub(crate) fn strip_ansi(line: &str) -> String {
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
@@ -433,25 +389,44 @@ pub(crate) fn summarize_stderr<'a>(tail: impl Iterator<Item = &'a str>) -> Strin
 }
 
 async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, health: Arc<Health>) {
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        match lines.next_line().await {
-            Ok(Some(line)) => {
-                tracing::info!(target: "codex_app_server::stderr", "{line}");
-                let mut tail = health
-                    .stderr_tail
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if tail.len() == STDERR_TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(line);
-            }
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%error, "codex app-server: stderr unreadable");
-                return;
-            }
+    ctxbridge_jsonrpc::forward_stderr(stderr, STDERR_MAX_LINE, &health.stderr_tail, |line| {
+        log_stderr_line("codex app-server", line)
+    })
+    .await;
+}
+
+/// The level a Codex log line was written at: the first of its leading words that names one
+/// (`2025-… ERROR codex_core: …`, `WARN …`), after its colour codes are removed.
+pub fn stderr_line_level(line: &str) -> Option<tracing::Level> {
+    line.split_whitespace().take(3).find_map(|word| match word {
+        "ERROR" => Some(tracing::Level::ERROR),
+        "WARN" | "WARNING" => Some(tracing::Level::WARN),
+        "INFO" => Some(tracing::Level::INFO),
+        "DEBUG" => Some(tracing::Level::DEBUG),
+        "TRACE" => Some(tracing::Level::TRACE),
+        _ => None,
+    })
+}
+
+/// Logs one line the app-server wrote to stderr at the level it was written at (INFO when it
+/// names none), without its colour codes, naming `source` (which app-server).
+pub fn log_stderr_line(source: &str, line: &str) {
+    let text = strip_ansi(line);
+    match stderr_line_level(&text).unwrap_or(tracing::Level::INFO) {
+        tracing::Level::ERROR => {
+            tracing::error!(target: "codex_app_server::stderr", source, "{text}")
+        }
+        tracing::Level::WARN => {
+            tracing::warn!(target: "codex_app_server::stderr", source, "{text}")
+        }
+        tracing::Level::INFO => {
+            tracing::info!(target: "codex_app_server::stderr", source, "{text}")
+        }
+        tracing::Level::DEBUG => {
+            tracing::debug!(target: "codex_app_server::stderr", source, "{text}")
+        }
+        tracing::Level::TRACE => {
+            tracing::trace!(target: "codex_app_server::stderr", source, "{text}")
         }
     }
 }
@@ -828,47 +803,30 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    async fn lines(input: &[u8], max: usize) -> Vec<Result<String, usize>> {
-        let mut reader = BufReader::with_capacity(8, input);
-        let mut line = Vec::new();
-        let mut out = Vec::new();
-        loop {
-            match read_bounded_line(&mut reader, &mut line, max)
-                .await
-                .unwrap()
-            {
-                Line::Complete => out.push(Ok(String::from_utf8(line.clone()).unwrap())),
-                Line::TooLong(len) => out.push(Err(len)),
-                Line::Eof => return out,
-            }
-        }
+    /// Lines split across reads are reassembled; an over-long line is skipped whole and the
+    /// next line is read intact; a final unterminated line still counts; a `\r` before the
+    /// `\n` is dropped.
+    #[tokio::test]
+    async fn stdout_lines_are_bounded() {
+        let input = b"{\"a\":1}\r\n{\"long\":\"this line is far too long\"}\n{\"b\":2}\n{\"c\":3}";
+        let messages = read_stdout_messages(&input[..], 12).await;
+        let keys: Vec<&String> = messages.iter().flat_map(|m| m.keys()).collect();
+        assert_eq!(keys, ["a", "b", "c"]);
     }
 
-    /// Lines split across buffer refills are reassembled; an over-long line is skipped whole
-    /// and the next line is read intact; a final unterminated line still counts.
-    #[tokio::test]
-    async fn bounded_lines_skip_over_long_ones() {
-        let input = b"short\nthis line is far too long for the limit\n{\"a\":1}\ntail";
+    /// A Codex log line's level is the word that names it; a line naming none has none.
+    #[test]
+    fn stderr_levels_are_read() {
+        let level = |line: &str| stderr_line_level(&strip_ansi(line));
         assert_eq!(
-            lines(input, 12).await,
-            vec![
-                Ok("short".to_owned()),
-                Err(39),
-                Ok("{\"a\":1}".to_owned()),
-                Ok("tail".to_owned())
-            ]
+            level(
+                "\u{1b}[2m2025-11-20T10:00:00Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m codex_core: boom"
+            ),
+            Some(tracing::Level::ERROR)
         );
-        assert_eq!(lines(b"", 12).await, vec![]);
-        assert_eq!(lines(b"0123456789abcdef", 4).await, vec![Err(16)]);
-    }
-
-    /// A `\r` before the `\n` is dropped (line transports of clients may send CRLF).
-    #[tokio::test]
-    async fn bounded_lines_drop_a_carriage_return() {
-        assert_eq!(
-            lines(b"short\r\n{\"a\":1}\r\n", 12).await,
-            vec![Ok("short".to_owned()), Ok("{\"a\":1}".to_owned())]
-        );
+        assert_eq!(level(" WARN x: y"), Some(tracing::Level::WARN));
+        assert_eq!(level("2025 INFO a"), Some(tracing::Level::INFO));
+        assert_eq!(level("panicked at src/x.rs: an ERROR later"), None);
     }
 
     /// Only JSON objects are messages; blank lines, other JSON and garbage are skipped.

@@ -45,7 +45,7 @@ pub use config::{
     locate_codex_binary, locate_codex_binary_in, offline_overrides, overrides_json,
     AppServerConfig, ConfigValue, TurnLimits,
 };
-pub use connection::{read_bounded_line, Line};
+pub use connection::{log_stderr_line, stderr_line_level, strip_ansi};
 pub use error::{AppServerError, TurnLimitKind};
 pub use turn::{
     DynamicToolCall, DynamicToolCallResponse, ItemKind, TurnEvent, TurnHandle, TurnOutcome,

@@ -10,22 +10,24 @@
 //! Engine → host requests (runtime callbacks) are served on their own tasks through the
 //! [`RuntimeCallbacks`] of the lifecycle call in flight for the session the request names.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ctxbridge_jsonrpc::{early_line_reader, Frame, LineReader, Piped, StderrTail};
+use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{self, error_code, Incoming, LineBuffer, RpcError};
+use super::protocol::{self, error_code, Incoming, RpcError};
 use crate::contract::{
     CompactParams, EngineError, EngineMethod, LlmCompleteRequest, RuntimeCallbacks,
     TranscriptRewriteRequest,
@@ -37,7 +39,6 @@ const STDERR_TAIL_LINES: usize = 8;
 const EXIT_STATUS_WAIT: Duration = Duration::from_secs(1);
 /// How long to wait for the stderr task to drain after the child exited.
 const STDERR_DRAIN_WAIT: Duration = Duration::from_millis(200);
-const READ_CHUNK: usize = 64 * 1024;
 
 /// Which runtime callbacks serve engine → host requests made while a call is in flight.
 #[derive(Clone, Default)]
@@ -96,7 +97,6 @@ enum LoopEnd {
     Violation(String),
 }
 
-type StderrTail = Arc<Mutex<VecDeque<String>>>;
 /// Callbacks serving `runtime/llmComplete` outside any lifecycle call (see
 /// [`Connection::set_host_callbacks`]).
 type HostCallbacksSlot = Arc<Mutex<Option<Arc<dyn RuntimeCallbacks>>>>;
@@ -119,17 +119,19 @@ impl Connection {
     }
 
     /// Starts the tasks around a freshly spawned child (stdin, stdout, stderr piped).
-    pub fn start(engine_id: String, mut child: Child) -> Result<Self, std::io::Error> {
-        let missing = |what: &str| std::io::Error::other(format!("child {what} is not piped"));
-        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+    pub fn start(engine_id: String, piped: Piped) -> Self {
+        let Piped {
+            child,
+            stdin,
+            stdout,
+            stderr,
+        } = piped;
 
         // Unbounded: a cancel must be sendable from `Drop` (synchronously), and the number
         // of commands is bounded by the callers in flight.
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
-        let stderr_tail: StderrTail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_tail = Arc::new(StderrTail::new(STDERR_TAIL_LINES));
         let closed_reason = Arc::new(Mutex::new(None));
         let host_callbacks: HostCallbacksSlot = Arc::new(Mutex::new(None));
 
@@ -142,7 +144,9 @@ impl Connection {
         let task = ConnectionTask {
             engine_id: engine_id.clone(),
             child,
-            stdout,
+            // Any stdout line over the limit is a protocol violation: reported as soon as it
+            // passes the limit, not when (if ever) its newline comes.
+            stdout: early_line_reader(stdout, protocol::MAX_STDOUT_LINE_BYTES),
             writer: writer_tx,
             commands: command_rx,
             pending: HashMap::new(),
@@ -152,13 +156,13 @@ impl Connection {
             host_callbacks: host_callbacks.clone(),
         };
         tokio::spawn(task.run());
-        Ok(Connection {
+        Connection {
             engine_id,
             commands,
             next_id: AtomicU64::new(1),
             closed_reason,
             host_callbacks,
-        })
+        }
     }
 
     /// Sends one request and waits for its result value. `timeout` elapsing gives
@@ -294,11 +298,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct ConnectionTask {
     engine_id: String,
     child: Child,
-    stdout: ChildStdout,
+    stdout: LineReader<ChildStdout>,
     writer: mpsc::UnboundedSender<WriterMsg>,
     commands: mpsc::UnboundedReceiver<Command>,
     pending: HashMap<u64, PendingCall>,
-    stderr_tail: StderrTail,
+    stderr_tail: Arc<StderrTail>,
     stderr_task: Option<JoinHandle<()>>,
     closed_reason: Arc<Mutex<Option<String>>>,
     host_callbacks: HostCallbacksSlot,
@@ -306,8 +310,6 @@ struct ConnectionTask {
 
 impl ConnectionTask {
     async fn run(mut self) {
-        let mut chunk = vec![0u8; READ_CHUNK];
-        let mut lines = LineBuffer::new(protocol::MAX_STDOUT_LINE_BYTES);
         let end = loop {
             tokio::select! {
                 biased;
@@ -316,15 +318,21 @@ impl ConnectionTask {
                     Some(Command::Shutdown { grace, done }) => break LoopEnd::Shutdown { grace, done },
                     Some(command) => self.handle_command(command),
                 },
-                read = self.stdout.read(&mut chunk) => match read {
-                    Ok(0) => break LoopEnd::StdoutClosed,
-                    Ok(n) => {
-                        lines.extend(&chunk[..n]);
-                        if let Err(violation) = self.drain_lines(&mut lines) {
+                // Cancel-safe: the reader keeps a partial line across lost races.
+                frame = self.stdout.next() => match frame {
+                    None => break LoopEnd::StdoutClosed,
+                    Some(Ok(Frame::Line(line))) => {
+                        if let Err(violation) = self.handle_line(&line) {
                             break LoopEnd::Violation(violation);
                         }
                     }
-                    Err(e) => break LoopEnd::StdoutError(e),
+                    Some(Ok(Frame::TooLong(_))) => {
+                        break LoopEnd::Violation(format!(
+                            "protocol violation: a stdout line exceeded {} bytes",
+                            protocol::MAX_STDOUT_LINE_BYTES
+                        ));
+                    }
+                    Some(Err(e)) => break LoopEnd::StdoutError(e),
                 },
             }
         };
@@ -334,20 +342,12 @@ impl ConnectionTask {
                 self.close("the engine handle was dropped".to_string());
             }
             LoopEnd::Shutdown { grace, done } => {
-                let status = self.shut_down(grace, &mut chunk).await;
+                let status = self.shut_down(grace).await;
                 self.close(format!("engine \"{}\" was disposed", self.engine_id));
                 let _ = done.send(status);
             }
             LoopEnd::StdoutClosed => {
-                let rest = lines.take_rest();
-                if !rest.is_empty() {
-                    // A last message without its newline is still a message.
-                    if let Err(violation) = self.handle_line(&rest) {
-                        let detail = self.died(violation, true).await;
-                        self.close(detail);
-                        return;
-                    }
-                }
+                // A last message without its newline was still framed as a line.
                 let detail = self
                     .died("engine process closed its stdout".into(), false)
                     .await;
@@ -401,21 +401,6 @@ impl ConnectionTask {
             }
             Command::Shutdown { .. } => {}
         }
-    }
-
-    fn drain_lines(&mut self, lines: &mut LineBuffer) -> Result<(), String> {
-        while let Some(line) = lines.next_line() {
-            match line {
-                Ok(line) => self.handle_line(&line)?,
-                Err(too_long) => {
-                    return Err(format!(
-                        "protocol violation: a stdout line exceeded {} bytes",
-                        too_long.limit
-                    ))
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Routes one stdout line. A line that is not a JSON-RPC message is a protocol
@@ -520,7 +505,7 @@ impl ConnectionTask {
         if let Some(status) = status.filter(|_| !kill) {
             detail.push_str(&format!(" (engine process exited: {status})"));
         }
-        let tail: Vec<String> = lock(&self.stderr_tail).iter().cloned().collect();
+        let tail = self.stderr_tail.lines();
         if !tail.is_empty() {
             detail.push_str("; last stderr: ");
             detail.push_str(&tail.join(" | "));
@@ -530,16 +515,16 @@ impl ConnectionTask {
     }
 
     /// Disposal: close stdin, keep draining stdout, wait for the exit up to `grace`, then kill.
-    async fn shut_down(&mut self, grace: Duration, chunk: &mut [u8]) -> Option<ExitStatus> {
+    async fn shut_down(&mut self, grace: Duration) -> Option<ExitStatus> {
         let _ = self.writer.send(WriterMsg::Close);
         let deadline = Instant::now() + grace;
         let mut stdout_open = true;
         let status = loop {
             tokio::select! {
                 status = self.child.wait() => break status.ok(),
-                read = self.stdout.read(chunk), if stdout_open => {
+                frame = self.stdout.next(), if stdout_open => {
                     // Output after disposal is nobody's answer any more.
-                    if matches!(read, Ok(0) | Err(_)) {
+                    if matches!(frame, None | Some(Err(_))) {
                         stdout_open = false;
                     }
                 }
@@ -663,34 +648,9 @@ async fn write_stdin(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<W
     let _ = stdin.shutdown().await;
 }
 
-async fn forward_stderr(engine_id: String, mut stderr: ChildStderr, tail: StderrTail) {
-    let mut chunk = vec![0u8; 8 * 1024];
-    let mut lines = LineBuffer::new(protocol::MAX_STDERR_LINE_BYTES);
-    let emit = |line: &[u8]| {
-        let text = String::from_utf8_lossy(line).into_owned();
+async fn forward_stderr(engine_id: String, stderr: ChildStderr, tail: Arc<StderrTail>) {
+    ctxbridge_jsonrpc::forward_stderr(stderr, protocol::MAX_STDERR_LINE_BYTES, &tail, |text| {
         tracing::info!(target: "ctxbridge::engine_stderr", engine = %engine_id, "{text}");
-        let mut tail = lock(&tail);
-        if tail.len() == STDERR_TAIL_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(text);
-    };
-    loop {
-        match stderr.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                lines.extend(&chunk[..n]);
-                while let Some(line) = lines.next_line() {
-                    match line {
-                        Ok(line) => emit(&line),
-                        Err(_) => emit(b"[stderr line too long, dropped]"),
-                    }
-                }
-            }
-        }
-    }
-    let rest = lines.take_rest();
-    if !rest.is_empty() {
-        emit(&rest);
-    }
+    })
+    .await;
 }

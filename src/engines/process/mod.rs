@@ -34,7 +34,7 @@ pub mod protocol;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,28 +178,22 @@ impl ProcessEngine {
             .split_first()
             .ok_or_else(|| process_error("the engine command is empty".into()))?;
         let mut command = tokio::process::Command::new(program);
-        command
-            .args(args)
-            .envs(&config.env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        command.args(args).envs(&config.env);
         if let Some(cwd) = &config.cwd {
             command.current_dir(cwd);
         }
         if let Some(state_dir) = &config.state_dir {
             command.env(STATE_DIR_ENV, state_dir);
         }
-        let child = command.spawn().map_err(|e| {
+        // Piped stdio, killed when the connection lets go of it.
+        let piped = ctxbridge_jsonrpc::spawn_piped(command).map_err(|e| {
             process_error(format!(
                 "cannot start engine \"{}\" with {:?}: {e}",
                 config.engine_id, config.command
             ))
         })?;
-        let pid = child.id();
-        let connection = Connection::start(config.engine_id.clone(), child)
-            .map_err(|e| process_error(format!("cannot attach to the engine process: {e}")))?;
+        let pid = piped.child.id();
+        let connection = Connection::start(config.engine_id.clone(), piped);
         tracing::debug!(engine = %config.engine_id, ?pid, command = ?config.command, "engine process started");
 
         let params = protocol::InitializeParams {

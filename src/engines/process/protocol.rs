@@ -1,7 +1,8 @@
-//! The wire side of the engine process protocol (SPEC §13): line framing, JSON-RPC message
-//! encoding and classification, the `initialize` exchange and the rule that turns its
+//! The wire side of the engine process protocol (SPEC §13): JSON-RPC message encoding and
+//! classification (the line framing is the shared `ctxbridge_jsonrpc` codec), the `initialize` exchange and the rule that turns its
 //! `methods` list into a [`MethodSet`]. Pure: no I/O here.
 
+use ctxbridge_jsonrpc::codes;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -25,9 +26,9 @@ pub const METHOD_DELEGATE_COMPACTION: &str = "runtime/delegateCompaction";
 /// JSON-RPC error codes the host sends back to engine → host requests.
 pub mod error_code {
     /// The params of an engine → host request do not have the expected shape.
-    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INVALID_PARAMS: i64 = super::codes::INVALID_PARAMS;
     /// The engine asked for a host method that does not exist.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const METHOD_NOT_FOUND: i64 = super::codes::METHOD_NOT_FOUND;
     /// The host callback refused or failed.
     pub const CALLBACK_FAILED: i64 = -32000;
     /// No lifecycle call in flight offers runtime callbacks for this request.
@@ -40,86 +41,8 @@ pub mod error_code {
 /// Longest stdout line the host accepts from an engine (a whole transcript fits easily);
 /// anything longer is a protocol violation rather than an unbounded buffer.
 pub const MAX_STDOUT_LINE_BYTES: usize = 64 * 1024 * 1024;
-/// stderr lines longer than this are cut before they reach the log.
+/// stderr lines longer than this reach the log as a note of their length.
 pub const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
-
-// ------------------------------------------------------------------------------------------
-// Line framing
-// ------------------------------------------------------------------------------------------
-
-/// A line that grew past the limit without a newline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LineTooLong {
-    pub limit: usize,
-}
-
-/// Splits a byte stream into `\n`-terminated lines without holding more than `max_line`
-/// bytes of an unfinished line. Fed from a cancel-safe `read`, so no bytes are ever lost when
-/// the reading `select!` branch loses a race.
-#[derive(Debug)]
-pub struct LineBuffer {
-    pending: Vec<u8>,
-    /// Bytes of `pending` already scanned for a newline.
-    scanned: usize,
-    max_line: usize,
-}
-
-impl LineBuffer {
-    pub fn new(max_line: usize) -> Self {
-        LineBuffer {
-            pending: Vec::new(),
-            scanned: 0,
-            max_line,
-        }
-    }
-
-    pub fn extend(&mut self, chunk: &[u8]) {
-        self.pending.extend_from_slice(chunk);
-    }
-
-    /// The next complete line (without `\n` or a trailing `\r`), `None` when no complete
-    /// line is buffered, or [`LineTooLong`] when the unfinished line passed the limit (the
-    /// buffer is then cleared: the stream can no longer be framed reliably).
-    pub fn next_line(&mut self) -> Option<Result<Vec<u8>, LineTooLong>> {
-        match self.pending[self.scanned..]
-            .iter()
-            .position(|b| *b == b'\n')
-        {
-            Some(offset) => {
-                let end = self.scanned + offset;
-                let mut line: Vec<u8> = self.pending.drain(..=end).collect();
-                self.scanned = 0;
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                if line.len() > self.max_line {
-                    return Some(Err(LineTooLong {
-                        limit: self.max_line,
-                    }));
-                }
-                Some(Ok(line))
-            }
-            None if self.pending.len() > self.max_line => {
-                self.pending.clear();
-                self.scanned = 0;
-                Some(Err(LineTooLong {
-                    limit: self.max_line,
-                }))
-            }
-            None => {
-                self.scanned = self.pending.len();
-                None
-            }
-        }
-    }
-
-    /// What is left after the stream ended (a last line without a newline).
-    pub fn take_rest(&mut self) -> Vec<u8> {
-        self.scanned = 0;
-        std::mem::take(&mut self.pending)
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // Messages
@@ -195,23 +118,8 @@ pub fn encode_error(id: &Value, code: i64, message: &str) -> String {
     line
 }
 
-/// A JSON-RPC error object an engine answered with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RpcError {
-    pub code: i64,
-    pub message: String,
-    pub data: Option<Value>,
-}
-
-impl std::fmt::Display for RpcError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (JSON-RPC error {})", self.message, self.code)?;
-        if let Some(data) = &self.data {
-            write!(f, ": {data}")?;
-        }
-        Ok(())
-    }
-}
+/// A JSON-RPC error object an engine answered with (the shared definition).
+pub use ctxbridge_jsonrpc::RpcError;
 
 /// A message read from the engine's stdout.
 #[derive(Debug, Clone, PartialEq)]
@@ -569,29 +477,6 @@ pub fn empty_params() -> Map<String, Value> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// Lines split across chunks are reassembled; `\r\n` endings are trimmed.
-    #[test]
-    fn line_buffer_reassembles_chunks() {
-        let mut buf = LineBuffer::new(100);
-        buf.extend(b"{\"a\":");
-        assert_eq!(buf.next_line(), None);
-        buf.extend(b"1}\r\n{\"b\":2}\nrest");
-        assert_eq!(buf.next_line(), Some(Ok(b"{\"a\":1}".to_vec())));
-        assert_eq!(buf.next_line(), Some(Ok(b"{\"b\":2}".to_vec())));
-        assert_eq!(buf.next_line(), None);
-        assert_eq!(buf.take_rest(), b"rest".to_vec());
-    }
-
-    /// An unfinished line past the limit is reported instead of growing the buffer.
-    #[test]
-    fn line_buffer_bounds_unfinished_lines() {
-        let mut buf = LineBuffer::new(8);
-        buf.extend(b"0123456789");
-        assert_eq!(buf.next_line(), Some(Err(LineTooLong { limit: 8 })));
-        buf.extend(b"ok\n");
-        assert_eq!(buf.next_line(), Some(Ok(b"ok".to_vec())));
-    }
 
     /// Requests carry exactly the serialised params; absent options stay absent.
     #[test]

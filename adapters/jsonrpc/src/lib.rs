@@ -1,0 +1,24 @@
+//! JSON-RPC over newline-delimited streams, as three peers of ctxbridge speak it: the Codex
+//! app-server (a child's stdio, or a client of `ctxbridge serve` on stdio), serve's upstream
+//! connection, and context engines running as child processes. It knows nothing of any of
+//! them.
+//!
+//! Layout:
+//! - [`framing`]: the one bounded line framing — a tokio-util [`Decoder`](tokio_util::codec::Decoder)
+//!   that never holds more than its limit of an unfinished line and reports an over-long line
+//!   by its length instead of failing the stream.
+//! - [`error`]: the standard error codes and the error object ([`RpcError`]).
+//! - [`child`]: spawning a child with piped stdio that dies with its handle, and the bounded
+//!   tail of its stderr kept to explain a death.
+
+pub mod child;
+pub mod error;
+pub mod framing;
+
+/// The buffer and trait a [`LineCodec`] is driven with by hand (fuzzing, tests).
+pub use bytes::BytesMut;
+pub use child::{forward_stderr, spawn_piped, Piped, StderrTail};
+pub use error::{codes, RpcError};
+pub use tokio_util::codec::Decoder;
+
+pub use framing::{early_line_reader, line_reader, next_frame, Frame, LineCodec, LineReader};
