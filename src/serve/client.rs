@@ -4,10 +4,12 @@
 //! different clients can never mix. The router writes back through the connection's
 //! [`Outbound`] queue, which the transport drains.
 
+use ctxbridge_jsonrpc::codes::{INVALID_REQUEST, PARSE_ERROR};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::router::{ConnId, HubMsg, Outbound, RpcError, INVALID_REQUEST, PARSE_ERROR};
+use crate::serve::hub::{ConnId, HubMsg, Outbound};
+use crate::serve::RpcError;
 use ctxbridge_jsonrpc::Frame as LineFrame;
 
 /// What a transport read from the client.

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncRead;
 
 use crate::serve::client::{classify, inbound_of};
-use crate::serve::router::{subscribes, SessionOp};
+use crate::serve::route::{subscribes, SessionOp};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 
 pub use crate::serve::client::Frame;

@@ -9,9 +9,14 @@
 //!   socket: the same upgrade and frames, as Codex's) and stdio (newline-delimited); one client
 //!   actor per accepted connection plus a writer task.
 //! - `client`: the client actor — framing errors, its `initialize` state, its own id space.
-//! - [`router`]: the hub task owning the shared upstream, id mapping, subscriptions, turn
-//!   ownership, server→client requests, and the [`SessionTurns`] seam through which a session's
-//!   `turn/start`, `thread/compact/start` and `thread/resume` are served.
+//! - `hub`: the task owning the shared upstream, id mapping, subscriptions, turn ownership and
+//!   server→client requests — its loop, the client side, the upstream side (`relay`) and the
+//!   outgoing server→client requests, each in its own file.
+//! - [`route`]: the pure route table (which methods are session requests, which subscribe)
+//!   and how relayed messages are shaped for display.
+//! - [`seam`]: the [`SessionTurns`] seam through which a session's `turn/start`,
+//!   `thread/compact/start`, `thread/resume` and history reads are served, and the
+//!   [`UpstreamHandle`] it reaches the upstream with.
 //! - [`sessions`]: [`EngineSessions`], the engine-backed seam: a session's turn is a harness
 //!   turn on [`ServeBackend`], the shared upstream as a threaded backend.
 //! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
@@ -39,19 +44,22 @@ pub mod command;
 #[doc(hidden)]
 pub mod fuzzing;
 mod history;
+mod hub;
 pub mod listen;
-pub mod router;
+pub mod route;
+pub mod seam;
 pub mod sessions;
 pub mod thread_map;
 mod transport;
 mod upstream;
 
+/// The JSON-RPC error object serve answers with (the shared definition).
+pub use ctxbridge_jsonrpc::RpcError;
 pub use listen::{
     check_exposure, BadOrigin, CapabilityToken, ListenAddr, ListenError, OriginPolicy,
 };
-pub use router::{
-    PassThroughSessions, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
-};
+pub use route::SessionOp;
+pub use seam::{PassThroughSessions, SessionRequest, SessionTurns, UpstreamHandle};
 pub use sessions::{EngineSessions, ServeBackend};
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
@@ -161,7 +169,7 @@ pub struct ServeHandle {
     /// The bound `--metrics-listen` address.
     pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
-    hub: tokio::sync::mpsc::UnboundedSender<router::HubMsg>,
+    hub: tokio::sync::mpsc::UnboundedSender<hub::HubMsg>,
     grace: Duration,
     listener: tokio::task::JoinHandle<()>,
     hub_task: tokio::task::JoinHandle<()>,
@@ -177,7 +185,7 @@ impl ServeHandle {
         let (tx, rx) = oneshot::channel();
         if self
             .hub
-            .send(router::HubMsg::Shutdown {
+            .send(hub::HubMsg::Shutdown {
                 grace: self.grace,
                 reply: tx,
             })
@@ -224,7 +232,7 @@ pub(crate) async fn start_with(
         }
     }
     let threads = ThreadMap::new(options.store.clone());
-    let (hub, hub_task) = router::start(
+    let (hub, hub_task) = hub::start(
         Arc::new(CountingConnector {
             inner: connector,
             metrics: options.metrics.clone(),

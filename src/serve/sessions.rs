@@ -38,6 +38,7 @@ use async_trait::async_trait;
 use codex_app_server_client::{
     keeps_additional_context_across_compaction, AdditionalContext, CodexVersion,
 };
+use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, INVALID_REQUEST};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,10 +50,10 @@ use crate::backend::{
 };
 use crate::harness::{Harness, HarnessError, TurnSpec};
 use crate::serve::history::{self, PageRequest, SessionHistory};
-use crate::serve::router::{
-    ClientAnswer, ConnId, RpcError, SessionOp, SessionRequest, SessionTurns, UpstreamHandle,
-    INTERNAL_ERROR, INVALID_REQUEST,
-};
+use crate::serve::hub::ConnId;
+use crate::serve::route::SessionOp;
+use crate::serve::seam::{ClientAnswer, SessionRequest, SessionTurns, UpstreamHandle};
+use crate::serve::RpcError;
 
 tokio::task_local! {
     static SCOPE: Arc<TurnScope>;

@@ -25,8 +25,8 @@ use tracing::Instrument;
 
 use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
+use crate::serve::hub::{HubMsg, Outbound};
 use crate::serve::listen::{CapabilityToken, OriginPolicy};
-use crate::serve::router::{HubMsg, Outbound};
 
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
 pub const CLOSE_TOO_BIG: u16 = 1009;

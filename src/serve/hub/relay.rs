@@ -1,0 +1,305 @@
+//! The hub's upstream side: starting the upstream (with its handshake) when none runs,
+//! forwarding requests under fresh upstream ids, matching the answers to who asked, relaying
+//! notifications to the subscribed clients and watching sessions, and failing what waited on
+//! an upstream that died.
+
+use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
+use serde_json::{json, Map, Value};
+
+use super::{Hub, HubMsg, Origin, Outbound, Pending, ServerRequest, UpstreamEventMsg};
+use crate::serve::route::{response, show_user_input};
+use crate::serve::thread_map::{thread_of, Direction};
+use crate::serve::upstream::Live;
+use crate::serve::RpcError;
+
+impl Hub {
+    /// The live upstream, started (with its handshake) if none runs.
+    pub(super) async fn ensure_live(&mut self) -> Result<&Live, RpcError> {
+        if self.live.is_none() {
+            self.generation += 1;
+            let generation = self.generation;
+            let (live, mut events) = self.connector.connect(generation).await.map_err(|error| {
+                tracing::warn!(%error, "serve: could not start the upstream");
+                RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&error))
+            })?;
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    let message = HubMsg::Upstream {
+                        generation,
+                        event: UpstreamEventMsg(event),
+                    };
+                    if tx.send(message).is_err() {
+                        return;
+                    }
+                }
+            });
+            self.live = Some(live);
+            self.attached.clear();
+        }
+        self.live.as_ref().ok_or_else(|| {
+            RpcError::new(INTERNAL_ERROR, "upstream codex app-server is not running")
+        })
+    }
+
+    pub(super) async fn forward(
+        &mut self,
+        method: String,
+        params: Value,
+        origin: Origin,
+        ephemeral: bool,
+    ) {
+        self.forward_with(method, params, origin, ephemeral, None)
+            .await;
+    }
+
+    pub(super) async fn forward_with(
+        &mut self,
+        method: String,
+        params: Value,
+        origin: Origin,
+        ephemeral: bool,
+        settings: Option<Map<String, Value>>,
+    ) {
+        let upstream_id = self.next_id;
+        self.next_id += 1;
+        let outcome = match self.ensure_live().await {
+            Ok(live) => {
+                live.send(&json!({"id": upstream_id, "method": method, "params": params}));
+                Ok(())
+            }
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(()) => {
+                self.pending.insert(
+                    upstream_id,
+                    Pending {
+                        method,
+                        origin,
+                        ephemeral,
+                        settings,
+                    },
+                );
+            }
+            Err(error) => self.complete(origin, &method, Err(error)),
+        }
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        origin: Origin,
+        method: &str,
+        outcome: Result<Value, RpcError>,
+    ) {
+        match origin {
+            Origin::Client { conn, id } => {
+                let outcome = outcome.map(|mut result| {
+                    self.threads
+                        .rewrite(&mut result, Direction::ToClient, Some(method));
+                    result
+                });
+                self.send_to(conn, response(id, outcome));
+            }
+            Origin::Internal(Some(reply)) => {
+                let _ = reply.send(outcome);
+            }
+            Origin::Internal(None) => {
+                if let Err(error) = outcome {
+                    tracing::warn!(%method, error = %error.message, "serve: internal request failed");
+                }
+            }
+            Origin::Answering { reply, answer } => {
+                if let Ok(result) = &outcome {
+                    let mut result = result.clone();
+                    self.threads
+                        .rewrite(&mut result, Direction::ToClient, Some(&answer.method));
+                    self.send_to(answer.conn, response(answer.id.clone(), Ok(result)));
+                    self.answered.insert((answer.conn, answer.id.to_string()));
+                }
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    pub(super) fn upstream_message(&mut self, message: Map<String, Value>) {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (method, message.get("id").cloned()) {
+            (Some(method), Some(id)) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                let thread = thread_of(&params).map(str::to_owned);
+                self.route_server_request(ServerRequest {
+                    upstream_id: id,
+                    method,
+                    params,
+                    thread,
+                });
+            }
+            (Some(method), None) => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                self.upstream_notification(method, params);
+            }
+            (None, Some(id)) => {
+                let Some(pending) = id.as_i64().and_then(|n| self.pending.remove(&n)) else {
+                    tracing::warn!(%id, "serve: upstream answered an unknown id");
+                    return;
+                };
+                let outcome = match message.get("error") {
+                    Some(error) => Err(RpcError::from_value(error)),
+                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                if let Ok(result) = &outcome {
+                    if matches!(
+                        pending.method.as_str(),
+                        "thread/start" | "thread/resume" | "thread/fork"
+                    ) {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            self.attached.insert(thread.to_owned());
+                        }
+                    }
+                }
+                if let (Ok(result), Origin::Internal(_)) = (&outcome, &pending.origin) {
+                    // A thread ctxbridge starts itself is a session's rotation target: never
+                    // announced to clients nor listed (it is bound to its client id later).
+                    if pending.method == "thread/start" {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            if let Err(error) = self.threads.hide(thread) {
+                                tracing::warn!(%thread, %error, "serve: could not record a hidden backend thread");
+                            }
+                        }
+                    }
+                }
+                if let (Ok(result), Origin::Client { conn, .. }) = (&outcome, &pending.origin) {
+                    if matches!(pending.method.as_str(), "thread/start" | "thread/fork") {
+                        if let Some(thread) = result.pointer("/thread/id").and_then(Value::as_str) {
+                            let thread = thread.to_owned();
+                            if pending.ephemeral {
+                                self.threads.mark_ephemeral(&thread);
+                            } else if let Err(error) = self.threads.bind(&thread, &thread) {
+                                tracing::warn!(%thread, %error, "serve: could not record the new thread");
+                            }
+                            if let Some(settings) = pending.settings.clone() {
+                                if let Err(error) =
+                                    self.threads.record_settings(&thread, settings, false)
+                                {
+                                    tracing::warn!(%thread, %error, "serve: could not record the thread settings");
+                                }
+                            }
+                            self.subscribe(*conn, &thread);
+                        }
+                    }
+                }
+                self.complete(pending.origin, &pending.method, outcome);
+            }
+            (None, None) => tracing::warn!("serve: upstream message with neither id nor method"),
+        }
+    }
+
+    pub(super) fn upstream_notification(&mut self, method: String, mut params: Value) {
+        let thread = thread_of(&params).map(str::to_owned);
+        if let Some(thread) = &thread {
+            if let Some(watchers) = self.watchers.get_mut(thread) {
+                watchers.retain(|tx| tx.send((method.clone(), params.clone())).is_ok());
+                if watchers.is_empty() {
+                    self.watchers.remove(thread);
+                }
+            }
+            if method == "thread/started" && self.threads.is_hidden(thread) {
+                tracing::debug!(%thread, "serve: a hidden backend thread started; not announced");
+                return;
+            }
+            match method.as_str() {
+                "turn/started" => {
+                    if let Some(turn) = params.pointer("/turn/id").and_then(Value::as_str) {
+                        self.active_turns.insert(thread.clone(), turn.to_owned());
+                    }
+                }
+                "turn/completed" => {
+                    self.active_turns.remove(thread);
+                    self.turn_owner.remove(thread);
+                }
+                _ => {}
+            }
+            if let Some(input) = self.user_inputs.get(thread) {
+                show_user_input(&mut params, input);
+                if method == "turn/completed" {
+                    self.user_inputs.remove(thread);
+                }
+            }
+        }
+        self.threads.rewrite(&mut params, Direction::ToClient, None);
+        let message = json!({"method": method, "params": params});
+        // Thread-scoped notifications go to the thread's subscribers; `thread/started` (a new
+        // thread announced) and thread-less ones (account, config, …) to every client.
+        match thread.filter(|_| method != "thread/started") {
+            Some(thread) => {
+                if let Some(set) = self.subscribers.get(&thread) {
+                    for conn in set {
+                        self.send_to(*conn, message.clone());
+                    }
+                }
+            }
+            None => {
+                for client in self.clients.values() {
+                    let _ = client.out.send(Outbound::Message(message.clone()));
+                }
+            }
+        }
+    }
+
+    /// The notifications of the turn Codex runs for `thread/compact/start` (`turn/started`, a
+    /// `contextCompaction` item started and completed, `turn/completed`), relayed like the
+    /// upstream's own, for a compaction the engine did without the upstream.
+    pub(super) fn compaction_turn(&mut self, thread: &str) {
+        let turn = uuid::Uuid::now_v7().to_string();
+        let item = json!({"type": "contextCompaction", "id": uuid::Uuid::now_v7().to_string()});
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_s = now_ms / 1000;
+        self.upstream_notification(
+            "turn/started".to_owned(),
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "inProgress", "error": null, "startedAt": now_s}}),
+        );
+        self.upstream_notification(
+            "item/started".to_owned(),
+            json!({"threadId": thread, "turnId": turn, "item": item, "startedAtMs": now_ms}),
+        );
+        self.upstream_notification(
+            "item/completed".to_owned(),
+            json!({"threadId": thread, "turnId": turn, "item": item, "completedAtMs": now_ms}),
+        );
+        self.upstream_notification(
+            "turn/completed".to_owned(),
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "completed", "error": null, "startedAt": now_s, "completedAt": now_s, "durationMs": 0}}),
+        );
+    }
+
+    /// The child is gone: fail what waited on it and end its running turns with a clear error.
+    pub(super) fn upstream_died(&mut self, reason: String) {
+        tracing::warn!(%reason, "serve: upstream connection closed");
+        self.live = None;
+        self.attached.clear();
+        let message = format!("{reason}; it will be restarted on the next request");
+        for (_, pending) in std::mem::take(&mut self.pending) {
+            let error = RpcError::new(INTERNAL_ERROR, message.clone());
+            self.complete(pending.origin, &pending.method, Err(error));
+        }
+        self.server_requests.clear();
+        self.turn_owner.clear();
+        for (thread, turn) in std::mem::take(&mut self.active_turns) {
+            let error = json!({"message": message});
+            self.upstream_notification(
+                "error".to_owned(),
+                json!({"threadId": thread, "turnId": turn, "willRetry": false, "error": error}),
+            );
+            self.upstream_notification(
+                "turn/completed".to_owned(),
+                json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
+            );
+        }
+    }
+}
