@@ -744,6 +744,59 @@ async fn allowed_origins_are_let_in() {
     env.handle.shutdown().await;
 }
 
+/// A client that sends requests and never reads what they answer does not grow serve's memory
+/// without bound: once its outgoing queue passes the limit it is disconnected with close 1008
+/// (policy violation) naming the limit, serve stops reading it, and other clients are served
+/// as before.
+#[tokio::test]
+async fn a_client_that_does_not_read_is_disconnected() {
+    let env = without_codex(|o| {
+        o.outbound = ctxbridge::serve::OutboundLimits {
+            max_messages: 1_000,
+            max_bytes: 64 * 1024,
+        };
+    })
+    .await;
+    let (ws, _) = tokio_tungstenite::connect_async(env.url()).await.unwrap();
+    let (mut sink, mut stream) = ws.split();
+    // Requests before `initialize`: each is answered "Not initialized" (by the client actor,
+    // through the same queue) under its own 8 KB id — 10 000 of them, 80 MB of answers, more
+    // than loopback's socket buffers can hold (32 MB + 4 MB here), all sent before anything is read.
+    const REQUESTS: u64 = 10_000;
+    let request =
+        json!({"id": "x".repeat(8_000), "method": "thread/list", "params": {}}).to_string();
+    for _ in 0..REQUESTS / 100 {
+        for _ in 0..100 {
+            sink.feed(Message::Text(request.clone())).await.unwrap();
+        }
+        sink.flush().await.unwrap();
+    }
+    let sent = REQUESTS;
+    let close = tokio::time::timeout(PATIENCE, async {
+        let mut answers = 0u64;
+        while let Some(frame) = stream.next().await {
+            match frame {
+                Ok(Message::Close(frame)) => return (answers, frame),
+                Ok(_) => answers += 1,
+                Err(error) => panic!("no close frame after {answers} answers: {error}"),
+            }
+        }
+        panic!("the connection ended without a close frame after {answers} answers");
+    })
+    .await
+    .unwrap();
+    let (answers, frame) = close;
+    let frame = frame.unwrap();
+    assert_eq!(u16::from(frame.code), 1008, "{frame:?}");
+    assert!(frame.reason.contains("outgoing queue"), "{frame:?}");
+    assert!(answers < sent, "{answers} answers of {sent} requests");
+
+    let mut c = Client::connect(&env.url()).await;
+    let early = c.call(json!(7), "thread/list", json!({})).await;
+    assert_eq!(early["error"]["message"], "Not initialized");
+    env.handle.shutdown().await;
+}
+
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
 #[tokio::test]
 async fn health_endpoints() {
@@ -842,6 +895,22 @@ async fn serve_command_runs_and_stops_on_sigterm() {
     let stderr = String::from_utf8_lossy(&bad_origin.stderr);
     assert!(
         stderr.contains("--allow-origin \"evil.example\""),
+        "{stderr}"
+    );
+    let zero = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "serve",
+            "--listen",
+            "ws://127.0.0.1:0",
+            "--max-outgoing-bytes",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(zero.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        stderr.contains("--max-outgoing-bytes must be at least 1"),
         "{stderr}"
     );
 

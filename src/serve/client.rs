@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::hub::{ConnId, HubMsg, Outbound};
+use crate::serve::outbound::OutboundSender;
 use crate::serve::RpcError;
 use ctxbridge_jsonrpc::Frame as LineFrame;
 
@@ -146,7 +147,7 @@ pub(crate) async fn run(
     conn: ConnId,
     max_message_bytes: usize,
     mut inbound: mpsc::Receiver<Inbound>,
-    out: mpsc::UnboundedSender<Outbound>,
+    out: OutboundSender,
     hub: mpsc::UnboundedSender<HubMsg>,
 ) {
     let mut initialized = false;
@@ -154,7 +155,7 @@ pub(crate) async fn run(
         match classify(frame, initialized, max_message_bytes) {
             Frame::Skip => {}
             Frame::Reject(message) => {
-                let _ = out.send(Outbound::Message(message));
+                out.send(Outbound::Message(message));
             }
             Frame::Initialize { id } => {
                 let (reply, answer) = oneshot::channel();
@@ -183,7 +184,7 @@ pub(crate) async fn run(
                         json!({"id": id, "error": {"code": error.code, "message": error.message}})
                     }
                 };
-                let _ = out.send(Outbound::Message(message));
+                out.send(Outbound::Message(message));
             }
             Frame::Request { id, method, params } => {
                 let _ = hub.send(HubMsg::Request {

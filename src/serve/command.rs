@@ -9,6 +9,9 @@ use codex_app_server_client::{locate_codex_binary, AppServerConfig};
 use crate::app::{open_with_backend, store_target};
 use crate::backend::codex_config::codex_overrides;
 use crate::config::{BackendConfig, Config};
+use crate::serve::outbound::{
+    OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
+};
 use crate::serve::{
     CapabilityToken, EngineSessions, ListenAddr, OriginPolicy, ServeBackend, ServeOptions,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -43,6 +46,13 @@ pub struct ServeArgs {
     /// Largest client message in bytes (WebSocket: larger ones close the connection, 1009).
     #[arg(long, default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
+    /// Most messages waiting to be written to one client; a client over it (it does not read
+    /// what it asked for) is disconnected (WebSocket close 1008).
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTGOING_MESSAGES)]
+    pub max_outgoing_messages: usize,
+    /// Most bytes waiting to be written to one client (as --max-outgoing-messages).
+    #[arg(long, default_value_t = DEFAULT_MAX_OUTGOING_BYTES)]
+    pub max_outgoing_bytes: usize,
 }
 
 impl ServeArgs {
@@ -57,6 +67,8 @@ impl ServeArgs {
             metrics_listen: None,
             allow_origins: Vec::new(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_outgoing_messages: DEFAULT_MAX_OUTGOING_MESSAGES,
+            max_outgoing_bytes: DEFAULT_MAX_OUTGOING_BYTES,
         }
     }
 }
@@ -81,6 +93,10 @@ pub enum ServeSetupError {
     /// `--ws-auth capability-token` needs exactly one of `--ws-token-file`, `--ws-token-sha256`.
     #[error("--ws-auth capability-token needs exactly one of --ws-token-file FILE or --ws-token-sha256 HEX")]
     TokenSource,
+    /// `--max-outgoing-messages` or `--max-outgoing-bytes` is zero (every client would be
+    /// disconnected at its first answer).
+    #[error("{flag} must be at least 1")]
+    ZeroOutgoingLimit { flag: &'static str },
     /// The backend is not Codex.
     #[error("serve needs backend.kind \"codex\" in the configuration (the upstream app-server)")]
     NotCodex,
@@ -114,6 +130,14 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     };
     crate::serve::check_exposure(&listen, auth.as_ref())?;
     let origins = OriginPolicy::allowing(&args.allow_origins)?;
+    for (flag, value) in [
+        ("--max-outgoing-messages", args.max_outgoing_messages),
+        ("--max-outgoing-bytes", args.max_outgoing_bytes),
+    ] {
+        if value == 0 {
+            return Err(ServeSetupError::ZeroOutgoingLimit { flag });
+        }
+    }
     let BackendConfig::Codex(codex) = &config.backend else {
         return Err(ServeSetupError::NotCodex);
     };
@@ -159,6 +183,10 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     options.auth = auth;
     options.origins = origins;
     options.max_message_bytes = args.max_message_bytes;
+    options.outbound = OutboundLimits {
+        max_messages: args.max_outgoing_messages,
+        max_bytes: args.max_outgoing_bytes,
+    };
     options.metrics_listen = args.metrics_listen;
     let slot = config.engine_slot();
     if config.serve.engine_threads_for(&slot.engine_id) {

@@ -12,6 +12,8 @@
 //! - `hub`: the task owning the shared upstream, id mapping, subscriptions, turn ownership and
 //!   server→client requests — its loop, the client side, the upstream side (`relay`) and the
 //!   outgoing server→client requests, each in its own file.
+//! - [`outbound`]: a connection's outgoing queue, bounded in messages and bytes; a client
+//!   that does not read is disconnected (close 1008) instead of growing it.
 //! - [`route`]: the pure route table (which methods are session requests, which subscribe)
 //!   and how relayed messages are shaped for display.
 //! - [`seam`]: the [`SessionTurns`] seam through which a session's `turn/start`,
@@ -46,6 +48,7 @@ pub mod fuzzing;
 mod history;
 mod hub;
 pub mod listen;
+pub mod outbound;
 pub mod route;
 pub mod seam;
 pub mod sessions;
@@ -58,6 +61,7 @@ pub use ctxbridge_jsonrpc::RpcError;
 pub use listen::{
     check_exposure, BadOrigin, CapabilityToken, ListenAddr, ListenError, OriginPolicy,
 };
+pub use outbound::OutboundLimits;
 pub use route::SessionOp;
 pub use seam::{PassThroughSessions, SessionRequest, SessionTurns, UpstreamHandle};
 pub use sessions::{EngineSessions, ServeBackend};
@@ -83,6 +87,9 @@ pub struct ServeOptions {
     pub origins: OriginPolicy,
     /// Client messages over this size are refused (WebSocket: close 1009).
     pub max_message_bytes: usize,
+    /// Bounds of each client connection's outgoing queue; a client over them (it does not
+    /// read) is disconnected, WebSocket close 1008.
+    pub outbound: OutboundLimits,
     /// How the upstream `codex app-server` child is started (without `backend_url`; its
     /// message limit and request timeout apply to a `backend_url` connection too).
     pub upstream: AppServerConfig,
@@ -131,6 +138,7 @@ impl ServeOptions {
             auth: None,
             origins: OriginPolicy::default(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            outbound: OutboundLimits::default(),
             upstream,
             backend_url: None,
             store: None,
@@ -243,6 +251,7 @@ pub(crate) async fn start_with(
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,
+        outbound: options.outbound,
         auth: options.auth.clone(),
         origins: Arc::new(options.origins.clone()),
         next_conn: Arc::new(AtomicU64::new(0)),

@@ -25,20 +25,28 @@ use tracing::Instrument;
 
 use crate::metrics::Registry;
 use crate::serve::client::{self, Inbound};
-use crate::serve::hub::{HubMsg, Outbound};
+use crate::serve::hub::HubMsg;
 use crate::serve::listen::{CapabilityToken, OriginPolicy};
+use crate::serve::outbound::{
+    self, Outbound, OutboundLimits, OutboundReceiver, OutboundSender, Queued,
+};
 
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
 pub const CLOSE_TOO_BIG: u16 = 1009;
 
 /// Most messages a writer sends before it flushes.
 const MAX_BATCH: usize = 256;
+/// How long a writer tries to deliver the close of a connection whose queue overflowed (its
+/// client is not reading, so it may never arrive).
+const OVERFLOW_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What every listener shares.
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub hub: mpsc::UnboundedSender<HubMsg>,
     pub max_message_bytes: usize,
+    /// Bounds of each connection's outgoing queue.
+    pub outbound: OutboundLimits,
     pub auth: Option<CapabilityToken>,
     pub origins: Arc<OriginPolicy>,
     pub next_conn: Arc<AtomicU64>,
@@ -171,46 +179,87 @@ async fn ws_upgrade(
 async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
     let _connected = Connected::new(&shared.metrics);
     let (mut sink, mut stream) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let (out_tx, mut out_rx) = outbound::channel(conn, shared.outbound);
+    let overflow = out_tx.overflow();
     let (in_tx, in_rx) = mpsc::channel(64);
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
+    let writer_overflow = overflow.clone();
     let writer = tokio::spawn(
         async move {
-            // Messages already queued go out together: one flush (one write) per batch, not
-            // per message, which is what bounds the relay rate of a streaming turn.
-            'connection: while let Some(first) = out_rx.recv().await {
-                let mut next = Some(first);
-                let mut batched = 0usize;
-                while let Some(outbound) = next.take() {
-                    match outbound {
-                        Outbound::Message(message) => {
-                            if sink.feed(Message::Text(message.to_string())).await.is_err() {
+            let written = async {
+                // Messages already queued go out together: one flush (one write) per batch,
+                // not per message, which is what bounds the relay rate of a streaming turn.
+                'connection: while let Some(first) = out_rx.recv().await {
+                    let mut next = Some(first);
+                    let mut batched = 0usize;
+                    while let Some(queued) = next.take() {
+                        match queued {
+                            Queued::Text(text) => {
+                                if sink.feed(Message::Text(text.to_string())).await.is_err() {
+                                    break 'connection;
+                                }
+                            }
+                            Queued::Close(code, reason) => {
+                                let frame = CloseFrame {
+                                    code,
+                                    reason: reason.into(),
+                                };
+                                let _ = sink.send(Message::Close(Some(frame))).await;
                                 break 'connection;
                             }
                         }
-                        Outbound::Close(code, reason) => {
-                            let frame = CloseFrame {
-                                code,
-                                reason: reason.into(),
-                            };
-                            let _ = sink.send(Message::Close(Some(frame))).await;
-                            break 'connection;
+                        batched += 1;
+                        if batched < MAX_BATCH {
+                            next = out_rx.try_recv();
                         }
                     }
-                    batched += 1;
-                    if batched < MAX_BATCH {
-                        next = out_rx.try_recv().ok();
+                    if sink.flush().await.is_err() {
+                        break;
                     }
                 }
-                if sink.flush().await.is_err() {
-                    break;
-                }
+            };
+            // A client that does not read blocks the writes: an overflow ends them.
+            tokio::select! {
+                () = written => {}
+                () = writer_overflow.cancelled() => {}
+            }
+            if let Some((code, reason)) = out_rx.overflow_close() {
+                out_rx.discard();
+                let frame = CloseFrame {
+                    code,
+                    reason: reason.into(),
+                };
+                let _ = tokio::time::timeout(
+                    OVERFLOW_CLOSE_WAIT,
+                    sink.send(Message::Close(Some(frame))),
+                )
+                .await;
             }
         }
         .in_current_span(),
     );
     let limit = shared.max_message_bytes;
-    while let Some(frame) = stream.next().await {
+    loop {
+        let frame = tokio::select! {
+            frame = stream.next() => frame,
+            () = overflow.cancelled() => {
+                // Overflowed: what it still sends is read and dropped until its close comes
+                // (or a bound passes), so closing the socket does not reset it with its
+                // requests unread and the close frame lost.
+                let drain = async {
+                    while let Some(Ok(frame)) = stream.next().await {
+                        if matches!(frame, Message::Close(_)) {
+                            break;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(OVERFLOW_CLOSE_WAIT * 2, drain).await;
+                break;
+            }
+        };
+        let Some(frame) = frame else {
+            break;
+        };
         let text = match frame {
             Ok(Message::Text(text)) => text,
             Ok(Message::Binary(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -218,7 +267,7 @@ async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
             Ok(_) => continue,
             Err(error) => {
                 tracing::info!(%error, "serve: WebSocket read failed");
-                let _ = out_tx.send(Outbound::Close(CLOSE_TOO_BIG, "message too big".into()));
+                out_tx.send(Outbound::Close(CLOSE_TOO_BIG, "message too big".into()));
                 break;
             }
         };
@@ -228,7 +277,7 @@ async fn serve_ws(socket: WebSocket, conn: u64, shared: Shared) {
                 limit,
                 "serve: closing a client that sent an oversize message"
             );
-            let _ = out_tx.send(Outbound::Close(
+            out_tx.send(Outbound::Close(
                 CLOSE_TOO_BIG,
                 format!(
                     "message of {} bytes exceeds the limit of {limit} bytes",
@@ -253,7 +302,7 @@ fn spawn_client(
     conn: u64,
     shared: &Shared,
     in_rx: mpsc::Receiver<Inbound>,
-    out_tx: mpsc::UnboundedSender<Outbound>,
+    out_tx: OutboundSender,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(
         client::run(
@@ -268,56 +317,25 @@ fn spawn_client(
 }
 
 /// Serves one newline-delimited connection (stdio).
-pub(crate) async fn serve_lines<R, W>(reader: R, mut writer: W, conn: u64, shared: Shared)
+pub(crate) async fn serve_lines<R, W>(reader: R, writer: W, conn: u64, shared: Shared)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let _connected = Connected::new(&shared.metrics);
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let (out_tx, out_rx) = outbound::channel(conn, shared.outbound);
+    let overflow = out_tx.overflow();
     let (in_tx, in_rx) = mpsc::channel(64);
     let actor = spawn_client(conn, &shared, in_rx, out_tx.clone());
-    let write_task = tokio::spawn(
-        async move {
-            // Messages already queued are written together (one write per batch), serialised
-            // into one reused buffer.
-            let mut buffer = Vec::new();
-            'connection: while let Some(first) = out_rx.recv().await {
-                let mut next = Some(first);
-                let mut batched = 0usize;
-                let mut closing = false;
-                buffer.clear();
-                while let Some(outbound) = next.take() {
-                    let Outbound::Message(message) = outbound else {
-                        closing = true;
-                        break;
-                    };
-                    if serde_json::to_writer(&mut buffer, &message).is_err() {
-                        break 'connection;
-                    }
-                    buffer.push(b'\n');
-                    batched += 1;
-                    if batched < MAX_BATCH {
-                        next = out_rx.try_recv().ok();
-                    }
-                }
-                if writer.write_all(&buffer).await.is_err() || writer.flush().await.is_err() {
-                    break;
-                }
-                if closing {
-                    break;
-                }
-                if buffer.capacity() > 256 * 1024 {
-                    // A burst of big messages does not pin its buffer for the connection's life.
-                    buffer = Vec::new();
-                }
-            }
-        }
-        .in_current_span(),
-    );
+    let write_task = tokio::spawn(write_lines(writer, out_rx).in_current_span());
     let mut reader = line_reader(reader, shared.max_message_bytes);
     loop {
-        let inbound = match next_frame(&mut reader).await {
+        let read = tokio::select! {
+            read = next_frame(&mut reader) => read,
+            // Overflowed: read no more of what it asks.
+            () = overflow.cancelled() => break,
+        };
+        let inbound = match read {
             Ok(Some(frame)) => client::inbound_of(frame),
             Ok(None) => break,
             Err(error) => {
@@ -334,6 +352,51 @@ where
     drop(out_tx);
     let _ = write_task.await;
     tracing::info!("serve: client gone");
+}
+
+/// Writes a newline-delimited connection's queue: what is already queued goes out together
+/// (one write per batch). A client that does not read blocks the writes: an overflow of the
+/// queue ends them.
+async fn write_lines<W: AsyncWrite + Unpin>(mut writer: W, mut out_rx: OutboundReceiver) {
+    let overflow = out_rx.overflow_token();
+    let written = async {
+        let mut buffer = Vec::new();
+        'connection: while let Some(first) = out_rx.recv().await {
+            let mut next = Some(first);
+            let mut batched = 0usize;
+            let mut closing = false;
+            buffer.clear();
+            while let Some(queued) = next.take() {
+                let Queued::Text(text) = queued else {
+                    closing = true;
+                    break;
+                };
+                buffer.extend_from_slice(text.as_bytes());
+                buffer.push(b'\n');
+                batched += 1;
+                if batched < MAX_BATCH {
+                    next = out_rx.try_recv();
+                }
+            }
+            if writer.write_all(&buffer).await.is_err() || writer.flush().await.is_err() {
+                break 'connection;
+            }
+            if closing {
+                break;
+            }
+            if buffer.capacity() > 256 * 1024 {
+                // A burst of big messages does not pin its buffer for the connection's life.
+                buffer = Vec::new();
+            }
+        }
+    };
+    tokio::select! {
+        () = written => {}
+        () = overflow.cancelled() => {}
+    }
+    if out_rx.overflow_close().is_some() {
+        out_rx.discard();
+    }
 }
 
 /// Binds a unix socket at `path` with mode 0600 from the start: it is created inside a fresh
@@ -394,5 +457,62 @@ pub(crate) async fn accept_unix(
             },
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A newline-delimited client that writes requests and never reads is let go once its
+    /// queue overflows: the connection ends by itself, with the client still writing.
+    #[tokio::test]
+    async fn a_stdio_client_that_does_not_read_is_let_go() {
+        let (hub, mut hub_rx) = mpsc::unbounded_channel();
+        let shared = Shared {
+            hub,
+            max_message_bytes: 1024 * 1024,
+            outbound: OutboundLimits {
+                max_messages: 100,
+                max_bytes: 16 * 1024,
+            },
+            auth: None,
+            origins: Arc::new(OriginPolicy::default()),
+            next_conn: Arc::new(AtomicU64::new(0)),
+            metrics: Arc::new(Registry::new()),
+            transport: "stdio",
+        };
+        // 4 KiB pipes: the served side blocks on writing as soon as the client stops reading.
+        let (client_in, served_out) = tokio::io::duplex(4096);
+        let (mut client_out, served_in) = tokio::io::duplex(4096);
+        let served = tokio::spawn(serve_lines(served_in, served_out, 1, shared));
+        let request = format!(
+            "{{\"id\":\"{}\",\"method\":\"thread/list\"}}\n",
+            "x".repeat(500)
+        );
+        let flood = tokio::spawn(async move {
+            let mut written = 0u64;
+            while client_out.write_all(request.as_bytes()).await.is_ok() {
+                written += 1;
+                if written == 1_000_000 {
+                    break;
+                }
+            }
+            written
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(60), served)
+            .await
+            .expect("the connection was not let go")
+            .unwrap();
+        let written = flood.await.unwrap();
+        assert!(written < 1_000_000, "the flood was read to its end");
+        // The hub heard the connection end.
+        let mut disconnected = false;
+        while let Ok(message) = hub_rx.try_recv() {
+            disconnected |= matches!(message, HubMsg::Disconnect { conn: 1 });
+        }
+        assert!(disconnected);
+        drop(client_in);
     }
 }

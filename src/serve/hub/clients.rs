@@ -3,9 +3,9 @@
 //! disconnection.
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use super::{Client, ConnId, Hub, HubMsg, Origin, Outbound};
+use crate::serve::outbound::OutboundSender;
 use crate::serve::route::{request_shape, response, subscribes, SessionOp};
 use crate::serve::seam::{ClientAnswer, SessionRequest, UpstreamHandle};
 use crate::serve::thread_map::{thread_of, thread_settings, Direction};
@@ -15,7 +15,7 @@ impl Hub {
     pub(super) async fn initialize(
         &mut self,
         conn: ConnId,
-        out: mpsc::UnboundedSender<Outbound>,
+        out: OutboundSender,
     ) -> Result<Value, RpcError> {
         let live = self.ensure_live().await?;
         let mut result = live.initialize_result.clone();
@@ -40,7 +40,7 @@ impl Hub {
 
     pub(super) fn send_to(&self, conn: ConnId, message: Value) -> bool {
         match self.clients.get(&conn) {
-            Some(client) => client.out.send(Outbound::Message(message)).is_ok(),
+            Some(client) => client.out.send(Outbound::Message(message)),
             None => false,
         }
     }

@@ -29,6 +29,8 @@ use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::serve::outbound::Outbound;
+use crate::serve::outbound::OutboundSender;
 use crate::serve::route::response;
 use crate::serve::seam::{ClientAnswer, SessionTurns};
 use crate::serve::thread_map::{Direction, ThreadMap};
@@ -47,22 +49,13 @@ pub type ConnId = u64;
 /// After a shutdown's grace period, how long interrupted turns get to report.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
-/// What goes out to a client connection's transport.
-#[derive(Debug)]
-pub enum Outbound {
-    /// One JSON-RPC message.
-    Message(Value),
-    /// Close the connection (WebSocket close code and reason).
-    Close(u16, String),
-}
-
 /// Messages to the hub.
 #[derive(Debug)]
 pub enum HubMsg {
     /// A client sent `initialize`: register it and answer from the upstream's handshake.
     Initialize {
         conn: ConnId,
-        out: mpsc::UnboundedSender<Outbound>,
+        out: OutboundSender,
         reply: oneshot::Sender<Result<Value, RpcError>>,
     },
     /// A client connection ended.
@@ -176,7 +169,7 @@ struct Pending {
 }
 
 struct Client {
-    out: mpsc::UnboundedSender<Outbound>,
+    out: OutboundSender,
     next_server_request: i64,
 }
 

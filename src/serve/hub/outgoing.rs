@@ -60,7 +60,7 @@ impl Hub {
         let mut params = request.params.clone();
         self.threads.rewrite(&mut params, Direction::ToClient, None);
         let message = json!({"id": id, "method": request.method, "params": params});
-        let _ = client.out.send(Outbound::Message(message));
+        client.out.send(Outbound::Message(message));
         self.server_requests.insert((conn, id), request);
     }
 

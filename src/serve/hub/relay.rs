@@ -231,20 +231,25 @@ impl Hub {
             }
         }
         self.threads.rewrite(&mut params, Direction::ToClient, None);
-        let message = json!({"method": method, "params": params});
+        // Serialised once, whatever the number of clients it goes to.
+        let text: std::sync::Arc<str> = json!({"method": method, "params": params})
+            .to_string()
+            .into();
         // Thread-scoped notifications go to the thread's subscribers; `thread/started` (a new
         // thread announced) and thread-less ones (account, config, …) to every client.
         match thread.filter(|_| method != "thread/started") {
             Some(thread) => {
                 if let Some(set) = self.subscribers.get(&thread) {
                     for conn in set {
-                        self.send_to(*conn, message.clone());
+                        if let Some(client) = self.clients.get(conn) {
+                            client.out.send(Outbound::Text(text.clone()));
+                        }
                     }
                 }
             }
             None => {
                 for client in self.clients.values() {
-                    let _ = client.out.send(Outbound::Message(message.clone()));
+                    client.out.send(Outbound::Text(text.clone()));
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use super::*;
+use crate::serve::outbound::{self, OutboundLimits, OutboundReceiver, Queued};
 use crate::serve::route::SessionOp;
 use crate::serve::seam::{PassThroughSessions, SessionRequest, UpstreamHandle};
 use crate::serve::upstream::{MemoryPeer, UpstreamError};
@@ -42,8 +43,8 @@ impl Rig {
         Rig { hub, peer }
     }
 
-    async fn client(&self, conn: ConnId) -> mpsc::UnboundedReceiver<Outbound> {
-        let (out, rx) = mpsc::unbounded_channel();
+    async fn client(&self, conn: ConnId) -> OutboundReceiver {
+        let (out, rx) = outbound::channel(conn, OutboundLimits::default());
         let (reply, answer) = oneshot::channel();
         self.hub
             .send(HubMsg::Initialize { conn, out, reply })
@@ -81,10 +82,10 @@ impl Rig {
     }
 }
 
-async fn got(rx: &mut mpsc::UnboundedReceiver<Outbound>) -> Value {
+async fn got(rx: &mut OutboundReceiver) -> Value {
     match rx.recv().await.unwrap() {
-        Outbound::Message(message) => message,
-        Outbound::Close(code, reason) => panic!("closed {code} {reason}"),
+        Queued::Text(text) => serde_json::from_str(&text).unwrap(),
+        Queued::Close(code, reason) => panic!("closed {code} {reason}"),
     }
 }
 
