@@ -156,9 +156,9 @@ pub fn engine_jsonrpc_line(data: &[u8]) {
             let _ = parse_incoming(&line);
             lines.push(line.to_vec());
         }
-        LineFrame::TooLong(len) => {
+        LineFrame::TooLong(over) => {
             assert!(
-                len > max_line,
+                over.len > max_line,
                 "a line within the limit was reported too long"
             );
             too_long = true;

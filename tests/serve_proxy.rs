@@ -797,6 +797,63 @@ async fn a_client_that_does_not_read_is_disconnected() {
     env.handle.shutdown().await;
 }
 
+/// A model reply too big for one upstream line (here a 300 KB reply over a 128 KiB line
+/// limit; in the field 20 MiB over 16 MiB) does not leave the session stuck: the real Codex's
+/// `item/completed` for it is dropped unread, serve fails the turn — the client hears an
+/// `error` and a failed `turn/completed` naming the limit — and the next turn on the same
+/// thread completes.
+#[tokio::test]
+async fn a_reply_over_the_line_limit_fails_its_turn_and_the_session_goes_on() {
+    let Some(env) = with_codex(|o| {
+        o.upstream = o.upstream.clone().with_max_line_bytes(128 * 1024);
+    })
+    .await
+    else {
+        return;
+    };
+    let mock = env.mock.as_ref().unwrap();
+    mock.push_reply(ScriptedReply::text("y".repeat(300_000)));
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize(json!(1)).await;
+    let thread = c.start_thread(json!(2), false).await;
+    let started = c
+        .call(
+            json!(3),
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "a lot"}]}),
+        )
+        .await;
+    assert!(started.get("result").is_some(), "{started}");
+    let done = c.until("turn/completed").await;
+    assert_eq!(done["params"]["turn"]["status"], "failed", "{done}");
+    let failed_turn = done["params"]["turn"]["id"].clone();
+    let reason = done["params"]["turn"]["error"]["message"].as_str().unwrap();
+    assert!(
+        reason.contains("over the limit of 131072 bytes"),
+        "{reason}"
+    );
+    assert!(
+        c.seen
+            .iter()
+            .any(|m| m["method"] == "error"
+                && m["params"]["error"]["message"].as_str() == Some(reason)),
+        "no error notification before the completion"
+    );
+    mock.push_reply(ScriptedReply::text("small again"));
+    c.call(
+        json!(4),
+        "turn/start",
+        json!({"threadId": thread, "input": [{"type": "text", "text": "less"}]}),
+    )
+    .await;
+    // The next completion is the new turn's: the failed turn's own (interrupted) completion
+    // from Codex is not relayed a second time.
+    let next = c.until("turn/completed").await;
+    assert_ne!(next["params"]["turn"]["id"], failed_turn, "{next}");
+    assert_eq!(next["params"]["turn"]["status"], "completed", "{next}");
+    env.handle.shutdown().await;
+}
+
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
 #[tokio::test]
 async fn health_endpoints() {

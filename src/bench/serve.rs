@@ -307,8 +307,9 @@ impl Peer {
                 },
                 Peer::Stdio(stdio) => match next_frame(&mut stdio.lines).await {
                     Ok(Some(Frame::Line(line))) => Ok(String::from_utf8_lossy(&line).into_owned()),
-                    Ok(Some(Frame::TooLong(len))) => Err(format!(
-                        "the app-server wrote a line of {len} bytes, over the limit"
+                    Ok(Some(Frame::TooLong(over))) => Err(format!(
+                        "the app-server wrote a line of {} bytes, over the limit",
+                        over.len
                     )),
                     Ok(None) => Err("the app-server closed its stdout".to_owned()),
                     Err(e) => Err(e.to_string()),

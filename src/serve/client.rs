@@ -32,7 +32,7 @@ fn error_message(id: Value, code: i64, message: impl Into<String>) -> Value {
 pub(crate) fn inbound_of(frame: LineFrame) -> Inbound {
     match frame {
         LineFrame::Line(bytes) => Inbound::Text(String::from_utf8_lossy(&bytes).into_owned()),
-        LineFrame::TooLong(len) => Inbound::Oversize(len),
+        LineFrame::TooLong(over) => Inbound::Oversize(over.len),
     }
 }
 

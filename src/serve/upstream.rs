@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codex_app_server_client::{log_stderr_line, AppServerConfig};
-use ctxbridge_jsonrpc::{line_reader, next_frame, spawn_piped, Frame, Piped, StderrTail};
+use ctxbridge_jsonrpc::{next_frame, spawn_piped, Frame, LineCodec, Overlong, Piped, StderrTail};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -21,6 +21,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_util::codec::FramedRead;
 
 use crate::config::BackendUrl;
 
@@ -73,8 +74,68 @@ pub enum UpstreamError {
 pub(crate) enum UpstreamEvent {
     /// One JSON-RPC message.
     Message(Map<String, Value>),
+    /// A message over the line limit, dropped unread: what its ends tell of it.
+    Oversize(OversizeLine),
     /// The connection is gone (stdout closed); the reason names the upstream.
     Closed(String),
+}
+
+/// How many bytes of each end of an over-long upstream line are kept to tell whose it was.
+const OVERSIZE_ENDS: usize = 4 * 1024;
+
+/// An upstream message over the line limit (never held whole): its length, the limit, and
+/// what its first and last bytes name — the answer's id, or the notification's method, thread
+/// and turn — so the request or the turn it belongs to can be failed instead of waiting
+/// forever for a message that will not come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OversizeLine {
+    pub len: usize,
+    pub limit: usize,
+    /// A response's id (the message starts `{"id":N`).
+    pub response_id: Option<i64>,
+    pub method: Option<String>,
+    pub thread: Option<String>,
+    pub turn: Option<String>,
+}
+
+impl OversizeLine {
+    /// Reads what the kept ends of a dropped line name. Codex writes compact JSON whose first
+    /// key is `id` (a response) or `method` (a notification or request); `threadId` and
+    /// `turnId` stand before or after the bulk of the params.
+    pub(crate) fn read(over: &Overlong, limit: usize) -> OversizeLine {
+        let response_id = over
+            .head
+            .strip_prefix(b"{\"id\":")
+            .filter(|_| !over.head.starts_with(b"{\"id\":\""))
+            .and_then(|rest| {
+                let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+                std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+            });
+        let field =
+            |key: &str| string_field(&over.head, key).or_else(|| string_field(&over.tail, key));
+        OversizeLine {
+            len: over.len,
+            limit,
+            response_id,
+            method: over
+                .head
+                .starts_with(b"{\"method\":")
+                .then(|| string_field(&over.head, "method"))
+                .flatten(),
+            thread: field("threadId"),
+            turn: field("turnId"),
+        }
+    }
+}
+
+/// The first `"key":"value"` string of `text` (ids and method names: no escapes in them).
+fn string_field(text: &[u8], key: &str) -> Option<String> {
+    let pattern = format!("\"{key}\":\"");
+    let pattern = pattern.as_bytes();
+    let start = text.windows(pattern.len()).position(|w| w == pattern)? + pattern.len();
+    let len = text[start..].iter().position(|b| *b == b'"')?;
+    let value = std::str::from_utf8(&text[start..start + len]).ok()?;
+    (!value.is_empty() && !value.contains('\\')).then(|| value.to_owned())
 }
 
 /// A running, initialized upstream child.
@@ -260,6 +321,13 @@ async fn handshake(
                         "serve: upstream message before initialize; dropped"
                     );
                 }
+                UpstreamEvent::Oversize(line) if line.response_id == Some(HANDSHAKE_ID) => {
+                    return Err(format!(
+                        "its initialize answer of {} bytes is over the line limit of {} bytes",
+                        line.len, line.limit
+                    ));
+                }
+                UpstreamEvent::Oversize(_) => {}
                 UpstreamEvent::Closed(reason) => return Err(reason),
             }
         }
@@ -353,7 +421,8 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     tail: Tail,
     label: String,
 ) {
-    let mut reader = line_reader(stdout, max_line_bytes);
+    let codec = LineCodec::keeping_ends(max_line_bytes, OVERSIZE_ENDS);
+    let mut reader = FramedRead::with_capacity(stdout, codec, 64 * 1024);
     let reason = loop {
         match next_frame(&mut reader).await {
             Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<Value>(&line) {
@@ -367,12 +436,18 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                     "serve: skipped a non-object line from the upstream"
                 ),
             },
-            Ok(Some(Frame::TooLong(len))) => {
+            Ok(Some(Frame::TooLong(over))) => {
+                let line = OversizeLine::read(&over, max_line_bytes);
                 tracing::warn!(
-                    len,
+                    len = line.len,
                     max_line_bytes,
-                    "serve: skipped an over-long upstream line"
+                    method = line.method.as_deref().unwrap_or_default(),
+                    thread = line.thread.as_deref().unwrap_or_default(),
+                    "serve: dropped an upstream message over the line limit"
                 );
+                if tx.send(UpstreamEvent::Oversize(line)).is_err() {
+                    return;
+                }
             }
             Ok(None) => break "its output closed (the process died or exited)".to_owned(),
             Err(error) => break format!("reading its output failed: {error}"),
@@ -594,4 +669,51 @@ async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, tail: Tail) {
         log_stderr_line("serve upstream", line)
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn over(head: &str, tail: &str) -> Overlong {
+        Overlong {
+            len: 99,
+            head: head.as_bytes().to_vec().into(),
+            tail: tail.as_bytes().to_vec().into(),
+        }
+    }
+
+    /// The ends of a dropped line name its answer's id, or its method, thread and turn, from
+    /// whichever end holds them; nothing is made up where they do not.
+    #[test]
+    fn oversize_lines_are_read_from_their_ends() {
+        let line = OversizeLine::read(
+            &over(
+                r#"{"method":"item/completed","params":{"item":{"text":"xx"#,
+                r#"xx"},"threadId":"th-1","turnId":"tu-1"}}"#,
+            ),
+            10,
+        );
+        assert_eq!(line.method.as_deref(), Some("item/completed"));
+        assert_eq!(line.thread.as_deref(), Some("th-1"));
+        assert_eq!(line.turn.as_deref(), Some("tu-1"));
+        assert_eq!(line.response_id, None);
+        let line = OversizeLine::read(&over(r#"{"id":42,"result":{"thread":{"id":"x"#, "}}"), 10);
+        assert_eq!((line.response_id, line.method), (Some(42), None));
+        let line = OversizeLine::read(&over(r#"{"id":"s-1","result":"#, ""), 10);
+        assert_eq!(line.response_id, None);
+        let line = OversizeLine::read(&over("garbage", "more"), 10);
+        assert_eq!(
+            line,
+            OversizeLine {
+                len: 99,
+                limit: 10,
+                response_id: None,
+                method: None,
+                thread: None,
+                turn: None
+            }
+        );
+    }
 }

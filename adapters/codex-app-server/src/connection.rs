@@ -235,9 +235,9 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                 }
                 continue;
             }
-            Ok(Some(Frame::TooLong(len))) => {
+            Ok(Some(Frame::TooLong(over))) => {
                 tracing::warn!(
-                    len,
+                    len = over.len,
                     max_line_bytes,
                     "codex app-server: skipped an over-long stdout line"
                 );

@@ -100,9 +100,10 @@ where
     while let Ok(Some(frame)) = next_frame(&mut reader).await {
         let text = match frame {
             Frame::Line(line) => String::from_utf8_lossy(&line).into_owned(),
-            Frame::TooLong(len) => {
-                format!("[a stderr line of {len} bytes, over {max_line}, was dropped]")
-            }
+            Frame::TooLong(over) => format!(
+                "[a stderr line of {} bytes, over {max_line}, was dropped]",
+                over.len
+            ),
         };
         on_line(&text);
         tail.push(text);

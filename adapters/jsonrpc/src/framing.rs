@@ -12,7 +12,7 @@
 //! As a [`tokio_util::codec::Decoder`] it runs inside [`FramedRead`], whose `next()` is
 //! cancel-safe: a reader racing other work in a `select!` loses no bytes.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
@@ -22,8 +22,31 @@ use tokio_util::codec::{Decoder, FramedRead};
 pub enum Frame {
     /// A line, without its `\n` and without a `\r` before it.
     Line(BytesMut),
-    /// A line longer than the limit was dropped; its length in bytes (without the `\n`).
-    TooLong(usize),
+    /// A line longer than the limit was dropped.
+    TooLong(Overlong),
+}
+
+/// What is known of a dropped over-long line: its length and, when the codec keeps them
+/// ([`LineCodec::keeping_ends`]), its first and last bytes — enough for a reader to tell whose
+/// message it was (a JSON-RPC `method`, a `threadId`) without ever holding it whole.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Overlong {
+    /// Its length in bytes (without the `\n`; with early reporting, the bytes seen so far).
+    pub len: usize,
+    /// Its first bytes (empty unless the codec keeps ends).
+    pub head: Bytes,
+    /// Its last bytes (empty unless the codec keeps ends; with early reporting, empty).
+    pub tail: Bytes,
+}
+
+impl Overlong {
+    /// A dropped line known by its length only.
+    pub fn of_len(len: usize) -> Overlong {
+        Overlong {
+            len,
+            ..Overlong::default()
+        }
+    }
 }
 
 /// The bounded line decoder; see the module docs.
@@ -38,6 +61,11 @@ pub struct LineCodec {
     early: bool,
     /// The line being dropped was reported already (early mode).
     reported: bool,
+    /// How many bytes of each end of an over-long line are kept (0: none).
+    ends: usize,
+    /// The kept ends of the line being dropped.
+    head: BytesMut,
+    tail: BytesMut,
 }
 
 impl LineCodec {
@@ -49,6 +77,70 @@ impl LineCodec {
             dropping: None,
             early: false,
             reported: false,
+            ends: 0,
+            head: BytesMut::new(),
+            tail: BytesMut::new(),
+        }
+    }
+
+    /// A codec that keeps the first and last `ends` bytes of an over-long line
+    /// ([`Overlong::head`], [`Overlong::tail`]).
+    pub fn keeping_ends(max: usize, ends: usize) -> LineCodec {
+        LineCodec {
+            ends,
+            ..LineCodec::new(max)
+        }
+    }
+
+    /// Keeps the last `ends` bytes of what is dropped, `chunk` being the newest part (one more
+    /// byte than asked: a `\r` before the `\n` may have come in its own chunk).
+    fn keep_tail(&mut self, chunk: &[u8]) {
+        if self.ends == 0 {
+            return;
+        }
+        let keep = self.ends + 1;
+        if chunk.len() >= keep {
+            self.tail.clear();
+            self.tail.extend_from_slice(&chunk[chunk.len() - keep..]);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            let excess = self.tail.len().saturating_sub(keep);
+            self.tail.advance(excess);
+        }
+    }
+
+    /// Starts dropping a line whose first bytes are `start`.
+    fn start_dropping(&mut self, start: &[u8]) {
+        self.dropping = Some(start.len());
+        self.head.clear();
+        self.tail.clear();
+        if self.ends > 0 {
+            self.head
+                .extend_from_slice(&start[..start.len().min(self.ends)]);
+            self.keep_tail(start);
+        }
+    }
+
+    /// The dropped line, `len` bytes long, with the ends kept.
+    fn overlong(&mut self, len: usize) -> Overlong {
+        let mut tail = self.tail.split();
+        strip_cr(&mut tail);
+        let excess = tail.len().saturating_sub(self.ends);
+        tail.advance(excess);
+        Overlong {
+            len,
+            head: self.head.split().freeze(),
+            tail: tail.freeze(),
+        }
+    }
+
+    /// A whole line over the limit, with its ends if they are kept.
+    fn overlong_line(&self, line: &[u8]) -> Overlong {
+        let n = self.ends.min(line.len());
+        Overlong {
+            len: line.len(),
+            head: Bytes::copy_from_slice(&line[..n]),
+            tail: Bytes::copy_from_slice(&line[line.len() - n..]),
         }
     }
 
@@ -83,13 +175,14 @@ impl Decoder for LineCodec {
             let newline = memchr::memchr(b'\n', &buf[self.scanned..]).map(|at| self.scanned + at);
             match (newline, self.dropping.take()) {
                 (Some(end), Some(dropped)) => {
-                    buf.advance(end + 1);
+                    let last = buf.split_to(end + 1);
+                    self.keep_tail(&last[..end]);
                     self.scanned = 0;
                     if std::mem::take(&mut self.reported) {
                         // Reported when it passed the limit: go on with the next line.
                         continue;
                     }
-                    return Ok(Some(Frame::TooLong(dropped + end)));
+                    return Ok(Some(Frame::TooLong(self.overlong(dropped + end))));
                 }
                 (Some(end), None) => {
                     self.scanned = 0;
@@ -97,26 +190,32 @@ impl Decoder for LineCodec {
                     line.truncate(end);
                     strip_cr(&mut line);
                     if line.len() > self.max {
-                        return Ok(Some(Frame::TooLong(end)));
+                        let mut over = self.overlong_line(&line);
+                        over.len = end;
+                        return Ok(Some(Frame::TooLong(over)));
                     }
                     return Ok(Some(Frame::Line(line)));
                 }
                 (None, Some(dropped)) => {
-                    self.dropping = Some(dropped + buf.len());
-                    buf.clear();
+                    let chunk = buf.split();
+                    self.keep_tail(&chunk);
+                    self.dropping = Some(dropped + chunk.len());
                     self.scanned = 0;
                     return Ok(None);
                 }
                 // One byte of grace: a line of exactly `max` bytes may still be waiting for
                 // the `\n` after its `\r`.
                 (None, None) if buf.len() > self.max.saturating_add(1) => {
-                    let seen = buf.len();
-                    self.dropping = Some(seen);
-                    buf.clear();
+                    let start = buf.split();
+                    self.start_dropping(&start);
                     self.scanned = 0;
                     if self.early {
                         self.reported = true;
-                        return Ok(Some(Frame::TooLong(seen)));
+                        return Ok(Some(Frame::TooLong(Overlong {
+                            len: start.len(),
+                            head: self.head.split().freeze(),
+                            tail: Bytes::new(),
+                        })));
                     }
                     return Ok(None);
                 }
@@ -135,11 +234,12 @@ impl Decoder for LineCodec {
         }
         self.scanned = 0;
         if let Some(dropped) = self.dropping.take() {
-            buf.clear();
+            let rest = buf.split();
+            self.keep_tail(&rest);
             if std::mem::take(&mut self.reported) {
                 return Ok(None);
             }
-            return Ok(Some(Frame::TooLong(dropped)));
+            return Ok(Some(Frame::TooLong(self.overlong(dropped + rest.len()))));
         }
         if buf.is_empty() {
             return Ok(None);
@@ -147,7 +247,7 @@ impl Decoder for LineCodec {
         let mut line = buf.split();
         strip_cr(&mut line);
         if line.len() > self.max {
-            return Ok(Some(Frame::TooLong(line.len())));
+            return Ok(Some(Frame::TooLong(self.overlong_line(&line))));
         }
         Ok(Some(Frame::Line(line)))
     }
@@ -204,6 +304,10 @@ mod tests {
         Frame::Line(BytesMut::from(text))
     }
 
+    fn too_long(len: usize) -> Frame {
+        Frame::TooLong(Overlong::of_len(len))
+    }
+
     /// Lines split at `\n`, a `\r` before it dropped, a last line without `\n` kept, an empty
     /// line kept as an empty line.
     #[test]
@@ -225,14 +329,14 @@ mod tests {
             let chunks: Vec<&[u8]> = input.as_bytes().chunks(step).collect();
             assert_eq!(
                 frames(10, &chunks),
-                vec![line("ok"), Frame::TooLong(50), line("next")],
+                vec![line("ok"), too_long(50), line("next")],
                 "step {step}"
             );
         }
-        assert_eq!(frames(10, &[long.as_bytes()]), vec![Frame::TooLong(50)]);
+        assert_eq!(frames(10, &[long.as_bytes()]), vec![too_long(50)]);
         // Exactly at the limit, with a `\r`, is a line.
         assert_eq!(frames(4, &[b"abcd", b"\r", b"\n"]), vec![line("abcd")]);
-        assert_eq!(frames(4, &[b"abcde\n"]), vec![Frame::TooLong(5)]);
+        assert_eq!(frames(4, &[b"abcde\n"]), vec![too_long(5)]);
         let mut codec = LineCodec::new(10);
         let mut buf = BytesMut::from(&b"y"[..]);
         for _ in 0..1000 {
@@ -249,13 +353,10 @@ mod tests {
         let early = |chunks: &[&[u8]]| decode_all(LineCodec::reporting_early(8), chunks);
         assert_eq!(
             early(&[b"0123456789", b"abcdef", b"\nok\n"]),
-            vec![Frame::TooLong(10), line("ok")]
+            vec![too_long(10), line("ok")]
         );
-        assert_eq!(early(&[b"0123456789"]), vec![Frame::TooLong(10)]);
-        assert_eq!(
-            early(&[b"0123456789\nok"]),
-            vec![Frame::TooLong(10), line("ok")]
-        );
+        assert_eq!(early(&[b"0123456789"]), vec![too_long(10)]);
+        assert_eq!(early(&[b"0123456789\nok"]), vec![too_long(10), line("ok")]);
         assert_eq!(
             early(&[b"{\"a\":", b"1}\r\n{\"b\":2}\nrest"]),
             vec![line("{\"a\":1}"), line("{\"b\":2}"), line("rest")]
@@ -270,14 +371,38 @@ mod tests {
         let chunks: Vec<&[u8]> = input.chunks(8).collect();
         assert_eq!(
             frames(12, &chunks),
-            vec![
-                line("short"),
-                Frame::TooLong(39),
-                line("{\"a\":1}"),
-                line("tail")
-            ]
+            vec![line("short"), too_long(39), line("{\"a\":1}"), line("tail")]
         );
-        assert_eq!(frames(4, &[b"0123456789abcdef"]), vec![Frame::TooLong(16)]);
+        assert_eq!(frames(4, &[b"0123456789abcdef"]), vec![too_long(16)]);
+    }
+
+    /// Kept ends: the first and last bytes of an over-long line, however it arrives, and
+    /// nothing of the line after it.
+    #[test]
+    fn over_long_lines_keep_their_ends() {
+        let long = format!("HEAD{}TAIL", "x".repeat(100));
+        let input = format!("{long}\r\nnext\n{long}");
+        for step in 1..input.len() {
+            let chunks: Vec<&[u8]> = input.as_bytes().chunks(step).collect();
+            let frames = decode_all(LineCodec::keeping_ends(10, 4), &chunks);
+            let Frame::TooLong(first) = &frames[0] else {
+                panic!("step {step}: {frames:?}");
+            };
+            assert_eq!(
+                (first.len, &first.head[..], &first.tail[..]),
+                (109, &b"HEAD"[..], &b"TAIL"[..]),
+                "step {step}"
+            );
+            assert_eq!(frames[1], line("next"), "step {step}");
+            let Frame::TooLong(last) = &frames[2] else {
+                panic!("step {step}: {frames:?}");
+            };
+            assert_eq!(
+                (last.len, &last.head[..], &last.tail[..]),
+                (108, &b"HEAD"[..], &b"TAIL"[..]),
+                "step {step}"
+            );
+        }
     }
 
     proptest::proptest! {
@@ -300,7 +425,7 @@ mod tests {
                 .into_iter()
                 .map(|f| match f {
                     Frame::Line(l) => l.to_vec(),
-                    Frame::TooLong(n) => panic!("unbounded reported {n}"),
+                    Frame::TooLong(over) => panic!("unbounded reported {over:?}"),
                 })
                 .collect();
             proptest::prop_assert_eq!(&unbounded, &pieces);
@@ -312,7 +437,7 @@ mod tests {
                         proptest::prop_assert!(l.len() <= max);
                         proptest::prop_assert_eq!(&l.to_vec(), piece);
                     }
-                    Frame::TooLong(n) => proptest::prop_assert!(*n > max),
+                    Frame::TooLong(over) => proptest::prop_assert!(over.len > max),
                 }
             }
         }

@@ -21,4 +21,6 @@ pub use child::{forward_stderr, spawn_piped, Piped, StderrTail};
 pub use error::{codes, RpcError};
 pub use tokio_util::codec::Decoder;
 
-pub use framing::{early_line_reader, line_reader, next_frame, Frame, LineCodec, LineReader};
+pub use framing::{
+    early_line_reader, line_reader, next_frame, Frame, LineCodec, LineReader, Overlong,
+};

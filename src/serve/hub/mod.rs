@@ -218,6 +218,9 @@ pub(crate) struct Hub {
     /// answer; their session request's result is not sent again.
     answered: std::collections::HashSet<(ConnId, String)>,
     shutdown: Option<Shutdown>,
+    /// Turns failed here because a message of theirs was over the line limit: the upstream's
+    /// own `turn/completed` for them (after the interrupt) is not relayed again.
+    failed_turns: std::collections::HashSet<String>,
 }
 
 /// Starts the hub task; returns its channel.
@@ -247,6 +250,7 @@ pub(crate) fn start(
         compaction_turns: std::collections::HashSet::new(),
         answered: std::collections::HashSet::new(),
         shutdown: None,
+        failed_turns: std::collections::HashSet::new(),
     };
     let task = tokio::spawn(hub.run(rx));
     (tx, task)
@@ -373,6 +377,7 @@ impl Hub {
                         match event.0 {
                             UpstreamEvent::Message(message) => self.upstream_message(message),
                             UpstreamEvent::Closed(reason) => self.upstream_died(reason),
+                            UpstreamEvent::Oversize(line) => self.upstream_oversize(line).await,
                         }
                     }
                 }

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::{Hub, HubMsg, Origin, Outbound, Pending, ServerRequest, UpstreamEventMsg};
 use crate::serve::route::{response, show_user_input};
 use crate::serve::thread_map::{thread_of, Direction};
-use crate::serve::upstream::Live;
+use crate::serve::upstream::{Live, OversizeLine};
 use crate::serve::RpcError;
 
 impl Hub {
@@ -199,6 +199,16 @@ impl Hub {
     }
 
     pub(super) fn upstream_notification(&mut self, method: String, mut params: Value) {
+        if method == "turn/completed" {
+            let turn = params.pointer("/turn/id").and_then(Value::as_str);
+            if turn.is_some_and(|turn| self.failed_turns.remove(turn)) {
+                tracing::debug!(
+                    ?turn,
+                    "serve: the upstream's completion of a turn failed here; not relayed"
+                );
+                return;
+            }
+        }
         let thread = thread_of(&params).map(str::to_owned);
         if let Some(thread) = &thread {
             if let Some(watchers) = self.watchers.get_mut(thread) {
@@ -306,5 +316,60 @@ impl Hub {
                 json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
             );
         }
+    }
+
+    /// An upstream message over the line limit was dropped. An answer: the request it
+    /// answers fails with the reason. A notification of a running turn: the turn is failed —
+    /// interrupted upstream, and its clients and session watchers shown an `error` and a
+    /// failed `turn/completed` naming the limit — since the rest of it (its text, its
+    /// completion) may never arrive whole and nothing may wait for it forever.
+    pub(super) async fn upstream_oversize(&mut self, line: OversizeLine) {
+        let message = format!(
+            "the upstream codex app-server sent a message of {} bytes{}, over the limit of {} bytes per line; it was dropped",
+            line.len,
+            line.method
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default(),
+            line.limit
+        );
+        if let Some(id) = line.response_id {
+            if let Some(pending) = self.pending.remove(&id) {
+                let error = RpcError::new(INTERNAL_ERROR, message);
+                self.complete(pending.origin, &pending.method, Err(error));
+            }
+            return;
+        }
+        let Some(thread) = line.thread else {
+            tracing::warn!(
+                len = line.len,
+                "serve: an over-long upstream message named no thread; nothing to fail"
+            );
+            return;
+        };
+        let Some(turn) = self.active_turns.get(&thread).cloned().or(line.turn) else {
+            return;
+        };
+        if self.failed_turns.contains(&turn) {
+            return;
+        }
+        tracing::warn!(%thread, %turn, len = line.len, "serve: failing a turn whose message was over the line limit");
+        self.forward(
+            "turn/interrupt".to_owned(),
+            json!({"threadId": thread, "turnId": turn}),
+            Origin::Internal(None),
+            false,
+        )
+        .await;
+        let error = json!({"message": message});
+        self.upstream_notification(
+            "error".to_owned(),
+            json!({"threadId": thread, "turnId": turn, "willRetry": false, "error": error}),
+        );
+        self.upstream_notification(
+            "turn/completed".to_owned(),
+            json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
+        );
+        self.failed_turns.insert(turn);
     }
 }

@@ -463,3 +463,83 @@ async fn thread_ids_are_rewritten_both_ways() {
     rig.upstream_says(json!({"id": list["id"], "result": {"data": ["backend-th"]}}));
     assert_eq!(got(&mut c).await["result"]["data"], json!(["client-th"]));
 }
+
+/// A running turn whose message was over the line limit is failed, not left hanging: its
+/// client gets an `error` and a failed `turn/completed` naming the limit, the upstream is
+/// asked to interrupt it, and the upstream's own later completion of it is not relayed. An
+/// over-long answer fails the request it answers.
+#[tokio::test]
+async fn an_over_long_upstream_message_fails_its_turn_or_request() {
+    use crate::serve::upstream::OversizeLine;
+    let mut rig = Rig::new(ThreadMap::new(None));
+    let mut client = rig.client(1).await;
+    rig.request(
+        1,
+        json!(1),
+        "turn/start",
+        json!({"threadId": "th", "input": []}),
+    );
+    let resume = rig.upstream_got().await;
+    rig.upstream_says(json!({"id": resume["id"], "result": {"thread": {"id": "th"}}}));
+    let start = rig.upstream_got().await;
+    let turn = json!({"id": "tu", "status": "inProgress", "items": []});
+    rig.upstream_says(json!({"id": start["id"], "result": {"turn": turn}}));
+    rig.upstream_says(
+        json!({"method": "turn/started", "params": {"threadId": "th", "turn": turn}}),
+    );
+    assert_eq!(got(&mut client).await["id"], 1);
+    assert_eq!(got(&mut client).await["method"], "turn/started");
+    let line = OversizeLine {
+        len: 20_971_952,
+        limit: 16_777_216,
+        response_id: None,
+        method: Some("item/completed".into()),
+        thread: Some("th".into()),
+        turn: None,
+    };
+    rig.peer
+        .events
+        .send(UpstreamEvent::Oversize(line.clone()))
+        .unwrap();
+    let interrupt = rig.upstream_got().await;
+    assert_eq!(interrupt["method"], "turn/interrupt");
+    assert_eq!(
+        interrupt["params"],
+        json!({"threadId": "th", "turnId": "tu"})
+    );
+    let error = got(&mut client).await;
+    assert_eq!(error["method"], "error", "{error}");
+    let text = error["params"]["error"]["message"].as_str().unwrap();
+    assert!(
+        text.contains("20971952 bytes (item/completed)") && text.contains("16777216"),
+        "{text}"
+    );
+    let done = got(&mut client).await;
+    assert_eq!(done["method"], "turn/completed");
+    assert_eq!(done["params"]["turn"]["status"], "failed");
+    // The same turn's second over-long line and the upstream's own completion stay unrelayed.
+    rig.peer.events.send(UpstreamEvent::Oversize(line)).unwrap();
+    rig.upstream_says(json!({"method": "turn/completed", "params": {"threadId": "th", "turn": {"id": "tu", "status": "interrupted", "items": []}}}));
+    rig.request(1, json!(2), "thread/read", json!({"threadId": "other"}));
+    let read = rig.upstream_got().await;
+    rig.peer
+        .events
+        .send(UpstreamEvent::Oversize(OversizeLine {
+            len: 30_000_000,
+            limit: 16_777_216,
+            response_id: read["id"].as_i64(),
+            method: None,
+            thread: None,
+            turn: None,
+        }))
+        .unwrap();
+    let answer = got(&mut client).await;
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("30000000 bytes"),
+        "{answer}"
+    );
+}
