@@ -854,6 +854,47 @@ async fn a_reply_over_the_line_limit_fails_its_turn_and_the_session_goes_on() {
     env.handle.shutdown().await;
 }
 
+/// Invalid messages that carry an id are answered under that id with -32600 — a `method`
+/// that is not a string, an "answer" with neither `result` nor `error`, an answer to a server
+/// request nobody asked — before and after `initialize`, instead of being taken for answers
+/// and dropped unanswered.
+#[tokio::test]
+async fn invalid_messages_with_an_id_are_answered() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    /// The next answer (notifications, a `configWarning` say, may come first) is -32600
+    /// under `id` and says `text`.
+    async fn check(c: &mut Client, id: serde_json::Value, text: &str) {
+        let answer = loop {
+            let message = c.next().await;
+            if message.get("method").is_none() {
+                break message;
+            }
+        };
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(text), "{answer}");
+    }
+    let mut c = Client::connect(&env.url()).await;
+    for initialized in [false, true] {
+        if initialized {
+            c.initialize(json!(1)).await;
+        }
+        c.send(json!({"method": 5, "id": 7})).await;
+        check(&mut c, json!(7), "`method` must be a string").await;
+        c.send(json!({"id": 99})).await;
+        check(&mut c, json!(99), "neither a method nor an answer").await;
+    }
+    c.send(json!({"id": 98, "result": {}})).await;
+    check(&mut c, json!(98), "no server request 98 awaits an answer").await;
+    c.send(json!({"id": "s", "result": 1, "error": {"code": 1, "message": "x"}}))
+        .await;
+    check(&mut c, json!("s"), "both `result` and `error`").await;
+    env.handle.shutdown().await;
+}
+
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
 #[tokio::test]
 async fn health_endpoints() {

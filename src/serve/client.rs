@@ -102,7 +102,19 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
     };
     let method = match message.remove("method") {
         Some(Value::String(method)) => Some(method),
-        _ => None,
+        // A `method` that is not a string makes no request (and no answer either).
+        Some(other) => {
+            let id = message.remove("id").unwrap_or(Value::Null);
+            return Frame::Reject(error_message(
+                id,
+                INVALID_REQUEST,
+                format!(
+                    "Invalid request: `method` must be a string, not {}",
+                    crate::contract::json_kind(&other)
+                ),
+            ));
+        }
+        None => None,
     };
     let id = message.remove("id");
     let params = message.remove("params");
@@ -128,14 +140,27 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
         (Some(method), None) if method == "initialized" || !initialized => Frame::Skip,
         (Some(method), None) => Frame::Notification { method, params },
         (None, Some(id)) if initialized => {
-            let outcome = match message.remove("error") {
-                Some(error) => Err(error),
-                None => Ok(message.remove("result").unwrap_or(Value::Null)),
+            let outcome = match (message.remove("error"), message.remove("result")) {
+                (Some(error), None) => Err(error),
+                (None, Some(result)) => Ok(result),
+                // An answer carries exactly one of them; anything else is no answer.
+                (error, _) => {
+                    let what = if error.is_some() {
+                        "an answer with both `result` and `error`"
+                    } else {
+                        "neither a method nor an answer (no `result` or `error`)"
+                    };
+                    return Frame::Reject(error_message(
+                        id,
+                        INVALID_REQUEST,
+                        format!("Invalid request: {what}"),
+                    ));
+                }
             };
             Frame::Response { id, outcome }
         }
-        (None, _) => Frame::Reject(error_message(
-            Value::Null,
+        (None, id) => Frame::Reject(error_message(
+            id.unwrap_or(Value::Null),
             INVALID_REQUEST,
             "Invalid request: neither a method nor an answer",
         )),

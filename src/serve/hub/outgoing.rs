@@ -75,6 +75,12 @@ impl Hub {
             .and_then(|n| self.server_requests.remove(&(conn, n)))
         else {
             tracing::warn!(conn, %id, "serve: a client answered an unknown server request");
+            // Taken for an answer, it is no request either: say so (its sender may be waiting).
+            let message = format!("Invalid request: no server request {id} awaits an answer");
+            self.send_to(
+                conn,
+                json!({"id": id, "error": {"code": INVALID_REQUEST, "message": message}}),
+            );
             return;
         };
         let message = match outcome {
