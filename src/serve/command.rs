@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// Most bytes waiting to be written to one client (as --max-outgoing-messages).
     #[arg(long, default_value_t = DEFAULT_MAX_OUTGOING_BYTES)]
     pub max_outgoing_bytes: usize,
+    /// Most client requests waiting for the upstream's answer at once; past it a request is
+    /// answered -32001 "Server overloaded; retry later." (Codex's own backpressure).
+    #[arg(long, default_value_t = crate::serve::DEFAULT_MAX_UPSTREAM_IN_FLIGHT)]
+    pub max_upstream_requests: usize,
 }
 
 impl ServeArgs {
@@ -69,6 +73,7 @@ impl ServeArgs {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_outgoing_messages: DEFAULT_MAX_OUTGOING_MESSAGES,
             max_outgoing_bytes: DEFAULT_MAX_OUTGOING_BYTES,
+            max_upstream_requests: crate::serve::DEFAULT_MAX_UPSTREAM_IN_FLIGHT,
         }
     }
 }
@@ -93,8 +98,8 @@ pub enum ServeSetupError {
     /// `--ws-auth capability-token` needs exactly one of `--ws-token-file`, `--ws-token-sha256`.
     #[error("--ws-auth capability-token needs exactly one of --ws-token-file FILE or --ws-token-sha256 HEX")]
     TokenSource,
-    /// `--max-outgoing-messages` or `--max-outgoing-bytes` is zero (every client would be
-    /// disconnected at its first answer).
+    /// `--max-outgoing-messages`, `--max-outgoing-bytes` or `--max-upstream-requests` is zero
+    /// (every client would be disconnected, or refused, at its first request).
     #[error("{flag} must be at least 1")]
     ZeroOutgoingLimit { flag: &'static str },
     /// The backend is not Codex.
@@ -133,6 +138,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     for (flag, value) in [
         ("--max-outgoing-messages", args.max_outgoing_messages),
         ("--max-outgoing-bytes", args.max_outgoing_bytes),
+        ("--max-upstream-requests", args.max_upstream_requests),
     ] {
         if value == 0 {
             return Err(ServeSetupError::ZeroOutgoingLimit { flag });
@@ -183,6 +189,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     options.auth = auth;
     options.origins = origins;
     options.max_message_bytes = args.max_message_bytes;
+    options.max_upstream_in_flight = args.max_upstream_requests;
     options.outbound = OutboundLimits {
         max_messages: args.max_outgoing_messages,
         max_bytes: args.max_outgoing_bytes,

@@ -72,6 +72,8 @@ pub(crate) use upstream::{Connector, Live, UpstreamEvent};
 
 /// Default limit of one client message (a WebSocket message or a line).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Default of [`ServeOptions::max_upstream_in_flight`].
+pub const DEFAULT_MAX_UPSTREAM_IN_FLIGHT: usize = 512;
 /// Default time running turns get to finish at shutdown before they are interrupted.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -90,6 +92,11 @@ pub struct ServeOptions {
     /// Bounds of each client connection's outgoing queue; a client over them (it does not
     /// read) is disconnected, WebSocket close 1008.
     pub outbound: OutboundLimits,
+    /// Most requests waiting for the upstream's answer at once; a client request past it is
+    /// answered -32001 "Server overloaded; retry later." (as Codex's own backpressure). A
+    /// request the upstream does not answer within `upstream.request_timeout` is answered
+    /// with an error saying so.
+    pub max_upstream_in_flight: usize,
     /// How the upstream `codex app-server` child is started (without `backend_url`; its
     /// message limit and request timeout apply to a `backend_url` connection too).
     pub upstream: AppServerConfig,
@@ -139,6 +146,7 @@ impl ServeOptions {
             origins: OriginPolicy::default(),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             outbound: OutboundLimits::default(),
+            max_upstream_in_flight: DEFAULT_MAX_UPSTREAM_IN_FLIGHT,
             upstream,
             backend_url: None,
             store: None,
@@ -247,6 +255,10 @@ pub(crate) async fn start_with(
         }),
         threads,
         options.sessions.clone(),
+        hub::HubLimits {
+            request_timeout: options.upstream.request_timeout,
+            max_in_flight: options.max_upstream_in_flight,
+        },
     );
     let shared = transport::Shared {
         hub: hub.clone(),

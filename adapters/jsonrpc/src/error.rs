@@ -16,6 +16,9 @@ pub mod codes {
     pub const INVALID_PARAMS: i64 = -32602;
     /// An internal error (a peer that is unavailable or died, a failed callback).
     pub const INTERNAL_ERROR: i64 = -32603;
+    /// The Codex app-server's backpressure: "Server overloaded; retry later." Its clients
+    /// retry with a jittered backoff.
+    pub const OVERLOADED: i64 = -32001;
 }
 
 /// A JSON-RPC error object: what a peer answered, or what is answered to it.

@@ -21,7 +21,7 @@
 //! the server→client requests awaiting a client's answer. The route table is
 //! [`crate::serve::route`], the session seam [`crate::serve::seam`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,9 +218,26 @@ pub(crate) struct Hub {
     /// answer; their session request's result is not sent again.
     answered: std::collections::HashSet<(ConnId, String)>,
     shutdown: Option<Shutdown>,
+    /// How long the upstream gets to answer a request before it is answered for it.
+    request_timeout: Duration,
+    /// Most requests waiting for the upstream's answer; a client request past it is refused
+    /// with Codex's own "Server overloaded; retry later." at once.
+    max_in_flight: usize,
+    /// (deadline, upstream id) of the requests sent, oldest first (one timeout for all, so
+    /// the deadlines are in order).
+    deadlines: VecDeque<(tokio::time::Instant, i64)>,
     /// Turns failed here because a message of theirs was over the line limit: the upstream's
     /// own `turn/completed` for them (after the interrupt) is not relayed again.
     failed_turns: std::collections::HashSet<String>,
+}
+
+/// What bounds the requests the hub has waiting on the upstream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HubLimits {
+    /// How long the upstream gets to answer one request.
+    pub request_timeout: Duration,
+    /// Most requests waiting for it at once.
+    pub max_in_flight: usize,
 }
 
 /// Starts the hub task; returns its channel.
@@ -228,6 +245,7 @@ pub(crate) fn start(
     connector: Arc<dyn Connector>,
     threads: ThreadMap,
     sessions: Arc<dyn SessionTurns>,
+    limits: HubLimits,
 ) -> (mpsc::UnboundedSender<HubMsg>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let hub = Hub {
@@ -251,6 +269,9 @@ pub(crate) fn start(
         answered: std::collections::HashSet::new(),
         shutdown: None,
         failed_turns: std::collections::HashSet::new(),
+        request_timeout: limits.request_timeout,
+        max_in_flight: limits.max_in_flight,
+        deadlines: VecDeque::new(),
     };
     let task = tokio::spawn(hub.run(rx));
     (tx, task)
@@ -258,7 +279,18 @@ pub(crate) fn start(
 
 impl Hub {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<HubMsg>) {
-        while let Some(message) = rx.recv().await {
+        loop {
+            let deadline = self.deadlines.front().map(|(at, _)| *at);
+            let message = tokio::select! {
+                message = rx.recv() => message,
+                () = sleep_until(deadline) => {
+                    self.expire_requests();
+                    continue;
+                }
+            };
+            let Some(message) = message else {
+                break;
+            };
             match message {
                 HubMsg::Initialize { conn, out, reply } => {
                     let outcome = self.initialize(conn, out).await;
@@ -446,5 +478,13 @@ impl Hub {
                 live.send(&json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread, "turnId": turn}}));
             }
         }
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -3,7 +3,7 @@
 //! notifications to the subscribed clients and watching sessions, and failing what waited on
 //! an upstream that died.
 
-use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
+use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, OVERLOADED};
 use serde_json::{json, Map, Value};
 
 use super::{Hub, HubMsg, Origin, Outbound, Pending, ServerRequest, UpstreamEventMsg};
@@ -61,6 +61,16 @@ impl Hub {
         ephemeral: bool,
         settings: Option<Map<String, Value>>,
     ) {
+        if matches!(origin, Origin::Client { .. }) && self.pending.len() >= self.max_in_flight {
+            tracing::warn!(
+                %method,
+                in_flight = self.pending.len(),
+                "serve: refusing a client request: too many requests wait for the upstream"
+            );
+            let error = RpcError::new(OVERLOADED, "Server overloaded; retry later.");
+            self.complete(origin, &method, Err(error));
+            return;
+        }
         let upstream_id = self.next_id;
         self.next_id += 1;
         let outcome = match self.ensure_live().await {
@@ -72,6 +82,10 @@ impl Hub {
         };
         match outcome {
             Ok(()) => {
+                self.deadlines.push_back((
+                    tokio::time::Instant::now() + self.request_timeout,
+                    upstream_id,
+                ));
                 self.pending.insert(
                     upstream_id,
                     Pending {
@@ -371,5 +385,31 @@ impl Hub {
             json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
         );
         self.failed_turns.insert(turn);
+    }
+
+    /// Answers, for the upstream, the requests it did not answer in time (it may have
+    /// dropped them when overloaded: Codex's stdio transport does), so every request gets an
+    /// answer; a late answer of the upstream is then ignored as unknown.
+    pub(super) fn expire_requests(&mut self) {
+        let now = tokio::time::Instant::now();
+        while let Some(&(at, id)) = self.deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            let Some(pending) = self.pending.remove(&id) else {
+                continue;
+            };
+            let ms = self.request_timeout.as_millis();
+            tracing::warn!(id, method = %pending.method, ms, "serve: the upstream did not answer a request in time");
+            let error = RpcError::new(
+                INTERNAL_ERROR,
+                format!(
+                    "the upstream codex app-server did not answer {} within {ms} ms (overloaded, or the request was lost); it was abandoned",
+                    pending.method
+                ),
+            );
+            self.complete(pending.origin, &pending.method, Err(error));
+        }
     }
 }

@@ -31,15 +31,24 @@ struct Rig {
 }
 
 impl Rig {
+    const LIMITS: HubLimits = HubLimits {
+        request_timeout: std::time::Duration::from_secs(60),
+        max_in_flight: 512,
+    };
+
     fn new(threads: ThreadMap) -> Rig {
         Rig::with_sessions(threads, Arc::new(PassThroughSessions))
     }
 
     fn with_sessions(threads: ThreadMap, sessions: Arc<dyn SessionTurns>) -> Rig {
+        Rig::with(threads, sessions, Rig::LIMITS)
+    }
+
+    fn with(threads: ThreadMap, sessions: Arc<dyn SessionTurns>, limits: HubLimits) -> Rig {
         let (live, events, peer) =
             Live::in_memory(json!({"userAgent": "codex/1", "codexHome": "/h"}));
         let connector = Arc::new(MemoryConnector(std::sync::Mutex::new(Some((live, events)))));
-        let (hub, _task) = start(connector, threads, sessions);
+        let (hub, _task) = start(connector, threads, sessions, limits);
         Rig { hub, peer }
     }
 
@@ -542,4 +551,49 @@ async fn an_over_long_upstream_message_fails_its_turn_or_request() {
             .contains("30000000 bytes"),
         "{answer}"
     );
+}
+
+/// Every client request gets an answer: past the window of requests waiting on the upstream
+/// a client request is refused at once with Codex's own -32001 "Server overloaded; retry
+/// later.", and a request the upstream never answers is answered when its time is up (a late
+/// answer is then ignored).
+#[tokio::test]
+async fn every_client_request_is_answered() {
+    let limits = HubLimits {
+        request_timeout: std::time::Duration::from_millis(300),
+        max_in_flight: 2,
+    };
+    let mut rig = Rig::with(ThreadMap::new(None), Arc::new(PassThroughSessions), limits);
+    let mut client = rig.client(1).await;
+    for id in 1..=3 {
+        rig.request(1, json!(id), "thread/loaded/list", json!({}));
+    }
+    let overloaded = got(&mut client).await;
+    assert_eq!(overloaded["id"], 3, "{overloaded}");
+    assert_eq!(overloaded["error"]["code"], -32001);
+    assert_eq!(
+        overloaded["error"]["message"],
+        "Server overloaded; retry later."
+    );
+    let first = rig.upstream_got().await;
+    let _second = rig.upstream_got().await;
+    // The upstream never answers: both are answered when their time is up.
+    let started = std::time::Instant::now();
+    for id in [1, 2] {
+        let answer = got(&mut client).await;
+        assert_eq!(answer["id"], id, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("did not answer thread/loaded/list within 300 ms"),
+            "{message}"
+        );
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+    // Room again; the late answer to the first is ignored, the new request answered.
+    rig.upstream_says(json!({"id": first["id"], "result": {"data": []}}));
+    rig.request(1, json!(4), "thread/loaded/list", json!({}));
+    let fourth = rig.upstream_got().await;
+    rig.upstream_says(json!({"id": fourth["id"], "result": {"data": ["x"]}}));
+    let answer = got(&mut client).await;
+    assert_eq!(answer, json!({"id": 4, "result": {"data": ["x"]}}));
 }
