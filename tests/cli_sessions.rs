@@ -236,6 +236,34 @@ fn closed_stdout_is_reported_not_a_panic() {
     );
 }
 
+/// `ctxbridge demo | head -1` and the like: every command that prints says a closed stdout
+/// with exit 141 and a line on stderr, never a panic (exit 101).
+#[test]
+fn every_command_reports_a_closed_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    for args in [
+        vec!["demo", "--turns", "2"],
+        vec!["doctor"],
+        vec!["doctor", "--json"],
+        vec!["reset", "--session", "p"],
+    ] {
+        let mut child = ctxbridge(dir.path())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader leaves before anything was written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(stderr.contains("output was lost"), "{args:?}: {stderr}");
+    }
+}
+
 /// An empty session key is a usage error (exit 2) for `turn`, `chat` and `compact`.
 #[test]
 fn empty_session_key_is_a_usage_error() {

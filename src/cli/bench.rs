@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::bench::scale::{self, ScaleStore, ScaleTarget};
 use crate::bench::{chart, overhead, projection_cost, BenchBackend, BenchError};
-use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+use crate::cli::context::{outln, CliError, CommandContext, Stdout, EXIT_OK};
 
 /// `ctxbridge bench` arguments.
 #[derive(Debug, Clone, Args)]
@@ -56,15 +56,17 @@ pub struct BenchArgs {
 }
 
 /// Runs the benchmarks `args` ask for and prints their figures.
-pub async fn run(_context: &CommandContext, args: BenchArgs) -> Result<u8, CliError> {
-    measure(args).await.map_err(|source| CliError::Bench {
-        source: Box::new(source),
-    })?;
+pub async fn run(context: &CommandContext, args: BenchArgs) -> Result<u8, CliError> {
+    measure(&context.stdout, args)
+        .await
+        .map_err(|source| CliError::Bench {
+            source: Box::new(source),
+        })?;
     Ok(EXIT_OK)
 }
 
 /// Projection cost (table, CSV, SVG), then overhead, then scale, as configured.
-async fn measure(args: BenchArgs) -> Result<(), BenchError> {
+async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     if args.serve.enabled {
         return crate::bench::serve::run_and_print(&args.serve).await;
     }
@@ -90,7 +92,7 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         });
     }
     // Without a server the PostgreSQL scale run is skipped, loudly; the rest still runs.
-    let skip_scale = args.skip_scale || !postgres_ready(&target);
+    let skip_scale = args.skip_scale || !postgres_ready(out, &target);
     // The binding-memory measurement goes first, while the heap holds nothing else to reuse.
     let binding_memory = if skip_scale {
         None
@@ -100,7 +102,7 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
 
     let runs = projection_cost::run(args.backend, turns).await?;
     for run in &runs {
-        print!("{}", projection_cost::format_table(run));
+        out.write(&projection_cost::format_table(run));
     }
     let csv = args
         .out
@@ -110,19 +112,20 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         .out
         .join(format!("projection-{}.svg", args.backend.as_str()));
     chart::write_svg(&runs, &svg)?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    outln!(out, "wrote {} and {}", csv.display(), svg.display());
 
     if args.overhead_sessions > 0 {
         let report = overhead::run(args.overhead_sessions, turns).await?;
-        print!(
-            "{}",
-            overhead::format_table(&report, args.overhead_sessions, turns)
-        );
+        out.write(&overhead::format_table(
+            &report,
+            args.overhead_sessions,
+            turns,
+        ));
     }
 
     if args.long_session {
         let points = overhead::long_session(&overhead::LONG_SESSION_CHECKPOINTS).await?;
-        print!("{}", overhead::format_long_session(&points));
+        out.write(&overhead::format_long_session(&points));
     }
 
     if let Some(memory) = binding_memory {
@@ -133,21 +136,21 @@ async fn measure(args: BenchArgs) -> Result<(), BenchError> {
         if args.scale_split {
             results.push(scale::run_split_on_own_threads(sessions, 2, target.clone()).await?);
         }
-        print!("{}", scale::format_report(&results, &memory));
+        out.write(&scale::format_report(&results, &memory));
     }
     Ok(())
 }
 
 /// Whether the scale run's store can be reached: always for SQLite; for PostgreSQL, whether a
 /// server answers (if not, a SKIPPED line says why and how to point at one).
-fn postgres_ready(target: &ScaleTarget) -> bool {
+fn postgres_ready(out: &Stdout, target: &ScaleTarget) -> bool {
     if target.store != ScaleStore::Postgres {
         return true;
     }
     match scale::postgres_answers(&target.pg_url) {
         Ok(()) => true,
         Err(reason) => {
-            println!(
+            outln!(out,
                 "\n*** SKIPPED the scale run on PostgreSQL: no server answers at {} ({reason}). Start one, or pass --pg-url / set CTXBRIDGE_TEST_PG_URL.",
                 crate::store::redact_url(&target.pg_url)
             );

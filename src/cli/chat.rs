@@ -7,7 +7,7 @@ use std::io::BufRead;
 use clap::Args;
 
 use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
-use crate::cli::turn::{reply_printer, Stdout};
+use crate::cli::turn::reply_printer;
 use crate::contract::parse_command_line;
 use crate::harness::TurnSpec;
 
@@ -25,7 +25,7 @@ pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliErro
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
     let mut stdin = std::io::stdin().lock();
-    let out = Stdout::default();
+    let out = context.stdout.clone();
     out.write(&format!(
         "ctxbridge chat — session {:?}; /compact, /reset, /quit{}\n",
         args.session,

@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
 
 /// `ctxbridge command` arguments.
 #[derive(Debug, Clone, Args)]
@@ -35,11 +35,11 @@ pub async fn run(context: &CommandContext, args: CommandArgs) -> Result<u8, CliE
     let reply = result.map_err(CliError::harness("command"))?;
     if args.json {
         let json = serde_json::to_string(&reply).map_err(CliError::json("command"))?;
-        println!("{json}");
+        outln!(context.stdout, "{json}");
     } else {
         let text = reply.display();
         if !text.is_empty() {
-            println!("{text}");
+            outln!(context.stdout, "{text}");
         }
     }
     Ok(if reply.is_error() {

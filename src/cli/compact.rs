@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
 
 /// `ctxbridge compact` arguments.
 #[derive(Debug, Clone, Args)]
@@ -24,9 +24,10 @@ pub async fn run(context: &CommandContext, args: CompactArgs) -> Result<u8, CliE
     let report = result.map_err(CliError::harness("compact"))?;
     if args.json {
         let json = serde_json::to_string(&report).map_err(CliError::json("compact"))?;
-        println!("{json}");
+        outln!(context.stdout, "{json}");
     } else {
-        println!(
+        outln!(
+            context.stdout,
             "compacted: {} (engine {}, native compaction: {}){}",
             report.result.compacted,
             report.engine_id,

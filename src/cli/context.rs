@@ -1,7 +1,10 @@
 //! What every command shares: the exit codes, the command context (the global options) and
 //! [`CliError`], the error a command fails with, which keeps the error it came from as its source.
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use ctxbridge_mock_model::MockModelError;
 
@@ -206,7 +209,61 @@ impl CliError {
 pub struct CommandContext {
     /// `--config PATH`, when given.
     pub config_path: Option<PathBuf>,
+    /// Where the command's output goes.
+    pub(crate) stdout: Stdout,
 }
+
+/// Where a command's output goes: stdout, remembering whether it was closed under us (a
+/// reader that left — `ctxbridge demo | head -1` — is not a panic, but the exit code must say
+/// the output was lost: [`EXIT_OUTPUT_LOST`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stdout {
+    lost: Arc<AtomicBool>,
+}
+
+impl Stdout {
+    /// Writes `text` (and flushes); a failure marks the output lost.
+    pub(crate) fn write(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `text` and a newline.
+    pub(crate) fn line(&self, text: &str) {
+        self.write(&format!("{text}\n"));
+    }
+
+    /// Whether any write failed.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+/// `println!` onto a [`Stdout`]: a closed stdout is remembered, not a panic.
+macro_rules! outln {
+    ($out:expr) => {
+        $out.line("")
+    };
+    ($out:expr, $($arg:tt)*) => {
+        $out.line(&format!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
+/// `eprintln!` that cannot panic: a closed stderr loses the message, nothing else.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+pub(crate) use errln;
 
 impl CommandContext {
     /// Loads the configuration (commands that need none simply do not call this).

@@ -7,7 +7,7 @@ use clap::Args;
 
 use crate::app;
 use crate::backend::MockBackend;
-use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+use crate::cli::context::{outln, CliError, CommandContext, Stdout, EXIT_OK};
 use crate::config::{Config, PluginEntry};
 use crate::contract::ProjectionMode;
 use crate::engines::sample::{SampleEngineConfig, SAMPLE_ENGINE_ID};
@@ -109,9 +109,10 @@ fn short_thread(id: &str) -> String {
     format!("…{tail}")
 }
 
-fn print_table(title: &str, rows: &[DemoRow]) {
-    println!("\n{title}");
-    println!(
+fn print_table(out: &Stdout, title: &str, rows: &[DemoRow]) {
+    outln!(out, "\n{title}");
+    outln!(
+        out,
         "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>13}  {:>11}",
         "turn",
         "thread",
@@ -123,7 +124,8 @@ fn print_table(title: &str, rows: &[DemoRow]) {
         "model total"
     );
     for r in rows {
-        println!(
+        outln!(
+            out,
             "{:>4}  {:<9}  {:<8}  {:<9}  {:<35}  {:>9}  {:>13}  {:>11}",
             r.turn,
             short_thread(&r.report.thread_id),
@@ -138,22 +140,28 @@ fn print_table(title: &str, rows: &[DemoRow]) {
 }
 
 /// `ctxbridge demo`: the scripted session, per epoch and then per turn.
-pub async fn run(_context: &CommandContext, args: DemoArgs) -> Result<u8, CliError> {
+pub async fn run(context: &CommandContext, args: DemoArgs) -> Result<u8, CliError> {
     let turns = args.turns.max(1);
-    println!(
+    let out = &context.stdout;
+    outln!(out,
         "ctxbridge demo: {turns} turns on the embedded mock backend with the \"{SAMPLE_ENGINE_ID}\" engine"
     );
     let epoch = demo_session(ProjectionMode::ThreadBootstrap, turns).await?;
     print_table(
+        out,
         "thread_bootstrap (projection once per epoch, thread reused in between):",
         &epoch,
     );
     let per_turn = demo_session(ProjectionMode::PerTurn, turns).await?;
-    print_table("per_turn (projection every turn, same thread):", &per_turn);
+    print_table(
+        out,
+        "per_turn (projection every turn, same thread):",
+        &per_turn,
+    );
     let total = |rows: &[DemoRow]| rows.last().map_or(0, |r| r.cumulative_backend_chars);
     let model = |rows: &[DemoRow]| rows.last().map_or(0, |r| r.cumulative_model_chars);
     let projections = |rows: &[DemoRow]| rows.iter().filter(|r| r.report.projected).count();
-    println!(
+    outln!(out,
         "\nthread_bootstrap: {} projections, {} chars sent to the backend, {} chars of model requests;\nper_turn:         {} projections, {} chars sent to the backend, {} chars of model requests.",
         projections(&epoch),
         total(&epoch),
@@ -162,6 +170,6 @@ pub async fn run(_context: &CommandContext, args: DemoArgs) -> Result<u8, CliErr
         total(&per_turn),
         model(&per_turn)
     );
-    println!("(rendered: assembled context projected this turn; backend total: what ctxbridge sent; model total: what the model behind the Codex-like mock received, each request carrying the thread's history.)");
+    outln!(out, "(rendered: assembled context projected this turn; backend total: what ctxbridge sent; model total: what the model behind the Codex-like mock received, each request carrying the thread's history.)");
     Ok(EXIT_OK)
 }

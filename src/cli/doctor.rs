@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::app;
 use crate::backend::codex::CodexBackend;
-use crate::cli::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
+use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE};
 use crate::config::BackendConfig;
 use crate::doctor;
 
@@ -52,9 +52,9 @@ pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliEr
         .collect();
     report.node_checks = doctor::node_checks(&config).await;
     if args.json {
-        println!("{}", report.to_json());
+        outln!(context.stdout, "{}", report.to_json());
     } else {
-        print!("{report}");
+        context.stdout.write(&report.to_string());
     }
     Ok(if report.passes() {
         EXIT_OK

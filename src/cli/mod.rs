@@ -23,7 +23,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use self::context::{CliError, CommandContext, EXIT_OK, EXIT_RUNTIME_FAILURE, EXIT_USAGE};
+use self::context::{
+    errln, CliError, CommandContext, Stdout, EXIT_OK, EXIT_OUTPUT_LOST, EXIT_RUNTIME_FAILURE,
+    EXIT_USAGE,
+};
 
 /// Bridges context engines into threaded agent backends.
 #[derive(Debug, Parser)]
@@ -71,8 +74,9 @@ pub enum Command {
 pub async fn run(cli: Cli) -> Result<u8, CliError> {
     let context = CommandContext {
         config_path: cli.config,
+        stdout: Stdout::default(),
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Doctor(args) => doctor::run(&context, args).await,
         Command::Turn(args) => turn::run(&context, args).await,
         Command::Chat(args) => chat::run(&context, args).await,
@@ -83,7 +87,12 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::MockModel(args) => mock_model::run(&context, args).await,
         Command::Bench(args) => bench::run(&context, args).await,
         Command::Serve(args) => serve::run(&context, args).await,
+    }?;
+    if code == EXIT_OK && context.stdout.lost() {
+        errln!("ctxbridge: stdout was closed: the output was lost");
+        return Ok(EXIT_OUTPUT_LOST);
     }
+    Ok(code)
 }
 
 /// Logs go to stderr; `CTXBRIDGE_LOG` (or `RUST_LOG`) sets the filter, default `warn`.
@@ -123,14 +132,14 @@ pub fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            errln!("error: cannot start the async runtime: {error}");
             return ExitCode::from(EXIT_RUNTIME_FAILURE);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("error: {error}");
+            errln!("error: {error}");
             ExitCode::from(error.exit_code())
         }
     }

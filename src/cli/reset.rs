@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK};
 
 /// `ctxbridge reset` arguments.
 #[derive(Debug, Clone, Args)]
@@ -26,9 +26,10 @@ pub async fn run(context: &CommandContext, args: ResetArgs) -> Result<u8, CliErr
     let report = result.map_err(CliError::harness("reset"))?;
     if args.json {
         let json = serde_json::to_string(&report).map_err(CliError::json("reset"))?;
-        println!("{json}");
+        outln!(context.stdout, "{json}");
     } else {
-        println!(
+        outln!(
+            context.stdout,
             "reset session {:?}: {} messages ended with session {}; next session {}{}",
             report.session_key,
             report.message_count,

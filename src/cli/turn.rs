@@ -1,16 +1,12 @@
 //! `ctxbridge turn --session KEY [--json] PROMPT`: one turn of a session; state persists in the
 //! store between invocations.
 
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
 use clap::Args;
 use tokio::sync::mpsc;
 
 use crate::backend::TurnEvent;
 use crate::cli::context::{
-    interrupted, CliError, CommandContext, EXIT_OK, EXIT_OUTPUT_LOST, EXIT_RUNTIME_FAILURE,
+    interrupted, CliError, CommandContext, Stdout, EXIT_OK, EXIT_OUTPUT_LOST, EXIT_RUNTIME_FAILURE,
 };
 use crate::harness::{HarnessError, TurnSpec};
 
@@ -26,32 +22,6 @@ pub struct TurnArgs {
     /// The user prompt.
     #[arg(required = true)]
     pub prompt: Vec<String>,
-}
-
-/// Where a turn's reply goes: stdout, remembering whether it was closed under us (a reader
-/// that left is not a panic, but the exit code must say the output was lost).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Stdout {
-    lost: Arc<AtomicBool>,
-}
-
-impl Stdout {
-    /// Writes `text` (and flushes); a failure marks the output lost.
-    pub(crate) fn write(&self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            self.lost.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether any write failed.
-    pub(crate) fn lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
-    }
 }
 
 /// A channel for a turn's events and the task that streams its reply text to `out` (or only
@@ -78,7 +48,7 @@ pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErro
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
     let prompt = args.prompt.join(" ");
-    let out = Stdout::default();
+    let out = context.stdout.clone();
     let (tx, printer) = reply_printer(!args.json, out.clone());
     let turn = app
         .harness
