@@ -895,6 +895,59 @@ async fn invalid_messages_with_an_id_are_answered() {
     env.handle.shutdown().await;
 }
 
+/// `ctxbridge serve` says where it listens, as `codex app-server --listen` does: one line on
+/// stderr at the default log level with the URL (the port actually bound for `:0`), the auth
+/// mode and the metrics endpoint — and a client can connect there.
+#[tokio::test]
+async fn serve_command_announces_where_it_listens() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "backend": {"kind": "codex", "command": ["false"], "codexHome": dir.path().join("home")},
+        "store": {"path": dir.path().join("state.db")},
+    });
+    let config_path = dir.path().join("ctxbridge.json5");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .arg("--config")
+        .arg(&config_path)
+        .args(["serve", "--listen", "ws://127.0.0.1:0"])
+        .env_remove("CTXBRIDGE_LOG")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(PATIENCE, stderr.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .strip_prefix("ctxbridge serve: listening on ")
+        .and_then(|rest| rest.split_once(' '))
+        .map(|(url, _)| url.to_owned())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        url.starts_with("ws://127.0.0.1:") && !url.ends_with(":0"),
+        "{line}"
+    );
+    assert!(line.contains("auth: none (loopback only)"), "{line}");
+    assert!(
+        line.contains(&format!(
+            "metrics: http://{}/metrics",
+            &url["ws://".len()..]
+        )),
+        "{line}"
+    );
+    let mut c = Client::connect(&url).await;
+    let early = c.call(json!(1), "thread/list", json!({})).await;
+    assert_eq!(early["error"]["message"], "Not initialized");
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}
+
 /// `/readyz` and `/healthz` answer 200 over plain HTTP on the WebSocket port.
 #[tokio::test]
 async fn health_endpoints() {

@@ -2,7 +2,7 @@
 //! Codex backend (SPEC §16). The proxy itself lives in [`crate::serve`]; this file only turns
 //! the command line and the configuration into its options and maps its errors to exit codes.
 
-use crate::cli::context::{CliError, CommandContext, EXIT_OK};
+use crate::cli::context::{errln, CliError, CommandContext, EXIT_OK};
 use crate::serve::command::options;
 use crate::serve::error_chain;
 
@@ -19,7 +19,8 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
     let _sweeper = options.store.clone().and_then(|store| {
         crate::app::retention_sweeper_with(&config, store, options.sweep_listener.clone())
     });
-    crate::serve::run(options)
+    // On stderr: on `stdio://` stdout is the protocol.
+    crate::serve::run_announced(options, |handle| errln!("{}", handle.listening_line()))
         .await
         .map_err(|source| CliError::Serve { source })?;
     Ok(EXIT_OK)

@@ -182,6 +182,10 @@ pub enum ServeError {
 pub struct ServeHandle {
     /// The bound WebSocket address (`ws://` listeners).
     pub local_addr: Option<SocketAddr>,
+    /// Where it listens, as a `--listen` URL with the port actually bound.
+    listening: String,
+    /// Whether clients must present the capability token.
+    auth: bool,
     /// The bound `--metrics-listen` address.
     pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
@@ -194,6 +198,25 @@ pub struct ServeHandle {
 }
 
 impl ServeHandle {
+    /// The line a server prints when it starts, as Codex's `app-server --listen` does: the
+    /// URL it listens on (the port actually bound), the auth mode and the metrics endpoint.
+    pub fn listening_line(&self) -> String {
+        let auth = if self.auth {
+            "capability-token"
+        } else {
+            "none (loopback only)"
+        };
+        let metrics = match (self.metrics_addr, self.local_addr) {
+            (Some(addr), _) => format!("; metrics: http://{addr}/metrics"),
+            (None, Some(addr)) => format!("; metrics: http://{addr}/metrics"),
+            (None, None) => String::new(),
+        };
+        format!(
+            "ctxbridge serve: listening on {} (auth: {auth}{metrics})",
+            self.listening
+        )
+    }
+
     /// Stops accepting, lets running turns finish within the grace period (then interrupts
     /// them), stops the upstream child and returns when all is down.
     pub async fn shutdown(self) {
@@ -339,8 +362,16 @@ pub(crate) async fn start_with(
             ))
         }
     };
+    let listening = match (&options.listen, local_addr) {
+        (ListenAddr::Ws(_), Some(addr)) => format!("ws://{addr}"),
+        (ListenAddr::Ws(addr), None) => format!("ws://{addr}"),
+        (ListenAddr::Unix(path), _) => format!("unix://{}", path.display()),
+        (ListenAddr::Stdio, _) => "stdio://".to_owned(),
+    };
     Ok(ServeHandle {
         local_addr,
+        listening,
+        auth: options.auth.is_some(),
         metrics_addr,
         metrics_task,
         stop,
@@ -354,7 +385,17 @@ pub(crate) async fn start_with(
 
 /// Serves until SIGINT/SIGTERM (or, on stdio, until stdin closes), then shuts down cleanly.
 pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
+    run_announced(options, |_| {}).await
+}
+
+/// As [`run`], calling `announce` once the listener is bound (the CLI prints
+/// [`ServeHandle::listening_line`]).
+pub async fn run_announced(
+    options: ServeOptions,
+    announce: impl FnOnce(&ServeHandle),
+) -> Result<(), ServeError> {
     let mut handle = start(options).await?;
+    announce(&handle);
     let stdio = handle.local_addr.is_none();
     tokio::select! {
         () = shutdown_signal() => tracing::info!("serve: signal received; shutting down"),
