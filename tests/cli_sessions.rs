@@ -208,21 +208,24 @@ async fn sigint_mid_turn_releases_the_session() {
     signal_mid_turn("-INT", "SIGINT", 130).await;
 }
 
+/// Runs `command` with a stdout whose reader leaves at once, before anything was written.
+fn with_closed_stdout(command: &mut std::process::Command) -> std::process::Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
 /// `ctxbridge turn … | true`: a closed stdout is no panic; the exit code (141) says the
 /// output was lost, and the turn is recorded.
 #[test]
 fn closed_stdout_is_reported_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
-    let mut child = ctxbridge(dir.path())
-        .args(["turn", "--session", "p", "hello"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The reader leaves before the turn has produced anything.
-    drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = with_closed_stdout(ctxbridge(dir.path()).args(["turn", "--session", "p", "hello"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -248,15 +251,7 @@ fn every_command_reports_a_closed_stdout() {
         vec!["doctor", "--json"],
         vec!["reset", "--session", "p"],
     ] {
-        let mut child = ctxbridge(dir.path())
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The reader leaves before anything was written.
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        let out = with_closed_stdout(ctxbridge(dir.path()).args(&args));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");

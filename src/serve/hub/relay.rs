@@ -320,15 +320,7 @@ impl Hub {
         self.server_requests.clear();
         self.turn_owner.clear();
         for (thread, turn) in std::mem::take(&mut self.active_turns) {
-            let error = json!({"message": message});
-            self.upstream_notification(
-                "error".to_owned(),
-                json!({"threadId": thread, "turnId": turn, "willRetry": false, "error": error}),
-            );
-            self.upstream_notification(
-                "turn/completed".to_owned(),
-                json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
-            );
+            self.fail_turn(&thread, &turn, &message);
         }
     }
 
@@ -375,6 +367,13 @@ impl Hub {
             false,
         )
         .await;
+        self.fail_turn(&thread, &turn, &message);
+        self.failed_turns.insert(turn);
+    }
+
+    /// Ends a turn for its clients and session watchers as Codex ends a failed one: an `error`
+    /// notification, then `turn/completed` with status `failed`, both carrying `message`.
+    fn fail_turn(&mut self, thread: &str, turn: &str, message: &str) {
         let error = json!({"message": message});
         self.upstream_notification(
             "error".to_owned(),
@@ -384,7 +383,6 @@ impl Hub {
             "turn/completed".to_owned(),
             json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
         );
-        self.failed_turns.insert(turn);
     }
 
     /// Answers, for the upstream, the requests it did not answer in time (it may have
