@@ -8,8 +8,8 @@ use ctxbridge_jsonrpc::codes::{INVALID_REQUEST, PARSE_ERROR};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::hub::{ConnId, HubMsg, Outbound};
-use crate::serve::outbound::OutboundSender;
+use crate::serve::hub::{ConnId, HubMsg};
+use crate::serve::outbound::{Outbound, OutboundSender};
 use crate::serve::RpcError;
 use ctxbridge_jsonrpc::Frame as LineFrame;
 

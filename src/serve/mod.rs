@@ -206,11 +206,12 @@ impl ServeHandle {
         } else {
             "none (loopback only)"
         };
-        let metrics = match (self.metrics_addr, self.local_addr) {
-            (Some(addr), _) => format!("; metrics: http://{addr}/metrics"),
-            (None, Some(addr)) => format!("; metrics: http://{addr}/metrics"),
-            (None, None) => String::new(),
-        };
+        // A `--metrics-listen` port, else the ws:// port itself; unix:// and stdio:// have none.
+        let metrics = self
+            .metrics_addr
+            .or(self.local_addr)
+            .map(|addr| format!("; metrics: http://{addr}/metrics"))
+            .unwrap_or_default();
         format!(
             "ctxbridge serve: listening on {} (auth: {auth}{metrics})",
             self.listening
@@ -362,11 +363,10 @@ pub(crate) async fn start_with(
             ))
         }
     };
-    let listening = match (&options.listen, local_addr) {
-        (ListenAddr::Ws(_), Some(addr)) => format!("ws://{addr}"),
-        (ListenAddr::Ws(addr), None) => format!("ws://{addr}"),
-        (ListenAddr::Unix(path), _) => format!("unix://{}", path.display()),
-        (ListenAddr::Stdio, _) => "stdio://".to_owned(),
+    let listening = match &options.listen {
+        ListenAddr::Ws(addr) => format!("ws://{}", local_addr.unwrap_or(*addr)),
+        ListenAddr::Unix(path) => format!("unix://{}", path.display()),
+        ListenAddr::Stdio => "stdio://".to_owned(),
     };
     Ok(ServeHandle {
         local_addr,

@@ -70,8 +70,6 @@ struct Shared {
     messages: AtomicUsize,
     bytes: AtomicUsize,
     overflow: CancellationToken,
-    /// The close the overflow asks for (set once, before `overflow` fires).
-    reason: std::sync::Mutex<Option<String>>,
     logged: AtomicBool,
 }
 
@@ -98,7 +96,6 @@ pub fn channel(conn: ConnId, limits: OutboundLimits) -> (OutboundSender, Outboun
         messages: AtomicUsize::new(0),
         bytes: AtomicUsize::new(0),
         overflow: CancellationToken::new(),
-        reason: std::sync::Mutex::new(None),
         logged: AtomicBool::new(false),
     });
     (
@@ -161,15 +158,6 @@ impl OutboundSender {
             "serve: disconnecting client {}: its outgoing queue is over the limit (it does not read what it asked for)",
             self.shared.conn
         );
-        let reason = format!(
-            "outgoing queue over its limit ({} messages or {} bytes): the client does not read",
-            limits.max_messages, limits.max_bytes
-        );
-        *self
-            .shared
-            .reason
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
         self.shared.overflow.cancel();
     }
 }
@@ -221,13 +209,11 @@ impl OutboundReceiver {
         if !self.shared.overflow.is_cancelled() {
             return None;
         }
-        let reason = self
-            .shared
-            .reason
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .unwrap_or_default();
+        let limits = self.shared.limits;
+        let reason = format!(
+            "outgoing queue over its limit ({} messages or {} bytes): the client does not read",
+            limits.max_messages, limits.max_bytes
+        );
         Some((CLOSE_POLICY, reason))
     }
 }

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codex_app_server_client::{log_stderr_line, AppServerConfig};
-use ctxbridge_jsonrpc::{next_frame, spawn_piped, Frame, LineCodec, Overlong, Piped, StderrTail};
+use ctxbridge_jsonrpc::{
+    next_frame, reader_with, spawn_piped, Frame, LineCodec, Overlong, Piped, StderrTail,
+};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -21,7 +23,6 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-use tokio_util::codec::FramedRead;
 
 use crate::config::BackendUrl;
 
@@ -421,8 +422,10 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     tail: Tail,
     label: String,
 ) {
-    let codec = LineCodec::keeping_ends(max_line_bytes, OVERSIZE_ENDS);
-    let mut reader = FramedRead::with_capacity(stdout, codec, 64 * 1024);
+    let mut reader = reader_with(
+        stdout,
+        LineCodec::keeping_ends(max_line_bytes, OVERSIZE_ENDS),
+    );
     let reason = loop {
         match next_frame(&mut reader).await {
             Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<Value>(&line) {

@@ -256,16 +256,20 @@ impl Decoder for LineCodec {
 /// A bounded line reader over any byte stream: [`FramedRead`] with a [`LineCodec`].
 pub type LineReader<R> = FramedRead<R, LineCodec>;
 
-/// A [`LineReader`] over `reader` with lines of at most `max` bytes, reading in chunks of up
-/// to 64 KiB.
+/// A [`LineReader`] over `reader` framing with `codec`, reading in chunks of up to 64 KiB.
+pub fn reader_with<R: AsyncRead>(reader: R, codec: LineCodec) -> LineReader<R> {
+    FramedRead::with_capacity(reader, codec, 64 * 1024)
+}
+
+/// A [`LineReader`] over `reader` with lines of at most `max` bytes.
 pub fn line_reader<R: AsyncRead>(reader: R, max: usize) -> LineReader<R> {
-    FramedRead::with_capacity(reader, LineCodec::new(max), 64 * 1024)
+    reader_with(reader, LineCodec::new(max))
 }
 
 /// A [`LineReader`] whose over-long lines are reported as soon as they pass `max`
 /// ([`LineCodec::reporting_early`]).
 pub fn early_line_reader<R: AsyncRead>(reader: R, max: usize) -> LineReader<R> {
-    FramedRead::with_capacity(reader, LineCodec::reporting_early(max), 64 * 1024)
+    reader_with(reader, LineCodec::reporting_early(max))
 }
 
 /// The next frame of `reader`: `Ok(None)` at the end of the stream.

@@ -22,5 +22,5 @@ pub use error::{codes, RpcError};
 pub use tokio_util::codec::Decoder;
 
 pub use framing::{
-    early_line_reader, line_reader, next_frame, Frame, LineCodec, LineReader, Overlong,
+    early_line_reader, line_reader, next_frame, reader_with, Frame, LineCodec, LineReader, Overlong,
 };

@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use super::{Client, ConnId, Hub, HubMsg, Origin, Outbound};
-use crate::serve::outbound::OutboundSender;
+use super::{Client, ConnId, Hub, HubMsg, Origin};
+use crate::serve::outbound::{Outbound, OutboundSender};
 use crate::serve::route::{request_shape, response, subscribes, SessionOp};
 use crate::serve::seam::{ClientAnswer, SessionRequest, UpstreamHandle};
 use crate::serve::thread_map::{thread_of, thread_settings, Direction};

@@ -29,7 +29,6 @@ use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-pub use crate::serve::outbound::Outbound;
 use crate::serve::outbound::OutboundSender;
 use crate::serve::route::response;
 use crate::serve::seam::{ClientAnswer, SessionTurns};

@@ -5,8 +5,11 @@
 use ctxbridge_jsonrpc::codes::INVALID_REQUEST;
 use serde_json::{json, Value};
 
-use super::{ConnId, Hub, HubMsg, Outbound, ServerRequest};
+use super::{ConnId, Hub, HubMsg, ServerRequest};
+use crate::serve::outbound::Outbound;
+use crate::serve::route::response;
 use crate::serve::thread_map::Direction;
+use crate::serve::RpcError;
 
 impl Hub {
     /// Sends a server→client request to the turn's starter, else a subscriber of its thread,
@@ -79,7 +82,7 @@ impl Hub {
             let message = format!("Invalid request: no server request {id} awaits an answer");
             self.send_to(
                 conn,
-                json!({"id": id, "error": {"code": INVALID_REQUEST, "message": message}}),
+                response(id, Err(RpcError::new(INVALID_REQUEST, message))),
             );
             return;
         };

@@ -6,7 +6,8 @@
 use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, OVERLOADED};
 use serde_json::{json, Map, Value};
 
-use super::{Hub, HubMsg, Origin, Outbound, Pending, ServerRequest, UpstreamEventMsg};
+use super::{Hub, HubMsg, Origin, Pending, ServerRequest, UpstreamEventMsg};
+use crate::serve::outbound::Outbound;
 use crate::serve::route::{response, show_user_input};
 use crate::serve::thread_map::{thread_of, Direction};
 use crate::serve::upstream::{Live, OversizeLine};
