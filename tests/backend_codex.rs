@@ -3,11 +3,16 @@
 //! loopback mock model server. Skips loudly only when the binary is not installed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides};
+use std::sync::Arc;
+
+use codex_app_server_client::{
+    locate_codex_binary, offline_overrides, AppServerConfig, TurnLimits,
+};
 use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
 use ctxbridge::backend::{
     conformance, BackendError, StartThread, ThreadId, ThreadedBackend, TurnRequest,
 };
+use ctxbridge::serve::{self, HubConnect, ListenAddr, ServeOptions};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use tokio::sync::mpsc;
 
@@ -43,6 +48,46 @@ async fn codex_backend_conformance() {
     )
     .await;
     backend.shutdown().await;
+}
+
+/// The served path is the fourth implementation of the port: the one Codex backend on
+/// `ctxbridge serve`'s shared upstream — requests through the hub, threads loaded as the hub
+/// knows them, no child of its own — passes the same suite against the real Codex.
+#[tokio::test]
+async fn codex_backend_conformance_on_the_served_path() {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED codex_backend_conformance_on_the_served_path: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = AppServerConfig::new(dir.path().join("codex-home"))
+        .with_command([binary.display().to_string(), "app-server".into()])
+        .with_overrides(offline_overrides(&mock.base_url()))
+        .with_cwd(dir.path());
+    let options = ServeOptions::new(ListenAddr::parse("ws://127.0.0.1:0").unwrap(), upstream);
+    let backend = CodexBackend::over(
+        Arc::new(HubConnect::new(
+            options.upstream_handle(),
+            TurnLimits::default(),
+        )),
+        "the Codex app-server behind ctxbridge serve",
+    );
+    let handle = serve::start(options).await.unwrap();
+    conformance::run_all(
+        &backend,
+        ThreadId("019a0000-0000-7000-8000-000000000000".into()),
+    )
+    .await;
+    // The backend never owned the upstream: the server still answers after it let go.
+    backend.shutdown().await;
+    assert!(
+        backend.codex_version().await.unwrap().is_some(),
+        "the served upstream went away with the backend"
+    );
+    handle.shutdown().await;
 }
 
 /// A child that dies mid-session fails the turn with a clear error; the next turn spawns a new

@@ -1,11 +1,18 @@
-//! The Codex app-server backend: `codex app-server` over JSON-RPC on stdio.
+//! The Codex app-server backend: `codex app-server` over JSON-RPC.
+//!
+//! The backend's connection comes from a [`Connect`]: its own child on stdio
+//! ([`CodexBackend::new`]), or a connection handed in ([`CodexBackend::over`],
+//! [`CodexBackend::on`]: ctxbridge serve's shared upstream, and per client request the
+//! connection that answers it).
 //!
 //! One child process serves every thread. A dead child fails the turn in flight with a clear
-//! error; the next call spawns a new child, and a thread not yet attached to the current child
-//! is resumed (`thread/resume`) before its turn, as Codex requires after a restart.
+//! error; the next call spawns a new child, and a thread the current connection has not loaded
+//! is resumed (`thread/resume`) before its turn, as Codex requires after a restart (the
+//! connection knows what it has loaded).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use codex_app_server_client::{
@@ -73,16 +80,43 @@ impl CodexBackendConfig {
     }
 }
 
-struct Live {
-    client: AppServerClient,
-    /// Threads attached to this child (started or resumed by it).
-    attached: HashSet<String>,
+/// Where a [`CodexBackend`]'s connection comes from.
+#[async_trait]
+pub trait Connect: Send + Sync + std::fmt::Debug {
+    /// A connection that has had its `initialize` handshake: asked for at first use and again
+    /// when the last one is no longer alive.
+    async fn connect(&self) -> Result<AppServerClient, AppServerError>;
+}
+
+/// A child `codex app-server` of the backend's own, spawned per connection.
+#[derive(Debug)]
+struct SpawnChild(AppServerConfig);
+
+#[async_trait]
+impl Connect for SpawnChild {
+    async fn connect(&self) -> Result<AppServerClient, AppServerError> {
+        AppServerClient::spawn(self.0.clone()).await
+    }
+}
+
+/// One connection handed in, used as it is.
+#[derive(Debug)]
+struct Given(AppServerClient);
+
+#[async_trait]
+impl Connect for Given {
+    async fn connect(&self) -> Result<AppServerClient, AppServerError> {
+        Ok(self.0.clone())
+    }
 }
 
 /// The Codex app-server as a [`ThreadedBackend`].
 pub struct CodexBackend {
-    config: CodexBackendConfig,
-    live: Mutex<Option<Live>>,
+    connect: Arc<dyn Connect>,
+    /// Working directory of new threads (the child's own when unset).
+    cwd: Option<PathBuf>,
+    label: String,
+    live: Mutex<Option<AppServerClient>>,
     /// What each known thread's resume re-sends: set by `start_thread`, `resume_thread` and
     /// `inject_developer_message`, used by every (re-)attach, also after a child died.
     resume: Mutex<HashMap<String, ResumeThread>>,
@@ -91,8 +125,8 @@ pub struct CodexBackend {
 impl std::fmt::Debug for CodexBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodexBackend")
-            .field("command", &self.config.command)
-            .field("codex_home", &self.config.codex_home)
+            .field("label", &self.label)
+            .field("connect", &self.connect)
             .finish_non_exhaustive()
     }
 }
@@ -136,10 +170,34 @@ fn map_error(operation: &'static str, thread_id: &str, e: AppServerError) -> Bac
 impl CodexBackend {
     /// A backend that spawns the app-server on first use.
     pub fn new(config: CodexBackendConfig) -> Self {
+        let cwd = config.cwd.clone();
+        let mut backend = Self::over(
+            Arc::new(SpawnChild(config.app_server_config())),
+            "the Codex app-server",
+        );
+        backend.cwd = cwd;
+        backend
+    }
+
+    /// A backend whose connections come from `connect` (ctxbridge serve: its shared
+    /// upstream), named `label` in messages.
+    pub fn over(connect: Arc<dyn Connect>, label: impl Into<String>) -> Self {
         CodexBackend {
-            config,
+            connect,
+            cwd: None,
+            label: label.into(),
             live: Mutex::new(None),
             resume: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A backend on the one connection `client` (ctxbridge serve: the connection answering a
+    /// client's request, for that request's harness call).
+    pub fn on(client: AppServerClient, label: impl Into<String>) -> Self {
+        let backend = Self::over(Arc::new(Given(client.clone())), label);
+        CodexBackend {
+            live: Mutex::new(Some(client)),
+            ..backend
         }
     }
 
@@ -157,79 +215,60 @@ impl CodexBackend {
 
     /// The pid of the current child, if one runs.
     pub async fn child_pid(&self) -> Option<u32> {
-        self.live.lock().await.as_ref().and_then(|l| l.client.pid())
+        self.live.lock().await.as_ref().and_then(|l| l.pid())
     }
 
     /// Kills the current child (tests: a backend process dying).
     pub async fn kill_child(&self) {
         if let Some(live) = self.live.lock().await.as_ref() {
-            live.client.kill().await;
+            live.kill().await;
         }
     }
 
-    /// The live client, spawning a new child when there is none or the last one died.
-    async fn client(&self, operation: &'static str) -> Result<AppServerClient, BackendError> {
+    /// The live connection, a new one when there is none or the last one died.
+    pub async fn client(&self, operation: &'static str) -> Result<AppServerClient, BackendError> {
         let mut live = self.live.lock().await;
-        if let Some(l) = live.as_ref() {
-            if l.client.is_alive() {
-                return Ok(l.client.clone());
+        if let Some(client) = live.as_ref() {
+            if client.is_alive() {
+                return Ok(client.clone());
             }
             tracing::warn!(
-                reason = l.client.death_reason().unwrap_or_default(),
-                "codex app-server died; starting a new one"
+                reason = client.death_reason().unwrap_or_default(),
+                "codex app-server connection closed; opening a new one"
             );
         }
-        let client = AppServerClient::spawn(self.config.app_server_config())
+        let client = self
+            .connect
+            .connect()
             .await
             .map_err(|e| map_error(operation, "", e))?;
-        *live = Some(Live {
-            client: client.clone(),
-            attached: HashSet::new(),
-        });
+        *live = Some(client.clone());
         Ok(client)
     }
 
-    async fn mark_attached(&self, client: &AppServerClient, thread_id: &str) {
-        if let Some(l) = self.live.lock().await.as_mut() {
-            if l.client.pid() == client.pid() {
-                l.attached.insert(thread_id.to_string());
-            }
-        }
-    }
-
-    async fn is_attached(&self, client: &AppServerClient, thread_id: &str) -> bool {
-        self.live
-            .lock()
-            .await
-            .as_ref()
-            .is_some_and(|l| l.client.pid() == client.pid() && l.attached.contains(thread_id))
-    }
-
-    /// The client with `thread_id` attached (resumed if this child has not seen it).
+    /// The client with `thread_id` loaded (resumed, re-sending its instructions, if this
+    /// connection has not loaded it).
     async fn attached_client(
         &self,
         operation: &'static str,
         thread_id: &ThreadId,
     ) -> Result<AppServerClient, BackendError> {
         let client = self.client(operation).await?;
-        if !self.is_attached(&client, thread_id.as_str()).await {
-            let resume = self
-                .resume
-                .lock()
-                .await
-                .get(thread_id.as_str())
-                .cloned()
-                .unwrap_or_default();
-            client
-                .thread_resume_with(ThreadResumeParams {
-                    base_instructions: resume.base_instructions,
-                    developer_instructions: resume.developer_instructions,
-                    ..ThreadResumeParams::new(thread_id.as_str())
-                })
-                .await
-                .map_err(|e| map_error(operation, thread_id.as_str(), e))?;
-            self.mark_attached(&client, thread_id.as_str()).await;
-        }
+        let resume = self
+            .resume
+            .lock()
+            .await
+            .get(thread_id.as_str())
+            .cloned()
+            .unwrap_or_default();
+        client
+            .attach(ThreadResumeParams {
+                base_instructions: resume.base_instructions,
+                developer_instructions: resume.developer_instructions,
+                ..ThreadResumeParams::new(thread_id.as_str())
+            })
+            .await
+            .map_err(|e| map_error(operation, thread_id.as_str(), e))?;
         Ok(client)
     }
 }
@@ -241,7 +280,7 @@ impl ThreadedBackend for CodexBackend {
     }
 
     fn label(&self) -> &str {
-        "the Codex app-server"
+        &self.label
     }
 
     fn profile(&self) -> BackendProfile {
@@ -264,7 +303,7 @@ impl ThreadedBackend for CodexBackend {
         };
         let started = client
             .thread_start(ThreadStartParams {
-                cwd: self.config.cwd.clone(),
+                cwd: self.cwd.clone(),
                 model: request.model,
                 base_instructions: request.base_instructions,
                 developer_instructions: request.developer_instructions,
@@ -277,7 +316,6 @@ impl ThreadedBackend for CodexBackend {
             .lock()
             .await
             .insert(started.thread_id.clone(), resume);
-        self.mark_attached(&client, &started.thread_id).await;
         Ok(ThreadId(started.thread_id))
     }
 
@@ -475,7 +513,7 @@ impl ThreadedBackend for CodexBackend {
         let model = request.model;
         let started = client
             .thread_start(ThreadStartParams {
-                cwd: self.config.cwd.clone(),
+                cwd: self.cwd.clone(),
                 developer_instructions: request.instructions,
                 model: model.clone(),
                 ephemeral: Some(true),
@@ -507,7 +545,7 @@ impl ThreadedBackend for CodexBackend {
 
     async fn shutdown(&self) {
         if let Some(live) = self.live.lock().await.take() {
-            live.client.shutdown().await;
+            live.shutdown().await;
         }
     }
 }

@@ -2,11 +2,12 @@
 //! non-owning engines end on the backend's native compactor.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::session::SessionGuard;
 use super::{store_err, CompactReport, Harness, HarnessError, DOCTOR_NAMESPACE, SESSION_NAMESPACE};
 use crate::backend::ContextDelivery;
-use crate::backend::{BackendError, ResumeThread};
+use crate::backend::{BackendError, ResumeThread, ThreadedBackend};
 use crate::contract::{
     CompactParams, CompactionTarget, ContextEngine, HostOperation, MaintainReason,
     RuntimeCallbacks, RuntimeContext,
@@ -18,12 +19,29 @@ use crate::projection::{EffectiveMode, ThreadBinding};
 impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
     pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
+        self.compact_on(session_key, None).await
+    }
+
+    /// As [`Harness::compact`], the backend work on `backend` when given (see
+    /// [`super::TurnSpec::backend`]).
+    pub async fn compact_on(
+        &self,
+        session_key: &str,
+        backend: Option<Arc<dyn ThreadedBackend>>,
+    ) -> Result<CompactReport, HarnessError> {
+        let backend = backend.unwrap_or_else(|| self.backend.clone());
         let key = self.binding_key_for(session_key);
         let guard = self.lock_session(session_key, &key).await?;
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(session_key, &key).await?;
         let report = self
-            .compact_locked(session_key, &session_id, stored.as_deref(), &guard)
+            .compact_locked(
+                &backend,
+                session_key,
+                &session_id,
+                stored.as_deref(),
+                &guard,
+            )
             .await;
         if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
@@ -33,6 +51,7 @@ impl Harness {
 
     pub(super) async fn compact_locked(
         &self,
+        backend: &Arc<dyn ThreadedBackend>,
         session_key: &str,
         session_id: &str,
         stored: Option<&ThreadBinding>,
@@ -54,7 +73,7 @@ impl Harness {
                 base_instructions: self.cfg.base_instructions.clone(),
                 developer_instructions: stored.and_then(|b| b.developer_instructions.clone()),
             };
-            match self.backend.resume_thread(&t, &resume).await {
+            match backend.resume_thread(&t, &resume).await {
                 Ok(()) => {}
                 Err(BackendError::ThreadNotFound { .. }) => {
                     tracing::warn!(thread = %t, "the bound backend thread is gone; nothing to compact natively");
@@ -68,7 +87,8 @@ impl Harness {
                 }
             }
         }
-        let (cb, delegated) = self.callbacks(session_key, session_id, thread.as_ref(), true);
+        let (cb, delegated) =
+            self.callbacks(backend, session_key, session_id, thread.as_ref(), true);
         let params = project_host_params(
             CompactParams {
                 session_id: session_id.to_string(),

@@ -25,6 +25,7 @@ mod session;
 mod session_end;
 mod session_file;
 mod subagent;
+mod thread_history;
 mod tools;
 mod turn;
 
@@ -56,6 +57,7 @@ pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlm
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};
 pub use session_end::{fire_swept_session_ends, ResetReport};
+pub use thread_history::{ThreadHistory, THREAD_HISTORY_NAMESPACE};
 
 /// The default session lease TTL (renewed every third of it while a turn runs).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
@@ -189,6 +191,15 @@ pub enum HarnessError {
         #[source]
         source: serde_json::Error,
     },
+    /// A session's stored thread history is not valid JSON of one.
+    #[error("the stored thread history of session {session:?} is unreadable: {source}")]
+    ThreadHistory {
+        /// The session key.
+        session: String,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The failure of an operation whose result several waiters shared (single-flight).
     #[error("{operation}: {message}")]
     Shared {
@@ -236,7 +247,7 @@ fn store_err(operation: &'static str) -> impl FnOnce(StoreError) -> HarnessError
 }
 
 /// What a caller asks for one turn.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TurnSpec {
     /// The session the turn belongs to.
     pub session_key: String,
@@ -244,6 +255,32 @@ pub struct TurnSpec {
     pub prompt: String,
     /// A heartbeat turn (passed on to the engine as `isHeartbeat`).
     pub is_heartbeat: bool,
+    /// The backend this call's thread work runs on, instead of the harness's own: ctxbridge
+    /// serve hands in the Codex backend over the connection serving the client's request (the
+    /// same kind of backend; the harness's own still reports what the backend is and offers).
+    pub backend: Option<Arc<dyn ThreadedBackend>>,
+    /// Called once the backend's answer is recorded (transcript and binding written), before
+    /// the engine hears of the turn: from then on the turn has succeeded whatever the engine
+    /// does with it (ctxbridge serve tells its client the turn ended).
+    pub on_recorded: Option<RecordedHook>,
+}
+
+/// See [`TurnSpec::on_recorded`].
+pub type RecordedHook = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for TurnSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnSpec")
+            .field("session_key", &self.session_key)
+            .field("prompt", &self.prompt)
+            .field("is_heartbeat", &self.is_heartbeat)
+            .field(
+                "backend",
+                &self.backend.as_ref().map(|b| b.label().to_owned()),
+            )
+            .field("on_recorded", &self.on_recorded.is_some())
+            .finish()
+    }
 }
 
 impl TurnSpec {
@@ -253,7 +290,21 @@ impl TurnSpec {
             session_key: session_key.into(),
             prompt: prompt.into(),
             is_heartbeat: false,
+            backend: None,
+            on_recorded: None,
         }
+    }
+
+    /// `recorded` is called once the turn is recorded (see [`TurnSpec::on_recorded`]).
+    pub fn when_recorded(mut self, recorded: RecordedHook) -> Self {
+        self.on_recorded = Some(recorded);
+        self
+    }
+
+    /// The turn's thread work runs on `backend` (see [`TurnSpec::backend`]).
+    pub fn on(mut self, backend: Arc<dyn ThreadedBackend>) -> Self {
+        self.backend = Some(backend);
+        self
     }
 }
 
@@ -735,8 +786,11 @@ impl Harness {
         }
     }
 
+    /// The engine's host callbacks; a delegated native compaction and `llm.complete` run on
+    /// `backend`.
     fn callbacks(
         &self,
+        backend: &Arc<dyn ThreadedBackend>,
         session_key: &str,
         session_id: &str,
         thread: Option<&ThreadId>,
@@ -745,7 +799,7 @@ impl Harness {
         let delegated = Arc::new(AtomicBool::new(false));
         let cb = Arc::new(HostCallbacks {
             store: self.store_for(session_key),
-            backend: self.backend.clone(),
+            backend: backend.clone(),
             session_id: session_id.to_string(),
             thread_id: thread.cloned(),
             allow_rewrite,
@@ -764,7 +818,13 @@ impl Harness {
         thread: Option<&ThreadId>,
         allow_rewrite: bool,
     ) -> RuntimeContext {
-        let (cb, _) = self.callbacks(session_key, session_id, thread, allow_rewrite);
+        let (cb, _) = self.callbacks(
+            &self.backend,
+            session_key,
+            session_id,
+            thread,
+            allow_rewrite,
+        );
         RuntimeContext {
             facts: self.facts(session_key, session_id, thread),
             callbacks: Some(cb),

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::session::{now_ms, SessionGuard};
 use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
+use crate::backend::ThreadedBackend;
 use crate::backend::{
     BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
     TurnTools,
@@ -134,6 +135,8 @@ impl Harness {
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<TurnReport, HarnessError> {
         // 1. Lock the session; load binding and transcript.
+        // Where this call's thread work runs (serve: the connection of the client's request).
+        let backend = spec.backend.clone().unwrap_or_else(|| self.backend.clone());
         let key = self.binding_key_for(&spec.session_key);
         let guard = self.lock_session(&spec.session_key, &key).await?;
         let session_id = self.session_id(&spec.session_key)?;
@@ -179,8 +182,14 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
-            self.compact_locked(&spec.session_key, &session_id, stored.as_deref(), &guard)
-                .await?;
+            self.compact_locked(
+                &backend,
+                &spec.session_key,
+                &session_id,
+                stored.as_deref(),
+                &guard,
+            )
+            .await?;
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
         // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
@@ -225,7 +234,14 @@ impl Harness {
         let (plan, executed) = loop {
             let plan = self.plan(&ctx, &assembled, stored_view.as_deref());
             match self
-                .execute(&plan, &ctx.tools, stored.is_some(), events.clone())
+                .execute(
+                    backend.as_ref(),
+                    &spec.session_key,
+                    &plan,
+                    &ctx.tools,
+                    stored.is_some(),
+                    events.clone(),
+                )
                 .await
             {
                 Ok(executed) => break (plan, executed),
@@ -269,6 +285,9 @@ impl Harness {
             }
             Err(e) => return Err(e),
         };
+        if let Some(recorded) = &spec.on_recorded {
+            recorded();
+        }
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -582,6 +601,8 @@ impl Harness {
     /// connection has the thread loaded, and resuming a loaded thread does nothing.
     async fn execute(
         &self,
+        backend: &dyn ThreadedBackend,
+        session_key: &str,
         plan: &TurnPlan,
         tools: &TurnTools,
         had_thread: bool,
@@ -596,8 +617,7 @@ impl Harness {
         let mut backend_chars = 0usize;
         let (thread, action, fresh) = match &plan.decision.thread {
             ThreadChoice::New => {
-                let thread = self
-                    .backend
+                let thread = backend
                     .start_thread(StartThread {
                         base_instructions: self.cfg.base_instructions.clone(),
                         developer_instructions: plan.effective_instructions.clone(),
@@ -615,10 +635,11 @@ impl Harness {
                 } else {
                     ThreadAction::Started
                 };
+                self.record_thread_start(session_key, &thread);
                 (thread, action, true)
             }
             ThreadChoice::Reuse(thread) => {
-                self.backend
+                backend
                     .resume_thread(
                         thread,
                         &ResumeThread {
@@ -629,7 +650,7 @@ impl Harness {
                     .await
                     .map_err(failed(false))?;
                 if let InstructionDelivery::Inject(text) = &plan.delivery {
-                    self.backend
+                    backend
                         .inject_developer_message(thread, text)
                         .await
                         .map_err(failed(false))?;
@@ -650,7 +671,7 @@ impl Harness {
         };
         let turn_started = std::time::Instant::now();
         let (outcome, ()) = tokio::join!(
-            self.backend.run_turn(
+            backend.run_turn(
                 TurnRequest {
                     thread_id: thread,
                     input: plan.input.clone(),

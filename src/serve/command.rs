@@ -7,13 +7,14 @@ use clap::{Args, ValueEnum};
 use codex_app_server_client::{locate_codex_binary, AppServerConfig};
 
 use crate::app::{open_with_backend, store_target};
-use crate::backend::codex_config::codex_overrides;
+use crate::backend::codex::CodexBackend;
+use crate::backend::codex_config::{codex_overrides, turn_limits};
 use crate::config::{BackendConfig, Config};
 use crate::serve::outbound::{
     OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
 };
 use crate::serve::{
-    CapabilityToken, EngineSessions, ListenAddr, OriginPolicy, ServeBackend, ServeOptions,
+    CapabilityToken, EngineSessions, HubConnect, ListenAddr, OriginPolicy, ServeOptions,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
 use crate::store::{open_store, StateStore};
@@ -197,7 +198,15 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     options.metrics_listen = args.metrics_listen;
     let slot = config.engine_slot();
     if config.serve.engine_threads_for(&slot.engine_id) {
-        let backend = Arc::new(ServeBackend::new());
+        // The one Codex backend, on the shared upstream; served turns run under the
+        // configured turn limits as `ctxbridge turn`'s do.
+        let backend = Arc::new(CodexBackend::over(
+            Arc::new(HubConnect::new(
+                options.upstream_handle(),
+                turn_limits(codex),
+            )),
+            "the Codex app-server behind ctxbridge serve",
+        ));
         let app = open_with_backend(config, store.clone(), backend.clone()).await;
         tracing::info!(engine = %app.resolved.slot.engine_id, "serve: client threads run the context engine");
         let harness = app.harness.with_metrics(options.metrics.clone());

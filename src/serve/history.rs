@@ -8,26 +8,10 @@
 //!
 //! Everything here is pure; the engine sessions fetch the upstream's turns and the transcript.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::contract::{AgentMessage, Role};
 use crate::projection::render::split_framed_input;
-
-/// The store documents namespace of a session's rotation history (key = client thread id).
-pub const NAMESPACE: &str = "serve.session-history";
-
-/// Where each backend thread ctxbridge started for a session begins in the session's
-/// transcript: with the session on one of them, the transcript messages before its position
-/// belong to earlier backend threads.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionHistory {
-    /// Backend thread id → how many transcript messages the session had when it started.
-    pub threads: BTreeMap<String, usize>,
-}
 
 /// The prefix of the cursors ctxbridge gives for a session spanning several backend threads.
 const CURSOR_PREFIX: &str = "ctxbridge:";

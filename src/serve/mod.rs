@@ -20,7 +20,10 @@
 //!   `thread/compact/start`, `thread/resume` and history reads are served, and the
 //!   [`UpstreamHandle`] it reaches the upstream with.
 //! - [`sessions`]: [`EngineSessions`], the engine-backed seam: a session's turn is a harness
-//!   turn on [`ServeBackend`], the shared upstream as a threaded backend.
+//!   turn on the one Codex backend, over the request's own connection.
+//! - [`codex_link`]: the shared upstream as that backend's connection ([`HubConnect`]);
+//!   `client_call`: one client request's connection on it (adopting the client's thread,
+//!   carrying its turn params, answering it once the upstream accepted).
 //! - [`thread_map`]: client thread id ↔ backend thread id, persisted in the state store, and
 //!   the pure rewriting of relayed messages.
 //! - `upstream`: starting the `codex app-server` child, or connecting to a running one
@@ -42,6 +45,8 @@ use crate::metrics::Registry;
 use crate::store::{StateStore, SweepListener};
 
 mod client;
+mod client_call;
+pub mod codex_link;
 pub mod command;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -56,6 +61,7 @@ pub mod thread_map;
 mod transport;
 mod upstream;
 
+pub use codex_link::HubConnect;
 /// The JSON-RPC error object serve answers with (the shared definition).
 pub use ctxbridge_jsonrpc::RpcError;
 pub use listen::{
@@ -63,8 +69,10 @@ pub use listen::{
 };
 pub use outbound::OutboundLimits;
 pub use route::SessionOp;
-pub use seam::{PassThroughSessions, SessionRequest, SessionTurns, UpstreamHandle};
-pub use sessions::{EngineSessions, ServeBackend};
+pub use seam::{
+    PassThroughSessions, SessionAnswer, SessionRequest, SessionTurns, TurnEnd, UpstreamHandle,
+};
+pub use sessions::EngineSessions;
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
 pub use upstream::UpstreamError;
@@ -116,6 +124,9 @@ pub struct ServeOptions {
     /// Told what each retention sweep removed (the engine sessions' harness fires
     /// `session_end` for them); see [`crate::app::retention_sweeper_with`].
     pub sweep_listener: Option<SweepListener>,
+    /// The hub's channel: [`ServeOptions::upstream_handle`] reaches the upstream of the server
+    /// started with these options (one server per options value and its clones).
+    hub: hub::HubChannel,
 }
 
 impl std::fmt::Debug for ServeHandle {
@@ -155,6 +166,15 @@ impl ServeOptions {
             metrics: Arc::new(Registry::new()),
             metrics_listen: None,
             sweep_listener: None,
+            hub: hub::HubChannel::new(),
+        }
+    }
+
+    /// The shared upstream of the server these options start, usable before it starts (the
+    /// engine sessions' harness runs on it); requests wait until the server runs.
+    pub fn upstream_handle(&self) -> UpstreamHandle {
+        UpstreamHandle {
+            hub: self.hub.sender(),
         }
     }
 }
@@ -169,6 +189,10 @@ pub enum ServeError {
     /// `--metrics-listen` is not a loopback address.
     #[error("--metrics-listen {addr}: refusing a non-loopback address (the metrics endpoint has no auth of its own; scrape it on loopback or through the authenticated ws:// port)")]
     MetricsNotLoopback { addr: SocketAddr },
+    /// These options (or a clone of them) started a server already: its upstream handle
+    /// belongs to that one.
+    #[error("serve: these options started a server already; make new ones for another")]
+    AlreadyStarted,
     /// Binding the listener failed.
     #[error("serve: binding {what}")]
     Bind {
@@ -273,6 +297,7 @@ pub(crate) async fn start_with(
     }
     let threads = ThreadMap::new(options.store.clone());
     let (hub, hub_task) = hub::start(
+        &options.hub,
         Arc::new(CountingConnector {
             inner: connector,
             metrics: options.metrics.clone(),
@@ -283,7 +308,8 @@ pub(crate) async fn start_with(
             request_timeout: options.upstream.request_timeout,
             max_in_flight: options.max_upstream_in_flight,
         },
-    );
+    )
+    .ok_or(ServeError::AlreadyStarted)?;
     let shared = transport::Shared {
         hub: hub.clone(),
         max_message_bytes: options.max_message_bytes,

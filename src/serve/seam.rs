@@ -3,6 +3,7 @@
 //! upstream ([`UpstreamHandle`]), by messages to the hub.
 
 use async_trait::async_trait;
+use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -42,9 +43,20 @@ pub struct ClientAnswer {
     pub(crate) method: String,
 }
 
-/// The seam between the proxy and whatever serves a session's turns. Its result is the
-/// request's result in backend ids (the router rewrites it for the client). The turn's
-/// notifications reach subscribed clients through the router whoever sent the upstream request.
+/// How a session request was answered: the hub sends a [`SessionAnswer::Result`] (in backend
+/// ids; it rewrites it for the client); [`SessionAnswer::Sent`] says the upstream's own
+/// answer went already ([`UpstreamHandle::request_answering`]). Each answer has one producer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionAnswer {
+    /// The request's result, for the hub to send.
+    Result(Value),
+    /// The client was answered from the hub where the upstream's answer stood.
+    Sent,
+}
+
+/// The seam between the proxy and whatever serves a session's turns. An error is the
+/// request's error answer. The turn's notifications reach subscribed clients through the hub
+/// whoever sent the upstream request.
 #[async_trait]
 pub trait SessionTurns: Send + Sync {
     /// Serves one session request.
@@ -52,7 +64,7 @@ pub trait SessionTurns: Send + Sync {
         &self,
         request: SessionRequest,
         upstream: UpstreamHandle,
-    ) -> Result<Value, RpcError>;
+    ) -> Result<SessionAnswer, RpcError>;
 
     /// Called once when `serve` stops, after the last turn ended (background work of an engine
     /// is awaited and the engine released there).
@@ -70,7 +82,7 @@ impl SessionTurns for PassThroughSessions {
         &self,
         request: SessionRequest,
         upstream: UpstreamHandle,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<SessionAnswer, RpcError> {
         if request.needs_resume
             && matches!(request.op, SessionOp::TurnStart | SessionOp::CompactStart)
         {
@@ -83,7 +95,8 @@ impl SessionTurns for PassThroughSessions {
         }
         upstream
             .request_answering(request.op.method(), request.params, &request.answer)
-            .await
+            .await?;
+        Ok(SessionAnswer::Sent)
     }
 }
 
@@ -95,15 +108,18 @@ pub struct UpstreamHandle {
 
 impl UpstreamHandle {
     /// Watches a backend thread: every upstream notification about it (backend ids, before
-    /// any rewriting) is copied to the returned receiver as `(method, params)` until the
-    /// receiver is dropped. Watch before starting a turn so its `turn/completed` is not missed.
-    pub fn watch(&self, backend_thread_id: &str) -> mpsc::UnboundedReceiver<(String, Value)> {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// any rewriting) is copied to `tx` until its receiver is dropped. Watch before starting a
+    /// turn so none of it is missed: the hub takes its messages in order.
+    pub fn watch(&self, backend_thread_id: &str, tx: mpsc::UnboundedSender<Routed>) {
         let _ = self.hub.send(HubMsg::Watch {
             thread: backend_thread_id.to_owned(),
             tx,
         });
-        rx
+    }
+
+    /// Whether the hub still runs (it stops with the server).
+    pub fn is_open(&self) -> bool {
+        !self.hub.is_closed()
     }
 
     /// Makes sure a backend thread is loaded in the current upstream child: `thread/resume`
@@ -201,19 +217,43 @@ impl UpstreamHandle {
             params,
             reply: Some(tx),
             answer: None,
+            hold: false,
         });
         await_hub_reply(sent.is_ok(), rx).await
     }
 
     /// As [`UpstreamHandle::request`]; a result also answers the client request `answer` at
     /// once, where the upstream's answer stands among its notifications (Codex answers a
-    /// `turn/start` before the turn's `turn/started`; a client must see the same order). The
-    /// session request's own result is then not sent again. An error is only returned.
+    /// `turn/start` before the turn's `turn/started`; a client must see the same order): the
+    /// session then answers [`SessionAnswer::Sent`]. An error is only returned.
     pub async fn request_answering(
         &self,
         method: &str,
         params: Value,
         answer: &ClientAnswer,
+    ) -> Result<Value, RpcError> {
+        self.answering(method, params, answer, false).await
+    }
+
+    /// As [`UpstreamHandle::request_answering`], and the clients are shown the completion of
+    /// the turn it starts only once it is settled ([`UpstreamHandle::settle`]): a turn the
+    /// upstream completed but ctxbridge failed afterwards (the answer not recorded, a turn
+    /// limit) ends for them as failed, with the reason.
+    pub async fn request_answering_held(
+        &self,
+        method: &str,
+        params: Value,
+        answer: &ClientAnswer,
+    ) -> Result<Value, RpcError> {
+        self.answering(method, params, answer, true).await
+    }
+
+    async fn answering(
+        &self,
+        method: &str,
+        params: Value,
+        answer: &ClientAnswer,
+        hold: bool,
     ) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
         let sent = self.hub.send(HubMsg::Internal {
@@ -221,9 +261,31 @@ impl UpstreamHandle {
             params,
             reply: Some(tx),
             answer: Some(answer.clone()),
+            hold,
         });
         await_hub_reply(sent.is_ok(), rx).await
     }
+
+    /// How a turn started with [`UpstreamHandle::request_answering_held`] on a backend thread
+    /// ended for ctxbridge; its held completion goes to the clients accordingly.
+    pub fn settle(&self, backend_thread_id: &str, turn: Option<String>, end: TurnEnd) {
+        let _ = self.hub.send(HubMsg::Settle {
+            thread: backend_thread_id.to_owned(),
+            turn,
+            end,
+        });
+    }
+}
+
+/// How a held turn ended for ctxbridge ([`UpstreamHandle::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// As the upstream ended it: ctxbridge recorded the turn, or the upstream failed or
+    /// interrupted it itself. Its completion is shown as the upstream sent it.
+    AsUpstream,
+    /// ctxbridge failed the turn the upstream ran (the message says why): shown with an
+    /// `error` and as failed, unless the upstream already reported it failed.
+    Failed(String),
 }
 
 /// The hub's reply to a request just sent (`sent`: whether the hub took it); a hub that is gone

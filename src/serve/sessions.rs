@@ -2,583 +2,58 @@
 //! session runs one harness turn (SPEC §11) and `thread/compact/start` the harness's manual
 //! compaction (SPEC §10), on the serve's shared upstream.
 //!
-//! The harness runs unchanged: [`ServeBackend`] is a [`ThreadedBackend`] over the router's
-//! [`UpstreamHandle`] (raw JSON-RPC `thread/start`, `thread/resume`, `thread/inject_items`,
-//! `turn/start`, `thread/compact/start`; a turn's end is observed by watching the upstream's
-//! notifications for its thread). The router relays the same notifications to the clients,
-//! rewritten to the client's thread id, so the reply streams to them as from Codex itself.
+//! The harness runs unchanged, with the one Codex backend (`backend::codex`): its own backend
+//! is a [`CodexBackend`] over the shared upstream ([`crate::serve::codex_link::HubConnect`]),
+//! and each client request's harness call runs on a [`CodexBackend`] over that request's own
+//! connection ([`ClientCall`]), handed in with the call ([`TurnSpec::on`],
+//! [`Harness::compact_on`]). That connection carries what only the request knows — the
+//! client's thread and connection, its own `turn/start` params and non-text input items, the
+//! thread to adopt, and where the upstream's accepting answer goes. The hub relays the
+//! upstream's notifications to the clients, rewritten to the client's thread id, so the reply
+//! streams to them as from Codex itself.
 //!
-//! What only the serving of one client request knows — the client thread id, the asking
-//! connection, the client's own `turn/start` params, the non-text input items, and where to
-//! send the upstream's `turn/start` answer — travels to the backend in a task-local
-//! [`TurnScope`] around the harness call. The client gets its `turn/start` answer as soon as
-//! the upstream accepted the turn; the harness records the turn (transcript, engine commit)
-//! when `turn/completed` arrives, and a failed or interrupted turn commits nothing.
+//! The client gets its `turn/start` answer as soon as the upstream accepted the turn; the
+//! harness records the turn (transcript, engine commit) when `turn/completed` arrives, and a
+//! failed or interrupted turn commits nothing.
 //!
-//! Thread identity: a session's first backend thread is the one the client started (the
-//! harness adopts it on the session's first turn, delivering the effective developer
-//! instructions by injection); a later backend thread (an epoch change, drift under `rotate`,
-//! overflow recovery) is bound to the client id in the thread map, hidden from lists.
-//!
-//! A rotation's new backend thread gets the client's thread settings (its `thread/start`,
-//! overlaid by later `thread/resume`s: cwd, model, sandbox, approval policy, config, base
-//! instructions, …) with the developer instructions the harness computes.
+//! Thread identity: a session's first backend thread is the one the client started (adopted:
+//! the effective developer instructions are injected); a later backend thread (an epoch
+//! change, drift under `rotate`, overflow recovery) is bound to the client id in the thread
+//! map, hidden from lists, and gets the client's thread settings.
 //!
 //! Delivery of the projection: per `projection.codexContextDelivery`; unset, the upstream's
 //! version decides as for the Codex backend (additional context from 0.171.0). In the turn
 //! input, the relayed `userMessage` items of the turn show the client's own input instead (the
-//! router swaps them). `thread/read`, `thread/resume`, `thread/turns/list` and
-//! `thread/items/list` of a session show the conversation as the user had it ([`crate::serve::history`]): the earlier backend
-//! threads' turns rebuilt from the transcript, then the current thread's, framed inputs cut
-//! back to the user's request.
+//! hub swaps them). `thread/read`, `thread/resume`, `thread/turns/list` and
+//! `thread/items/list` of a session show the conversation as the user had it
+//! ([`crate::serve::history`]): the earlier backend threads' turns rebuilt from the transcript
+//! (where each thread begins is the harness's [`Harness::thread_history`]), then the current
+//! thread's, framed inputs cut back to the user's request.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use codex_app_server_client::{
-    keeps_additional_context_across_compaction, AdditionalContext, CodexVersion,
-};
+use codex_app_server_client::AppServerClient;
 use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, INVALID_REQUEST};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::backend::codex::ADDITIONAL_CONTEXT_KEY;
-use crate::backend::{
-    is_overflow_message, AutoCompaction, BackendError, BackendKind, BackendProfile, Completion,
-    CompletionRequest, NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend,
-    TurnEvent, TurnOutcome, TurnRequest, Usage,
-};
+use crate::backend::codex::CodexBackend;
+use crate::backend::{BackendError, ThreadedBackend};
 use crate::harness::{Harness, HarnessError, TurnSpec};
-use crate::serve::history::{self, PageRequest, SessionHistory};
-use crate::serve::hub::ConnId;
+use crate::serve::client_call::{CallFacts, ClientCall, ClientTurnParams};
+use crate::serve::history::{self, PageRequest};
 use crate::serve::route::SessionOp;
-use crate::serve::seam::{ClientAnswer, SessionRequest, SessionTurns, UpstreamHandle};
+use crate::serve::seam::{SessionAnswer, SessionRequest, SessionTurns, TurnEnd, UpstreamHandle};
 use crate::serve::RpcError;
-
-tokio::task_local! {
-    static SCOPE: Arc<TurnScope>;
-}
-
-/// What the backend needs to know about the client request a harness call serves.
-struct TurnScope {
-    /// The session key and the id clients know the thread by.
-    client_thread_id: String,
-    /// The asking connection (its server→client requests go there).
-    conn: ConnId,
-    /// The client's `turn/start` params (backend ids); `threadId` and `input` are replaced.
-    params: Value,
-    /// The client's non-text input items, passed into the backend turn unchanged.
-    extra_items: Vec<Value>,
-    /// The client's own backend thread, to adopt as the session's first thread.
-    adopt: Mutex<Option<String>>,
-    /// Where the upstream's answer to the `turn/start` (or `thread/compact/start`) goes.
-    accepted: Mutex<Option<oneshot::Sender<Value>>>,
-    /// The client request the upstream's first accepting answer answers, from the router, in
-    /// order with the turn's notifications.
-    answer: ClientAnswer,
-    /// The harness serving the session (a rotation records where the transcript stood).
-    harness: Arc<Harness>,
-}
-
-impl TurnScope {
-    fn current() -> Option<Arc<TurnScope>> {
-        SCOPE.try_with(Arc::clone).ok()
-    }
-
-    fn accept(&self, result: Value) {
-        let sender = self
-            .accepted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(sender) = sender {
-            let _ = sender.send(result);
-        }
-    }
-
-    /// The upstream request that starts the turn (or the compaction), accepted: the first one
-    /// accepted answers the client at once ([`UpstreamHandle::request_answering`]) and ends the
-    /// session request ([`TurnScope::accept`]); a later one (a retry on a new thread after an
-    /// overflow) only the harness. Without a scope (no client request) a plain request.
-    async fn request_start(
-        scope: Option<&TurnScope>,
-        upstream: &UpstreamHandle,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, RpcError> {
-        let Some(scope) = scope.filter(|s| s.awaits_acceptance()) else {
-            return upstream.request(method, params).await;
-        };
-        let result = upstream
-            .request_answering(method, params, &scope.answer)
-            .await?;
-        scope.accept(result.clone());
-        Ok(result)
-    }
-
-    fn awaits_acceptance(&self) -> bool {
-        self.accepted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-    }
-
-    fn take_adoptable(&self) -> Option<String> {
-        self.adopt.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-/// The Codex app-server behind `serve`, as a [`ThreadedBackend`] for the harness.
-#[derive(Debug, Default)]
-pub struct ServeBackend {
-    upstream: OnceLock<UpstreamHandle>,
-}
-
-fn rpc_error(operation: &'static str, thread: &str, error: RpcError) -> BackendError {
-    let message = error.message;
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("not found") || lower.contains("no rollout") {
-        return BackendError::ThreadNotFound {
-            operation,
-            thread_id: thread.to_owned(),
-            message,
-        };
-    }
-    if is_overflow_message(&message) {
-        return BackendError::ContextOverflow { operation, message };
-    }
-    if error.code == INTERNAL_ERROR {
-        return BackendError::Unavailable { operation, message };
-    }
-    BackendError::Other { operation, message }
-}
-
-/// The turn id a notification is about, when it names one.
-fn turn_of(params: &Value) -> Option<&str> {
-    params
-        .get("turnId")
-        .and_then(Value::as_str)
-        .or_else(|| params.pointer("/turn/id").and_then(Value::as_str))
-}
-
-/// A turn's ending as the upstream reported it.
-struct Ended {
-    status: String,
-    error: Option<String>,
-    reply: String,
-    compaction: Option<AutoCompaction>,
-    usage: Option<Usage>,
-}
-
-/// Follows a turn's notifications until its `turn/completed`, forwarding text to `events`.
-async fn follow_turn(
-    operation: &'static str,
-    watch: &mut mpsc::UnboundedReceiver<(String, Value)>,
-    turn_id: Option<&str>,
-    events: Option<&mpsc::Sender<TurnEvent>>,
-) -> Result<Ended, BackendError> {
-    let mut reply = String::new();
-    let mut compaction: Option<AutoCompaction> = None;
-    let mut usage = None;
-    let mut last_error = None;
-    while let Some((method, params)) = watch.recv().await {
-        if let (Some(want), Some(got)) = (turn_id, turn_of(&params)) {
-            if want != got {
-                continue;
-            }
-        }
-        match method.as_str() {
-            "item/agentMessage/delta" => {
-                if let (Some(events), Some(delta)) =
-                    (events, params.get("delta").and_then(Value::as_str))
-                {
-                    let _ = events.send(TurnEvent::TextDelta(delta.to_owned())).await;
-                }
-            }
-            "item/completed" => match params.pointer("/item/type").and_then(Value::as_str) {
-                Some("agentMessage") => {
-                    reply = params
-                        .pointer("/item/text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned();
-                }
-                Some("contextCompaction") => {
-                    compaction.get_or_insert_with(AutoCompaction::default);
-                }
-                _ => {}
-            },
-            "thread/compacted" => {
-                compaction.get_or_insert_with(AutoCompaction::default);
-            }
-            "thread/tokenUsage/updated" => {
-                let usage_value = params.get("tokenUsage").cloned().unwrap_or(Value::Null);
-                let last = usage_value.get("last").unwrap_or(&usage_value);
-                let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
-                usage = Some(Usage {
-                    input_tokens: n("inputTokens"),
-                    output_tokens: n("outputTokens"),
-                    cached_input_tokens: n("cachedInputTokens"),
-                });
-            }
-            "error" => {
-                let message = params
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
-                    if let Some(events) = events {
-                        let _ = events.send(TurnEvent::RetryDiscarded { message }).await;
-                    }
-                } else {
-                    last_error = Some(message);
-                }
-            }
-            "turn/completed" => {
-                let status = params
-                    .pointer("/turn/status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("failed")
-                    .to_owned();
-                let error = params
-                    .pointer("/turn/error/message")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .or(last_error);
-                return Ok(Ended {
-                    status,
-                    error,
-                    reply,
-                    compaction,
-                    usage,
-                });
-            }
-            _ => {}
-        }
-    }
-    Err(BackendError::Unavailable {
-        operation,
-        message: "ctxbridge serve stopped before the turn completed".into(),
-    })
-}
-
-impl ServeBackend {
-    /// A backend that uses the upstream handle it is given on the first session request.
-    pub fn new() -> ServeBackend {
-        ServeBackend::default()
-    }
-
-    fn upstream(&self, operation: &'static str) -> Result<&UpstreamHandle, BackendError> {
-        self.upstream.get().ok_or(BackendError::Unavailable {
-            operation,
-            message: "no upstream connection yet".into(),
-        })
-    }
-
-    async fn attached(
-        &self,
-        operation: &'static str,
-        thread: &str,
-    ) -> Result<&UpstreamHandle, BackendError> {
-        let upstream = self.upstream(operation)?;
-        upstream
-            .ensure_attached(thread)
-            .await
-            .map_err(|e| rpc_error(operation, thread, e))?;
-        Ok(upstream)
-    }
-
-    async fn inject(
-        &self,
-        upstream: &UpstreamHandle,
-        thread: &str,
-        text: &str,
-    ) -> Result<(), BackendError> {
-        const OP: &str = "thread/inject_items";
-        let item = json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]});
-        upstream
-            .request(OP, json!({"threadId": thread, "items": [item]}))
-            .await
-            .map(|_| ())
-            .map_err(|e| rpc_error(OP, thread, e))
-    }
-}
-
-#[async_trait]
-impl ThreadedBackend for ServeBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Codex
-    }
-
-    fn label(&self) -> &str {
-        "the Codex app-server behind ctxbridge serve"
-    }
-
-    fn profile(&self) -> BackendProfile {
-        BackendProfile::CODEX
-    }
-
-    /// The connected Codex's version (its `initialize` userAgent) decides, as for the Codex
-    /// backend: from 0.171.0 a turn's additional context survives compaction.
-    async fn keeps_additional_context(&self) -> bool {
-        let Ok(upstream) = self.upstream("initialize") else {
-            return false;
-        };
-        match upstream.upstream_info().await {
-            Ok(info) => info
-                .get("userAgent")
-                .and_then(Value::as_str)
-                .and_then(CodexVersion::from_user_agent)
-                .is_some_and(|version| keeps_additional_context_across_compaction(&version)),
-            Err(error) => {
-                tracing::warn!(error = %error.message, "serve: no upstream version; context goes in the turn input");
-                false
-            }
-        }
-    }
-
-    /// The session's first thread is the client's own (adopted: the instructions are
-    /// injected); later ones are started here and hidden from clients.
-    async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
-        const OP: &str = "thread/start";
-        if let Some(thread) = TurnScope::current().and_then(|scope| scope.take_adoptable()) {
-            let upstream = self.attached(OP, &thread).await?;
-            if let Some(text) = &request.developer_instructions {
-                self.inject(upstream, &thread, text).await?;
-            }
-            return Ok(ThreadId(thread));
-        }
-        let upstream = self.upstream(OP)?;
-        // A rotation: the new thread gets what the client set for its thread (cwd, model,
-        // sandbox, approval policy, config, base instructions, …) and the developer
-        // instructions the harness computed.
-        let mut params = match TurnScope::current() {
-            Some(scope) => upstream.session_settings(&scope.client_thread_id).await,
-            None => serde_json::Map::new(),
-        };
-        if let Some(text) = request.base_instructions {
-            params
-                .entry("baseInstructions")
-                .or_insert(Value::String(text));
-        }
-        match request.developer_instructions {
-            Some(text) => {
-                params.insert("developerInstructions".into(), Value::String(text));
-            }
-            None => {
-                params.remove("developerInstructions");
-            }
-        }
-        if let Some(model) = request.model {
-            params.entry("model").or_insert(Value::String(model));
-        }
-        let result = upstream
-            .request(OP, Value::Object(params))
-            .await
-            .map_err(|e| rpc_error(OP, "", e))?;
-        let thread = result
-            .pointer("/thread/id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| BackendError::Other {
-                operation: OP,
-                message: format!("no thread id in {result}"),
-            })?;
-        if let Some(scope) = TurnScope::current() {
-            scope.record_rotation(thread);
-        }
-        Ok(ThreadId(thread.to_owned()))
-    }
-
-    /// Resumes the thread unless the current child has it loaded, re-sending its instructions.
-    async fn resume_thread(
-        &self,
-        thread_id: &ThreadId,
-        resume: &ResumeThread,
-    ) -> Result<(), BackendError> {
-        const OP: &str = "thread/resume";
-        let mut params = json!({"threadId": thread_id.as_str()});
-        if let Some(object) = params.as_object_mut() {
-            if let Some(text) = &resume.base_instructions {
-                object.insert("baseInstructions".into(), Value::String(text.clone()));
-            }
-            if let Some(text) = &resume.developer_instructions {
-                object.insert("developerInstructions".into(), Value::String(text.clone()));
-            }
-        }
-        self.upstream(OP)?
-            .ensure_attached_with(thread_id.as_str(), params)
-            .await
-            .map_err(|e| rpc_error(OP, thread_id.as_str(), e))
-    }
-
-    async fn inject_developer_message(
-        &self,
-        thread_id: &ThreadId,
-        text: &str,
-    ) -> Result<(), BackendError> {
-        let upstream = self
-            .attached("thread/inject_items", thread_id.as_str())
-            .await?;
-        self.inject(upstream, thread_id.as_str(), text).await
-    }
-
-    async fn run_turn(
-        &self,
-        request: TurnRequest,
-        events: mpsc::Sender<TurnEvent>,
-    ) -> Result<TurnOutcome, BackendError> {
-        const OP: &str = "turn/start";
-        let thread = request.thread_id.as_str().to_owned();
-        let scope = TurnScope::current();
-        if let Some(scope) = &scope {
-            // Before anything of the turn flows: clients see this thread under their id.
-            self.upstream(OP)?
-                .bind_session(&scope.client_thread_id, &thread, scope.conn)
-                .await;
-        }
-        let upstream = self.attached(OP, &thread).await?;
-        let mut params = scope
-            .as_ref()
-            .map_or_else(|| json!({}), |scope| scope.params.clone());
-        let mut input = vec![json!({"type": "text", "text": request.input, "text_elements": []})];
-        if let Some(scope) = &scope {
-            input.extend(scope.extra_items.iter().cloned());
-        }
-        if let Some(object) = params.as_object_mut() {
-            object.insert("threadId".into(), Value::String(thread.clone()));
-            object.insert("input".into(), Value::Array(input));
-            if let Some(context) = &request.additional_context {
-                let entry = AdditionalContext::application(context.clone());
-                let value = serde_json::to_value(&entry).map_err(|e| BackendError::Other {
-                    operation: OP,
-                    message: format!("cannot encode additionalContext: {e}"),
-                })?;
-                object.insert(
-                    "additionalContext".into(),
-                    json!({ ADDITIONAL_CONTEXT_KEY: value }),
-                );
-            }
-        }
-        if let Some(input) = scope.as_ref().and_then(|s| s.params.get("input")) {
-            upstream.show_user_input(&thread, input.clone());
-        }
-        let mut watch = upstream.watch(&thread);
-        let result = TurnScope::request_start(scope.as_deref(), upstream, OP, params)
-            .await
-            .map_err(|e| rpc_error(OP, &thread, e))?;
-        let turn_id = result
-            .pointer("/turn/id")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let ended = follow_turn(OP, &mut watch, turn_id.as_deref(), Some(&events)).await?;
-        if ended.status == "completed" {
-            return Ok(TurnOutcome {
-                thread_id: request.thread_id,
-                reply: ended.reply,
-                auto_compaction: ended.compaction,
-                usage: ended.usage,
-            });
-        }
-        let message = ended
-            .error
-            .unwrap_or_else(|| format!("turn ended {}", ended.status));
-        Err(if is_overflow_message(&message) {
-            BackendError::ContextOverflow {
-                operation: OP,
-                message,
-            }
-        } else {
-            BackendError::TurnFailed {
-                operation: OP,
-                message,
-            }
-        })
-    }
-
-    async fn compact_thread(&self, thread_id: &ThreadId) -> Result<NativeCompaction, BackendError> {
-        const OP: &str = "thread/compact/start";
-        let thread = thread_id.as_str();
-        let upstream = self.attached(OP, thread).await?;
-        let mut watch = upstream.watch(thread);
-        let scope = TurnScope::current();
-        TurnScope::request_start(scope.as_deref(), upstream, OP, json!({"threadId": thread}))
-            .await
-            .map_err(|e| rpc_error(OP, thread, e))?;
-        let ended = follow_turn(OP, &mut watch, None, None).await?;
-        if ended.status == "completed" && ended.compaction.is_some() {
-            return Ok(NativeCompaction::default());
-        }
-        Err(BackendError::Other {
-            operation: OP,
-            message: format!(
-                "compaction ended {} (compaction item seen: {}): {}",
-                ended.status,
-                ended.compaction.is_some(),
-                ended.error.unwrap_or_default()
-            ),
-        })
-    }
-
-    async fn complete(&self, request: CompletionRequest) -> Result<Completion, BackendError> {
-        const OP: &str = "llm.complete";
-        let upstream = self.upstream(OP)?;
-        let CompletionRequest {
-            instructions,
-            input,
-            model,
-            ..
-        } = request;
-        let mut params = json!({"ephemeral": true});
-        if let Some(object) = params.as_object_mut() {
-            if let Some(text) = instructions {
-                object.insert("developerInstructions".into(), Value::String(text));
-            }
-            if let Some(model) = &model {
-                object.insert("model".into(), Value::String(model.clone()));
-            }
-        }
-        let started = upstream
-            .request("thread/start", params)
-            .await
-            .map_err(|e| rpc_error(OP, "", e))?;
-        let thread = started
-            .pointer("/thread/id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let mut watch = upstream.watch(&thread);
-        let result = upstream
-            .request(
-                "turn/start",
-                json!({"threadId": thread, "input": [{"type": "text", "text": input, "text_elements": []}]}),
-            )
-            .await
-            .map_err(|e| rpc_error(OP, &thread, e))?;
-        let turn_id = result.pointer("/turn/id").and_then(Value::as_str);
-        let ended = follow_turn(OP, &mut watch, turn_id, None).await?;
-        if ended.status == "completed" {
-            Ok(Completion {
-                text: ended.reply,
-                model,
-                usage: None,
-            })
-        } else {
-            Err(BackendError::TurnFailed {
-                operation: OP,
-                message: ended
-                    .error
-                    .unwrap_or_else(|| format!("turn ended {}", ended.status)),
-            })
-        }
-    }
-}
 
 /// Session requests served by the harness (SPEC §16): used when an engine other than
 /// `legacy` is selected, or `serve.engineThreads` is `"all"`.
 pub struct EngineSessions {
     harness: Arc<Harness>,
-    backend: Arc<ServeBackend>,
+    /// The harness's own backend, on the shared upstream: its client gives each request's
+    /// connection the upstream's server info (learned once) and the turn limits.
+    base: Arc<CodexBackend>,
 }
 
 impl std::fmt::Debug for EngineSessions {
@@ -589,10 +64,15 @@ impl std::fmt::Debug for EngineSessions {
     }
 }
 
+fn internal(error: impl std::fmt::Display) -> RpcError {
+    RpcError::new(INTERNAL_ERROR, error.to_string())
+}
+
 impl EngineSessions {
-    /// Sessions served by `harness`, which must run on `backend`.
-    pub fn new(harness: Arc<Harness>, backend: Arc<ServeBackend>) -> EngineSessions {
-        EngineSessions { harness, backend }
+    /// Sessions served by `harness`, whose own backend is `base` (a [`CodexBackend`] over the
+    /// shared upstream, [`crate::serve::codex_link::HubConnect`]).
+    pub fn new(harness: Arc<Harness>, base: Arc<CodexBackend>) -> EngineSessions {
+        EngineSessions { harness, base }
     }
 
     /// The harness (tests, diagnostics).
@@ -600,78 +80,142 @@ impl EngineSessions {
         &self.harness
     }
 
-    /// Runs `work` (a harness call) in its own task with `scope`; returns the upstream's
-    /// answer as soon as it accepted the turn (or the compaction), else what `work` ended with.
-    async fn run_scoped<T: Send + 'static>(
+    /// The Codex backend for one client request: the one Codex backend on the request's own
+    /// connection, `call`.
+    async fn backend_on(
         &self,
-        scope: TurnScope,
+        call: Arc<ClientCall>,
+    ) -> Result<Arc<dyn ThreadedBackend>, RpcError> {
+        let shared = self
+            .base
+            .client("initialize")
+            .await
+            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
+        let client =
+            AppServerClient::over(call, shared.server_info().clone(), shared.turn_limits());
+        Ok(Arc::new(CodexBackend::on(client, self.base.label())))
+    }
+
+    /// Runs `work` (a harness call on `call`) in its own task; returns the upstream's answer
+    /// as soon as it accepted the turn (or the compaction), else what `work` ended with. When
+    /// `work` ends, `call` is settled: an accepted turn's completion reaches the clients, with
+    /// the reason when ctxbridge failed it.
+    async fn run_until_accepted<T: Send + 'static>(
+        &self,
+        session: String,
         what: &'static str,
+        call: Arc<ClientCall>,
+        accepted: oneshot::Receiver<()>,
         work: impl std::future::Future<Output = Result<T, HarnessError>> + Send + 'static,
         finished: impl FnOnce(T) -> Value + Send + 'static,
-    ) -> Result<Value, RpcError> {
-        let (accepted_tx, accepted_rx) = oneshot::channel();
-        *scope.accepted.lock().unwrap_or_else(|p| p.into_inner()) = Some(accepted_tx);
-        let session = scope.client_thread_id.clone();
+    ) -> Result<SessionAnswer, RpcError> {
         let (done_tx, done_rx) = oneshot::channel();
-        tokio::spawn(SCOPE.scope(Arc::new(scope), async move {
+        tokio::spawn(async move {
             let outcome = work.await;
-            if let Err(error) = &outcome {
-                tracing::warn!(%session, error = %crate::serve::error_chain(error), "serve: {what} failed");
+            match &outcome {
+                Ok(_) => call.settle(TurnEnd::AsUpstream),
+                Err(error) => {
+                    tracing::warn!(%session, error = %crate::serve::error_chain(error), "serve: {what} failed");
+                    call.settle(turn_end(error));
+                }
             }
+            drop(call);
             let _ = done_tx.send(outcome.map(finished));
-        }));
+        });
         tokio::select! {
             biased;
-            Ok(result) = accepted_rx => Ok(result),
+            // The hub answered the client with the upstream's accepting answer.
+            Ok(()) = accepted => Ok(SessionAnswer::Sent),
             done = done_rx => match done {
-                Ok(Ok(value)) => Ok(value),
+                Ok(Ok(value)) => Ok(SessionAnswer::Result(value)),
                 Ok(Err(error)) => Err(RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&error))),
                 Err(_) => Err(RpcError::new(INTERNAL_ERROR, format!("{what} was cancelled"))),
             },
         }
     }
-}
 
-/// A session's rotation history ([`SessionHistory`]) as stored (empty when none or
-/// unreadable).
-fn load_history(harness: &Harness, session: &str) -> Result<SessionHistory, RpcError> {
-    let internal = |e: String| RpcError::new(INTERNAL_ERROR, e);
-    let Some(json) = harness
-        .store()
-        .load_document(history::NAMESPACE, session)
-        .map_err(|e| internal(format!("loading the history of thread {session}: {e}")))?
-    else {
-        return Ok(SessionHistory::default());
-    };
-    serde_json::from_str(&json).map_err(|e| {
-        internal(format!(
-            "the history of thread {session} is unreadable: {e}"
-        ))
-    })
-}
-
-impl TurnScope {
-    /// Records that the session's backend thread `thread` starts where its transcript stands
-    /// now (the harness holds the session's lease while it starts a thread, so the previous
-    /// turn is committed and this one is not yet).
-    fn record_rotation(&self, thread: &str) {
-        let session = &self.client_thread_id;
-        let recorded = self
+    /// `turn/start`: one harness turn on the request's connection.
+    async fn turn_start(
+        &self,
+        request: SessionRequest,
+        upstream: UpstreamHandle,
+    ) -> Result<SessionAnswer, RpcError> {
+        let session = request.client_thread_id.clone();
+        let bound = self
             .harness
-            .transcript(session)
-            .map_err(|e| crate::serve::error_chain(&e))
-            .and_then(|transcript| {
-                let mut history = load_history(&self.harness, session).map_err(|e| e.message)?;
-                history.threads.insert(thread.to_owned(), transcript.len());
-                let json = serde_json::to_string(&history).map_err(|e| e.to_string())?;
-                self.harness
-                    .store()
-                    .save_document(history::NAMESPACE, session, &json)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(error) = recorded {
-            tracing::warn!(%session, %thread, %error, "serve: could not record the session's rotation; reads show only its current backend thread");
-        }
+            .binding(&session)
+            .await
+            .map_err(|e| RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&e)))?;
+        // The session's first turn adopts the thread the client started.
+        let adopt =
+            (bound.is_none() && request.backend_thread_id == session).then(|| session.clone());
+        let (prompt, turn) = client_turn(request.params);
+        let (accepted_tx, accepted) = oneshot::channel();
+        let facts = CallFacts {
+            session: session.clone(),
+            conn: request.conn,
+            answers: "turn/start",
+            answer: request.answer,
+            accepted: accepted_tx,
+            turn: Some(turn),
+            adopt,
+        };
+        let call = Arc::new(ClientCall::new(upstream, facts));
+        let backend = self.backend_on(call.clone()).await?;
+        let harness = self.harness.clone();
+        let recorded = call.clone();
+        let spec = TurnSpec::new(session.clone(), prompt)
+            .on(backend)
+            .when_recorded(Arc::new(move || recorded.settle(TurnEnd::AsUpstream)));
+        self.run_until_accepted(
+            session,
+            "turn",
+            call,
+            accepted,
+            async move { harness.turn(spec).await },
+            |report| json!({"turn": {"id": null, "status": "completed", "items": [], "threadId": report.thread_id}}),
+        )
+        .await
+    }
+
+    /// `thread/compact/start`: the harness's manual compaction on the request's connection.
+    async fn compact_start(
+        &self,
+        request: SessionRequest,
+        upstream: UpstreamHandle,
+    ) -> Result<SessionAnswer, RpcError> {
+        let session = request.client_thread_id.clone();
+        let thread = request.backend_thread_id.clone();
+        let (accepted_tx, accepted) = oneshot::channel();
+        let facts = CallFacts {
+            session: session.clone(),
+            conn: request.conn,
+            answers: "thread/compact/start",
+            answer: request.answer,
+            accepted: accepted_tx,
+            turn: None,
+            adopt: None,
+        };
+        let call = Arc::new(ClientCall::new(upstream.clone(), facts));
+        let backend = self.backend_on(call.clone()).await?;
+        let harness = self.harness.clone();
+        let key = session.clone();
+        self.run_until_accepted(
+            session,
+            "manual compaction",
+            call,
+            accepted,
+            async move { harness.compact_on(&key, Some(backend)).await },
+            // Without a native compaction no upstream turn tells the client the compaction
+            // ended (the answer came from the upstream when one ran).
+            move |report| {
+                if !report.native_compaction {
+                    upstream.show_compaction_turn(&thread);
+                }
+                json!({})
+            },
+        )
+        .await
     }
 }
 
@@ -679,14 +223,17 @@ impl EngineSessions {
     /// The session's turns on backend threads before `backend` (its current one), rebuilt
     /// from the transcript; none when the session never moved.
     fn earlier_turns(&self, session: &str, backend: &str) -> Result<Vec<Value>, RpcError> {
-        let history = load_history(&self.harness, session)?;
+        let history = self
+            .harness
+            .thread_history(session)
+            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
         let Some(&earlier_messages) = history.threads.get(backend) else {
             return Ok(Vec::new());
         };
         let transcript = self
             .harness
             .transcript(session)
-            .map_err(|e| RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&e)))?;
+            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
         let earlier = &transcript[..earlier_messages.min(transcript.len())];
         Ok(history::transcript_turns(session, earlier))
     }
@@ -892,25 +439,46 @@ async fn all_turns(
     Ok(turns)
 }
 
-/// The prompt (text items joined by newlines) and the other items of a `turn/start` input.
-fn split_input(params: &Value) -> (String, Vec<Value>) {
+/// How a harness call that failed after the upstream accepted its turn ends for the clients:
+/// as the upstream ended it when the backend reported the turn's own end (failed, interrupted,
+/// overflowed, lost, or the upstream gone — the upstream's completion says so), else failed
+/// with ctxbridge's reason (a turn limit, the answer not recorded, the engine's compaction).
+fn turn_end(error: &HarnessError) -> TurnEnd {
+    match error {
+        HarnessError::Backend {
+            source:
+                BackendError::TurnFailed { .. }
+                | BackendError::ContextOverflow { .. }
+                | BackendError::ThreadNotFound { .. }
+                | BackendError::Unavailable { .. },
+            ..
+        } => TurnEnd::AsUpstream,
+        other => TurnEnd::Failed(crate::serve::error_chain(other)),
+    }
+}
+
+/// A client's `turn/start` as the harness takes it: the prompt (its text items joined by
+/// newlines) and what goes to Codex beside it (its other params and input items).
+fn client_turn(params: Value) -> (String, ClientTurnParams) {
     let mut texts = Vec::new();
-    let mut others = Vec::new();
-    for item in params
-        .get("input")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    let mut turn = ClientTurnParams::default();
+    let Value::Object(mut fields) = params else {
+        return (String::new(), turn);
+    };
+    fields.remove("threadId");
+    let input = fields.remove("input");
+    for item in input.iter().filter_map(Value::as_array).flatten() {
         match (
             item.get("type").and_then(Value::as_str),
             item.get("text").and_then(Value::as_str),
         ) {
             (Some("text"), Some(text)) => texts.push(text.to_owned()),
-            _ => others.push(item.clone()),
+            _ => turn.extra_input.push(item.clone()),
         }
     }
-    (texts.join("\n"), others)
+    turn.fields = fields;
+    turn.input = input;
+    (texts.join("\n"), turn)
 }
 
 #[async_trait]
@@ -919,72 +487,16 @@ impl SessionTurns for EngineSessions {
         &self,
         request: SessionRequest,
         upstream: UpstreamHandle,
-    ) -> Result<Value, RpcError> {
-        let _ = self.backend.upstream.set(upstream.clone());
-        match request.op {
+    ) -> Result<SessionAnswer, RpcError> {
+        let result = match request.op {
+            SessionOp::TurnStart => return self.turn_start(request, upstream).await,
+            SessionOp::CompactStart => return self.compact_start(request, upstream).await,
             SessionOp::Resume => self.resume(request, &upstream).await,
-            SessionOp::TurnStart => {
-                let session = request.client_thread_id.clone();
-                let bound =
-                    self.harness.binding(&session).await.map_err(|e| {
-                        RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&e))
-                    })?;
-                // The session's first turn adopts the thread the client started.
-                let adopt = (bound.is_none() && request.backend_thread_id == session)
-                    .then(|| session.clone());
-                let (prompt, extra_items) = split_input(&request.params);
-                let scope = TurnScope {
-                    client_thread_id: session.clone(),
-                    conn: request.conn,
-                    params: request.params,
-                    extra_items,
-                    adopt: Mutex::new(adopt),
-                    accepted: Mutex::new(None),
-                    answer: request.answer.clone(),
-                    harness: self.harness.clone(),
-                };
-                let harness = self.harness.clone();
-                self.run_scoped(
-                    scope,
-                    "turn",
-                    async move { harness.turn(TurnSpec::new(session, prompt)).await },
-                    |report| json!({"turn": {"id": null, "status": "completed", "items": [], "threadId": report.thread_id}}),
-                )
-                .await
-            }
             SessionOp::Read => self.read(request, &upstream).await,
             SessionOp::TurnsList => self.turns_list(request, &upstream).await,
             SessionOp::ItemsList => self.items_list(request, &upstream).await,
-            SessionOp::CompactStart => {
-                let session = request.client_thread_id.clone();
-                let thread = request.backend_thread_id.clone();
-                let scope = TurnScope {
-                    client_thread_id: session.clone(),
-                    conn: request.conn,
-                    params: request.params,
-                    extra_items: Vec::new(),
-                    adopt: Mutex::new(None),
-                    accepted: Mutex::new(None),
-                    answer: request.answer.clone(),
-                    harness: self.harness.clone(),
-                };
-                let harness = self.harness.clone();
-                self.run_scoped(
-                    scope,
-                    "manual compaction",
-                    async move { harness.compact(&session).await },
-                    // Without a native compaction no upstream turn tells the client the
-                    // compaction ended (the answer came from the upstream when one ran).
-                    move |report| {
-                        if !report.native_compaction {
-                            upstream.show_compaction_turn(&thread);
-                        }
-                        json!({})
-                    },
-                )
-                .await
-            }
-        }
+        };
+        result.map(SessionAnswer::Result)
     }
 
     async fn shutdown(&self) {
@@ -997,42 +509,23 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    /// The prompt is the text items joined by newlines; other items are kept in order.
+    /// The prompt is the text items joined by newlines; other items are kept in order, the
+    /// other params kept without the thread and input, the input kept as sent.
     #[test]
     fn splits_turn_input() {
-        let params = json!({"input": [
+        let input = json!([
             {"type": "text", "text": "look at"},
             {"type": "localImage", "path": "/x.png"},
             {"type": "text", "text": "this"}
-        ]});
-        let (prompt, others) = split_input(&params);
+        ]);
+        let params = json!({"threadId": "t", "input": input, "effort": "high"});
+        let (prompt, turn) = client_turn(params);
         assert_eq!(prompt, "look at\nthis");
         assert_eq!(
-            others,
+            turn.extra_input,
             vec![json!({"type": "localImage", "path": "/x.png"})]
         );
-    }
-
-    /// Upstream errors become the backend errors the harness acts on.
-    #[test]
-    fn classifies_upstream_errors() {
-        let missing = rpc_error(
-            "turn/start",
-            "t",
-            RpcError::new(INVALID_REQUEST, "thread not found: t"),
-        );
-        assert!(matches!(missing, BackendError::ThreadNotFound { .. }));
-        let overflow = rpc_error(
-            "turn/start",
-            "t",
-            RpcError::new(INVALID_REQUEST, "maximum context length exceeded"),
-        );
-        assert!(matches!(overflow, BackendError::ContextOverflow { .. }));
-        let dead = rpc_error(
-            "turn/start",
-            "t",
-            RpcError::new(INTERNAL_ERROR, "upstream died"),
-        );
-        assert!(matches!(dead, BackendError::Unavailable { .. }));
+        assert_eq!(Value::Object(turn.fields), json!({"effort": "high"}));
+        assert_eq!(turn.input, Some(input));
     }
 }

@@ -2,18 +2,18 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
+use crate::child::ChildConnection;
 use crate::config::{AppServerConfig, TurnLimits};
-use crate::connection::{self, Command, Health, RouteSpec};
+use crate::connection::{self, Health};
 use crate::error::AppServerError;
+use crate::transport::{Route, Transport};
 use crate::turn::{Interrupter, Responder, TurnHandle};
 use crate::version::CodexVersion;
 
@@ -163,7 +163,7 @@ impl TurnStartParams {
     pub fn text(text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
-            additional_context: BTreeMap::new(),
+            ..Self::default()
         }
     }
 
@@ -243,20 +243,19 @@ pub struct AppServerClient {
 }
 
 struct Inner {
-    commands: mpsc::Sender<Command>,
-    health: Arc<Health>,
-    next_id: AtomicI64,
-    request_timeout: Duration,
+    /// Where requests go.
+    transport: Arc<dyn Transport>,
+    /// The client's own child, when it spawned one (kill, shutdown, pid).
+    child: Option<Arc<ChildConnection>>,
     turn_limits: TurnLimits,
     server_info: ServerInfo,
     codex_version: Option<CodexVersion>,
-    pid: Option<u32>,
 }
 
 impl std::fmt::Debug for AppServerClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppServerClient")
-            .field("pid", &self.inner.pid)
+            .field("pid", &self.pid())
             .field("alive", &self.is_alive())
             .finish_non_exhaustive()
     }
@@ -302,24 +301,27 @@ impl AppServerClient {
         tracing::info!(%program, ?pid, codex_home = %config.codex_home.display(), "spawned codex app-server");
         let health = Arc::new(Health::default());
         let commands = connection::start(piped, config.max_line_bytes, health.clone());
-        let mut inner = Inner {
+        let child = Arc::new(ChildConnection::new(
             commands,
             health,
-            next_id: AtomicI64::new(1),
-            request_timeout: config.request_timeout,
-            turn_limits: config.turn_limits,
-            server_info: ServerInfo::default(),
-            codex_version: None,
+            config.request_timeout,
             pid,
-        };
+        ));
+        let transport: Arc<dyn Transport> = child.clone();
         let params = json!({
             "clientInfo": {"name": "ctxbridge", "version": env!("CARGO_PKG_VERSION")},
             "capabilities": {"experimentalApi": true},
         });
-        let result = inner.request("initialize", params, None).await?;
-        inner.server_info = decode("initialize", result)?;
-        inner.codex_version = inner.server_info.codex_version();
-        match &inner.codex_version {
+        let result = transport.request("initialize", params, None).await?;
+        let server_info: ServerInfo = decode("initialize", result)?;
+        let client = Self::with_inner(Inner {
+            transport,
+            child: Some(child),
+            turn_limits: config.turn_limits,
+            codex_version: server_info.codex_version(),
+            server_info,
+        });
+        match client.codex_version() {
             Some(version) if crate::version::is_below_tested(version) => tracing::warn!(
                 %version,
                 oldest_tested = %crate::version::OLDEST_TESTED,
@@ -327,14 +329,37 @@ impl AppServerClient {
             ),
             Some(version) => tracing::debug!(%version, "codex app-server: version"),
             None => tracing::warn!(
-                user_agent = ?inner.server_info.user_agent,
+                user_agent = ?client.server_info().user_agent,
                 "codex app-server: no version in the initialize user agent"
             ),
         }
-        inner.notify("initialized", None).await?;
-        Ok(Self {
-            inner: Arc::new(inner),
+        if let Some(child) = &client.inner.child {
+            child.notify("initialized", None).await?;
+        }
+        Ok(client)
+    }
+
+    /// A client over a connection someone else owns and has initialized (`server_info` is
+    /// its `initialize` answer): ctxbridge serve's shared upstream. Turns run under `limits`;
+    /// [`Self::kill`] and [`Self::shutdown`] leave the connection alone.
+    pub fn over(
+        transport: Arc<dyn Transport>,
+        server_info: ServerInfo,
+        limits: TurnLimits,
+    ) -> Self {
+        Self::with_inner(Inner {
+            transport,
+            child: None,
+            turn_limits: limits,
+            codex_version: server_info.codex_version(),
+            server_info,
         })
+    }
+
+    fn with_inner(inner: Inner) -> Self {
+        Self {
+            inner: Arc::new(inner),
+        }
     }
 
     /// What the server said in the handshake.
@@ -361,24 +386,24 @@ impl AppServerClient {
 
     /// The child's process id (while it runs).
     pub fn pid(&self) -> Option<u32> {
-        self.inner.pid
+        self.inner.child.as_ref().and_then(|child| child.pid())
     }
 
     /// Whether the child is still running and its stdio open. Becomes false as soon as the
     /// process exits; a new client must then be spawned (threads are resumed with
     /// [`Self::thread_resume`]).
     pub fn is_alive(&self) -> bool {
-        self.inner.health.alive.load(Ordering::SeqCst)
+        self.inner.transport.is_alive()
     }
 
     /// Why the connection closed, once it has.
     pub fn death_reason(&self) -> Option<String> {
-        self.inner.health.death_reason()
+        self.inner.transport.death_reason()
     }
 
     /// Any request, answered with the raw result.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, AppServerError> {
-        self.inner.request(method, params, None).await
+        self.inner.transport.request(method, params, None).await
     }
 
     /// `thread/start`.
@@ -392,7 +417,7 @@ impl AppServerClient {
                 method: METHOD.to_owned(),
                 source,
             })?;
-        let raw = self.inner.request(METHOD, params, None).await?;
+        let raw = self.inner.transport.request(METHOD, params, None).await?;
         let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
         Ok(ThreadStarted {
             thread_id: envelope.thread.id,
@@ -427,7 +452,7 @@ impl AppServerClient {
         if let Some(object) = params.as_object_mut() {
             object.insert("excludeTurns".to_owned(), Value::Bool(true));
         }
-        let raw = self.inner.request(METHOD, params, None).await?;
+        let raw = self.inner.transport.request(METHOD, params, None).await?;
         let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
         Ok(ThreadResumed {
             thread_id: envelope.thread.id,
@@ -436,6 +461,22 @@ impl AppServerClient {
             path: envelope.thread.path,
             raw,
         })
+    }
+
+    /// `thread/resume` (as [`Self::thread_resume_with`]) unless this connection has the thread
+    /// loaded already — started, resumed or forked on it — as Codex requires before a turn.
+    pub async fn attach(&self, params: ThreadResumeParams) -> Result<(), AppServerError> {
+        const METHOD: &str = "thread/resume";
+        let thread_id = params.thread_id.clone();
+        let mut params =
+            serde_json::to_value(&params).map_err(|source| AppServerError::Deserialize {
+                method: METHOD.to_owned(),
+                source,
+            })?;
+        if let Some(object) = params.as_object_mut() {
+            object.insert("excludeTurns".to_owned(), Value::Bool(true));
+        }
+        self.inner.transport.attach(&thread_id, params).await
     }
 
     /// `thread/inject_items`: append raw Responses items to the thread's model-visible history
@@ -447,6 +488,7 @@ impl AppServerClient {
     ) -> Result<(), AppServerError> {
         let params = json!({"threadId": thread_id, "items": items});
         self.inner
+            .transport
             .request("thread/inject_items", params, None)
             .await?;
         Ok(())
@@ -474,13 +516,16 @@ impl AppServerClient {
     ) -> Result<TurnHandle, AppServerError> {
         const METHOD: &str = "thread/compact/start";
         let (tx, rx) = mpsc::unbounded_channel();
-        let route = RouteSpec {
+        let route = Route {
             thread_id: thread_id.to_owned(),
             tx,
             turn_from_result: false,
         };
         let params = json!({"threadId": thread_id});
-        self.inner.request(METHOD, params, Some(route)).await?;
+        self.inner
+            .transport
+            .request(METHOD, params, Some(route))
+            .await?;
         Ok(TurnHandle::new(
             thread_id.to_owned(),
             None,
@@ -511,17 +556,21 @@ impl AppServerClient {
     ) -> Result<TurnHandle, AppServerError> {
         const METHOD: &str = "turn/start";
         let (tx, rx) = mpsc::unbounded_channel();
-        let route = RouteSpec {
+        let route = Route {
             thread_id: thread_id.to_owned(),
             tx,
             turn_from_result: true,
         };
+        let TurnStartParams {
+            text,
+            additional_context,
+        } = params;
         let mut request = json!({
             "threadId": thread_id,
-            "input": [{"type": "text", "text": params.text, "text_elements": []}],
+            "input": [{"type": "text", "text": text, "text_elements": []}],
         });
-        if !params.additional_context.is_empty() {
-            let context = serde_json::to_value(&params.additional_context).map_err(|source| {
+        if !additional_context.is_empty() {
+            let context = serde_json::to_value(&additional_context).map_err(|source| {
                 AppServerError::Deserialize {
                     method: METHOD.to_owned(),
                     source,
@@ -531,7 +580,11 @@ impl AppServerClient {
                 object.insert("additionalContext".to_owned(), context);
             }
         }
-        let result = self.inner.request(METHOD, request, Some(route)).await?;
+        let result = self
+            .inner
+            .transport
+            .request(METHOD, request, Some(route))
+            .await?;
         let turn_id = result
             .pointer("/turn/id")
             .and_then(Value::as_str)
@@ -561,7 +614,11 @@ impl AppServerClient {
             let params = json!({"threadId": thread_id, "turnId": turn_id});
             let (thread_id, turn_id) = (thread_id.to_owned(), turn_id.to_owned());
             tokio::spawn(async move {
-                match inner.request("turn/interrupt", params, None).await {
+                match inner
+                    .transport
+                    .request("turn/interrupt", params, None)
+                    .await
+                {
                     Ok(_) => {
                         tracing::info!(%thread_id, %turn_id, "codex app-server: interrupted a turn over its limit")
                     }
@@ -578,19 +635,9 @@ impl AppServerClient {
     fn responder(&self) -> Responder {
         let inner: Weak<Inner> = Arc::downgrade(&self.inner);
         Arc::new(move |id: Value, result: Result<Value, String>| {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            tokio::spawn(async move {
-                if inner
-                    .commands
-                    .send(Command::Respond { id, result })
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("codex app-server: the connection closed before a server request was answered");
-                }
-            });
+            if let Some(inner) = inner.upgrade() {
+                inner.transport.respond(id, result);
+            }
         })
     }
 
@@ -601,90 +648,27 @@ impl AppServerClient {
         turn_id: &str,
     ) -> Result<(), AppServerError> {
         let params = json!({"threadId": thread_id, "turnId": turn_id});
-        self.inner.request("turn/interrupt", params, None).await?;
+        self.inner
+            .transport
+            .request("turn/interrupt", params, None)
+            .await?;
         Ok(())
     }
 
-    /// SIGKILL the child and wait until every pending call and turn has been failed.
+    /// SIGKILL the child and wait until every pending call and turn has been failed (nothing
+    /// for a client [`Self::over`] a connection it does not own).
     pub async fn kill(&self) {
-        let (reply, done) = oneshot::channel();
-        if self
-            .inner
-            .commands
-            .send(Command::Kill { reply })
-            .await
-            .is_ok()
-        {
-            let _ = done.await;
+        if let Some(child) = &self.inner.child {
+            child.kill().await;
         }
     }
 
     /// Close stdin (the app-server exits on EOF) and wait for the exit; the child is killed if
-    /// it does not exit within a few seconds.
+    /// it does not exit within a few seconds (nothing for a client [`Self::over`] a connection
+    /// it does not own).
     pub async fn shutdown(self) {
-        let (reply, done) = oneshot::channel();
-        if self
-            .inner
-            .commands
-            .send(Command::Shutdown { reply })
-            .await
-            .is_ok()
-        {
-            let _ = done.await;
+        if let Some(child) = &self.inner.child {
+            child.shutdown().await;
         }
-    }
-}
-
-impl Inner {
-    fn closed_error(&self, method: &str) -> AppServerError {
-        AppServerError::Transport {
-            method: method.to_owned(),
-            reason: self
-                .health
-                .death_reason()
-                .unwrap_or_else(|| "codex app-server is not running".to_owned()),
-        }
-    }
-
-    async fn request(
-        &self,
-        method: &str,
-        params: Value,
-        route: Option<RouteSpec>,
-    ) -> Result<Value, AppServerError> {
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let (reply, response) = oneshot::channel();
-        let command = Command::Request {
-            id,
-            method: method.to_owned(),
-            params,
-            route,
-            reply,
-        };
-        if self.commands.send(command).await.is_err() {
-            return Err(self.closed_error(method));
-        }
-        match tokio::time::timeout(self.request_timeout, response).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(self.closed_error(method)),
-            Err(_) => {
-                let _ = self.commands.send(Command::Cancel { id }).await;
-                Err(AppServerError::Timeout {
-                    method: method.to_owned(),
-                    after: self.request_timeout,
-                })
-            }
-        }
-    }
-
-    async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), AppServerError> {
-        let command = Command::Notify {
-            method: method.to_owned(),
-            params,
-        };
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| self.closed_error(method))
     }
 }

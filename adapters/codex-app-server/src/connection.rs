@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::AppServerError;
+use crate::transport::{Route, Routed, ROUTED_SERVER_REQUESTS};
 
 /// How many stderr lines are kept to explain a death.
 const STDERR_TAIL_LINES: usize = 20;
@@ -135,37 +136,6 @@ pub(crate) enum Incoming {
     WriteFailed(String),
 }
 
-/// A message routed to the turn streaming on a thread.
-#[derive(Debug)]
-pub(crate) enum Routed {
-    Notification {
-        method: String,
-        params: Value,
-    },
-    /// A server request about the thread's turn (`item/tool/call`) that the turn's consumer
-    /// answers (see [`Command::Respond`]).
-    ServerRequest {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    /// The connection died; no more events will come.
-    Closed(AppServerError),
-}
-
-/// Server requests routed to the turn streaming on their thread instead of being declined.
-pub(crate) const ROUTED_SERVER_REQUESTS: &[&str] = &["item/tool/call"];
-
-/// Subscribe a turn stream to a thread's notifications when a request is sent.
-#[derive(Debug)]
-pub(crate) struct RouteSpec {
-    pub thread_id: String,
-    pub tx: mpsc::UnboundedSender<Routed>,
-    /// Take the turn id from the result's `turn.id` (turn/start); otherwise from the first
-    /// `turn/started` notification (thread/compact/start).
-    pub turn_from_result: bool,
-}
-
 pub(crate) type Reply = oneshot::Sender<Result<Value, AppServerError>>;
 
 #[derive(Debug)]
@@ -174,7 +144,7 @@ pub(crate) enum Command {
         id: i64,
         method: String,
         params: Value,
-        route: Option<RouteSpec>,
+        route: Option<Route>,
         reply: Reply,
     },
     Notify {

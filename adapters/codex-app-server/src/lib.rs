@@ -6,6 +6,8 @@
 //! - [`config`]: how the child is started ([`AppServerConfig`], `-c` overrides as
 //!   [`ConfigValue`]), where the Codex binary is ([`locate_codex_binary`]), and the overrides
 //!   that run Codex offline against a mock model ([`offline_overrides`]).
+//! - [`transport`]: what a client speaks through ([`Transport`]): its own child (`child`, over
+//!   the `connection` actor) or a connection someone else owns ([`AppServerClient::over`]).
 //! - `connection`: the actor owning the child's stdio. Callers send requests with a reply
 //!   channel; responses are matched by id; notifications are routed to the turn streaming on
 //!   their thread; `item/tool/call` server requests go to the turn on their thread (answered by
@@ -24,10 +26,12 @@
 //! Wire facts this relies on (observed on Codex 0.169.0 and 0.171.0) are in the project's
 //! `CODEX_APP_SERVER.md`.
 
+mod child;
 pub mod client;
 pub mod config;
 mod connection;
 pub mod error;
+pub mod transport;
 pub mod turn;
 pub mod version;
 
@@ -47,6 +51,7 @@ pub use config::{
 };
 pub use connection::{log_stderr_line, stderr_line_level, strip_ansi};
 pub use error::{AppServerError, TurnLimitKind};
+pub use transport::{loaded_thread, Route, Routed, Transport, ROUTED_SERVER_REQUESTS};
 pub use turn::{
     DynamicToolCall, DynamicToolCallResponse, ItemKind, TurnEvent, TurnHandle, TurnOutcome,
     TurnStatus,

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 use crate::config::TurnLimits;
-use crate::connection::Routed;
 use crate::error::{AppServerError, TurnLimitKind};
+use crate::transport::Routed;
 
 /// After a limit is hit and `turn/interrupt` sent, how long the handle waits for Codex to end
 /// the turn before it reports the limit anyway.
@@ -408,6 +408,14 @@ impl TurnHandle {
     /// Turn one routed notification into an event (or nothing, for notifications a turn
     /// consumer does not need).
     fn translate(&mut self, method: &str, params: &Value) -> Option<TurnEvent> {
+        // A connection may route a thread's messages from before this turn's id is known
+        // (ctxbridge serve's watch): another turn's are not this turn's events.
+        if let (Some(want), Some(got)) = (self.turn_id.as_deref(), turn_of(params)) {
+            if want != got {
+                tracing::debug!(%method, %got, %want, "codex app-server: skipped a notification of another turn");
+                return None;
+            }
+        }
         let str_at = |pointer: &str| {
             params
                 .pointer(pointer)
@@ -497,6 +505,15 @@ impl TurnHandle {
             }
         }
     }
+}
+
+/// The turn a notification names (`turnId`, or `turn.id` on `turn/started` and
+/// `turn/completed`).
+fn turn_of(params: &Value) -> Option<&str> {
+    params
+        .get("turnId")
+        .and_then(Value::as_str)
+        .or_else(|| params.pointer("/turn/id").and_then(Value::as_str))
 }
 
 impl TurnHandle {

@@ -25,18 +25,20 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::outbound::OutboundSender;
 use crate::serve::route::response;
-use crate::serve::seam::{ClientAnswer, SessionTurns};
-use crate::serve::thread_map::{Direction, ThreadMap};
+use crate::serve::seam::{ClientAnswer, SessionAnswer, SessionTurns, TurnEnd};
+use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 use crate::serve::upstream::{Connector, Live, UpstreamEvent};
 use crate::serve::RpcError;
 
 mod clients;
+mod held;
 mod outgoing;
 mod relay;
 #[cfg(test)]
@@ -85,11 +87,20 @@ pub enum HubMsg {
         reply: Option<oneshot::Sender<Result<Value, RpcError>>>,
         /// A result also answers this client request ([`UpstreamHandle::request_answering`]).
         answer: Option<ClientAnswer>,
+        /// The completion of the turn it starts waits for [`HubMsg::Settle`]
+        /// ([`UpstreamHandle::request_answering_held`]).
+        hold: bool,
+    },
+    /// How a held turn ended for ctxbridge ([`UpstreamHandle::settle`]).
+    Settle {
+        thread: String,
+        turn: Option<String>,
+        end: TurnEnd,
     },
     /// Copy the notifications of a backend thread to `tx` ([`UpstreamHandle::watch`]).
     Watch {
         thread: String,
-        tx: mpsc::UnboundedSender<(String, Value)>,
+        tx: mpsc::UnboundedSender<Routed>,
     },
     /// Resume a backend thread unless the current child has it loaded.
     EnsureAttached {
@@ -125,7 +136,7 @@ pub enum HubMsg {
         id: Value,
         method: String,
         thread: String,
-        outcome: Result<Value, RpcError>,
+        outcome: Result<SessionAnswer, RpcError>,
     },
     /// Something from the upstream child of `generation`.
     Upstream {
@@ -155,6 +166,8 @@ enum Origin {
     Answering {
         reply: oneshot::Sender<Result<Value, RpcError>>,
         answer: ClientAnswer,
+        /// The backend thread whose turn's completion is held once this is accepted.
+        hold: Option<String>,
     },
 }
 
@@ -207,15 +220,12 @@ pub(crate) struct Hub {
     /// Backend threads loaded in the current child (started, resumed or forked through it).
     attached: std::collections::HashSet<String>,
     /// Backend thread id → session tasks watching its notifications.
-    watchers: HashMap<String, Vec<mpsc::UnboundedSender<(String, Value)>>>,
+    watchers: HashMap<String, Vec<mpsc::UnboundedSender<Routed>>>,
     /// Backend thread id → the user's own input of its running session turn.
     user_inputs: HashMap<String, Value>,
     /// Backend threads whose `thread/compact/start` answer is to be followed by a compaction
     /// turn made up here (the engine compacted without the upstream).
     compaction_turns: std::collections::HashSet<String>,
-    /// Client requests (connection, id as JSON text) already answered by the upstream's own
-    /// answer; their session request's result is not sent again.
-    answered: std::collections::HashSet<(ConnId, String)>,
     shutdown: Option<Shutdown>,
     /// How long the upstream gets to answer a request before it is answered for it.
     request_timeout: Duration,
@@ -228,6 +238,8 @@ pub(crate) struct Hub {
     /// Turns failed here because a message of theirs was over the line limit: the upstream's
     /// own `turn/completed` for them (after the interrupt) is not relayed again.
     failed_turns: std::collections::HashSet<String>,
+    /// Backend thread → its session turn whose completion waits to be settled.
+    held: HashMap<String, held::Held>,
 }
 
 /// What bounds the requests the hub has waiting on the upstream.
@@ -239,14 +251,48 @@ pub(crate) struct HubLimits {
     pub max_in_flight: usize,
 }
 
-/// Starts the hub task; returns its channel.
+/// The hub's channel, made before the hub runs so that what serves sessions can hold an
+/// [`crate::serve::UpstreamHandle`] from the start (the engine sessions' harness is built on
+/// one). The receiving end goes to the one hub started with it.
+#[derive(Debug, Clone)]
+pub(crate) struct HubChannel {
+    tx: mpsc::UnboundedSender<HubMsg>,
+    rx: Arc<std::sync::Mutex<Option<mpsc::UnboundedReceiver<HubMsg>>>>,
+}
+
+impl HubChannel {
+    pub(crate) fn new() -> HubChannel {
+        let (tx, rx) = mpsc::unbounded_channel();
+        HubChannel {
+            tx,
+            rx: Arc::new(std::sync::Mutex::new(Some(rx))),
+        }
+    }
+
+    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<HubMsg> {
+        self.tx.clone()
+    }
+
+    /// The receiving end, once: `None` when a hub was started with this channel already.
+    fn take_receiver(&self) -> Option<mpsc::UnboundedReceiver<HubMsg>> {
+        self.rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Starts the hub task on `channel`; returns its sender, or `None` when `channel` served a
+/// hub already.
 pub(crate) fn start(
+    channel: &HubChannel,
     connector: Arc<dyn Connector>,
     threads: ThreadMap,
     sessions: Arc<dyn SessionTurns>,
     limits: HubLimits,
-) -> (mpsc::UnboundedSender<HubMsg>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+) -> Option<(mpsc::UnboundedSender<HubMsg>, tokio::task::JoinHandle<()>)> {
+    let rx = channel.take_receiver()?;
+    let tx = channel.sender();
     let hub = Hub {
         connector,
         tx: tx.clone(),
@@ -265,15 +311,15 @@ pub(crate) fn start(
         watchers: HashMap::new(),
         user_inputs: HashMap::new(),
         compaction_turns: std::collections::HashSet::new(),
-        answered: std::collections::HashSet::new(),
         shutdown: None,
         failed_turns: std::collections::HashSet::new(),
+        held: HashMap::new(),
         request_timeout: limits.request_timeout,
         max_in_flight: limits.max_in_flight,
         deadlines: VecDeque::new(),
     };
     let task = tokio::spawn(hub.run(rx));
-    (tx, task)
+    Some((tx, task))
 }
 
 impl Hub {
@@ -321,13 +367,22 @@ impl Hub {
                     params,
                     reply,
                     answer,
+                    hold,
                 } => {
+                    let hold = hold
+                        .then(|| thread_of(&params).map(str::to_owned))
+                        .flatten();
                     let origin = match (reply, answer) {
-                        (Some(reply), Some(answer)) => Origin::Answering { reply, answer },
+                        (Some(reply), Some(answer)) => Origin::Answering {
+                            reply,
+                            answer,
+                            hold,
+                        },
                         (reply, _) => Origin::Internal(reply),
                     };
                     self.forward(method, params, origin, false).await;
                 }
+                HubMsg::Settle { thread, turn, end } => self.settle(&thread, turn, end),
                 HubMsg::UpstreamInfo { reply } => {
                     let outcome = self
                         .ensure_live()
@@ -388,13 +443,17 @@ impl Hub {
                     outcome,
                 } => {
                     let answered = outcome.is_ok();
-                    if !self.answered.remove(&(conn, id.to_string())) {
-                        let outcome = outcome.map(|mut result| {
+                    let reply = match outcome {
+                        Ok(SessionAnswer::Sent) => None,
+                        Ok(SessionAnswer::Result(mut result)) => {
                             self.threads
                                 .rewrite(&mut result, Direction::ToClient, Some(&method));
-                            result
-                        });
-                        self.send_to(conn, response(id, outcome));
+                            Some(Ok(result))
+                        }
+                        Err(error) => Some(Err(error)),
+                    };
+                    if let Some(reply) = reply {
+                        self.send_to(conn, response(id, reply));
                     }
                     if self.compaction_turns.remove(&thread)
                         && answered
@@ -431,11 +490,13 @@ impl Hub {
                             self.arm_deadline(INTERRUPT_GRACE);
                         } else {
                             self.active_turns.clear();
+                            self.release_all_held();
                         }
                     }
                 }
             }
-            if self.shutdown.is_some() && self.active_turns.is_empty() {
+            if self.shutdown.is_some() && self.active_turns.is_empty() && !self.holds_completions()
+            {
                 break;
             }
         }

@@ -46,6 +46,7 @@ impl Hub {
                 if let Some(turn) = turn {
                     let tx = self.tx.clone();
                     let _ = tx.send(HubMsg::Internal {
+                        hold: false,
                         method: "turn/interrupt".to_owned(),
                         params: json!({"threadId": thread, "turnId": turn}),
                         reply: None,

@@ -3,6 +3,7 @@
 //! notifications to the subscribed clients and watching sessions, and failing what waited on
 //! an upstream that died.
 
+use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, OVERLOADED};
 use serde_json::{json, Map, Value};
 
@@ -124,13 +125,20 @@ impl Hub {
                     tracing::warn!(%method, error = %error.message, "serve: internal request failed");
                 }
             }
-            Origin::Answering { reply, answer } => {
+            Origin::Answering {
+                reply,
+                answer,
+                hold,
+            } => {
+                if let (Ok(result), Some(thread)) = (&outcome, hold) {
+                    let turn = result.pointer("/turn/id").and_then(Value::as_str);
+                    self.hold(thread, turn.map(str::to_owned));
+                }
                 if let Ok(result) = &outcome {
                     let mut result = result.clone();
                     self.threads
                         .rewrite(&mut result, Direction::ToClient, Some(&answer.method));
                     self.send_to(answer.conn, response(answer.id.clone(), Ok(result)));
-                    self.answered.insert((answer.conn, answer.id.to_string()));
                 }
                 let _ = reply.send(outcome);
             }
@@ -227,7 +235,13 @@ impl Hub {
         let thread = thread_of(&params).map(str::to_owned);
         if let Some(thread) = &thread {
             if let Some(watchers) = self.watchers.get_mut(thread) {
-                watchers.retain(|tx| tx.send((method.clone(), params.clone())).is_ok());
+                watchers.retain(|tx| {
+                    tx.send(Routed::Notification {
+                        method: method.clone(),
+                        params: params.clone(),
+                    })
+                    .is_ok()
+                });
                 if watchers.is_empty() {
                     self.watchers.remove(thread);
                 }
@@ -255,6 +269,24 @@ impl Hub {
                 }
             }
         }
+        if method == "turn/completed" {
+            if let Some(thread) = &thread {
+                match self.held_completion(thread, params) {
+                    Some(relayed) => params = relayed,
+                    None => return,
+                }
+            }
+        }
+        self.relay_to_clients(&method, thread, params);
+    }
+
+    /// Sends a notification (backend ids) to the clients it is for, rewritten to their ids.
+    pub(super) fn relay_to_clients(
+        &mut self,
+        method: &str,
+        thread: Option<String>,
+        mut params: Value,
+    ) {
         self.threads.rewrite(&mut params, Direction::ToClient, None);
         // Serialised once, whatever the number of clients it goes to.
         let text: std::sync::Arc<str> = json!({"method": method, "params": params})
@@ -374,7 +406,7 @@ impl Hub {
 
     /// Ends a turn for its clients and session watchers as Codex ends a failed one: an `error`
     /// notification, then `turn/completed` with status `failed`, both carrying `message`.
-    fn fail_turn(&mut self, thread: &str, turn: &str, message: &str) {
+    pub(super) fn fail_turn(&mut self, thread: &str, turn: &str, message: &str) {
         let error = json!({"message": message});
         self.upstream_notification(
             "error".to_owned(),

@@ -4,7 +4,7 @@
 use super::*;
 use crate::serve::outbound::{self, OutboundLimits, OutboundReceiver, Queued};
 use crate::serve::route::SessionOp;
-use crate::serve::seam::{PassThroughSessions, SessionRequest, UpstreamHandle};
+use crate::serve::seam::{PassThroughSessions, SessionAnswer, SessionRequest, UpstreamHandle};
 use crate::serve::upstream::{MemoryPeer, UpstreamError};
 use async_trait::async_trait;
 
@@ -45,10 +45,19 @@ impl Rig {
     }
 
     fn with(threads: ThreadMap, sessions: Arc<dyn SessionTurns>, limits: HubLimits) -> Rig {
+        Rig::on(&HubChannel::new(), threads, sessions, limits)
+    }
+
+    fn on(
+        channel: &HubChannel,
+        threads: ThreadMap,
+        sessions: Arc<dyn SessionTurns>,
+        limits: HubLimits,
+    ) -> Rig {
         let (live, events, peer) =
             Live::in_memory(json!({"userAgent": "codex/1", "codexHome": "/h"}));
         let connector = Arc::new(MemoryConnector(std::sync::Mutex::new(Some((live, events)))));
-        let (hub, _task) = start(connector, threads, sessions, limits);
+        let (hub, _task) = start(channel, connector, threads, sessions, limits).unwrap();
         Rig { hub, peer }
     }
 
@@ -140,20 +149,40 @@ async fn a_session_turn_is_answered_before_its_notifications() {
 /// The same for an engine session: the harness runs the turn (the session's first: the
 /// client's thread is adopted, resumed and given its instructions), and the client still
 /// gets the `turn/start` answer before the turn's notifications, then no second answer.
-#[tokio::test]
-async fn an_engine_turn_is_answered_before_its_notifications() {
-    use crate::serve::sessions::{EngineSessions, ServeBackend};
+/// A hub serving sessions with the harness (default configuration, in-memory store), its
+/// turns under `limits`; its upstream answers every request, a `turn/start` with the turn's
+/// notifications at once (a delta of "hi", then `turn/completed`).
+async fn engine_rig(
+    limits: codex_app_server_client::TurnLimits,
+) -> (
+    mpsc::UnboundedSender<HubMsg>,
+    OutboundReceiver,
+    Arc<crate::serve::sessions::EngineSessions>,
+) {
+    use crate::backend::codex::CodexBackend;
+    use crate::serve::codex_link::HubConnect;
+    use crate::serve::sessions::EngineSessions;
     let store = Arc::new(crate::store::SqliteStore::in_memory().unwrap());
-    let backend = Arc::new(ServeBackend::new());
+    let channel = HubChannel::new();
+    let upstream = UpstreamHandle {
+        hub: channel.sender(),
+    };
+    let backend = Arc::new(CodexBackend::over(
+        Arc::new(HubConnect::new(upstream, limits)),
+        "the Codex app-server behind ctxbridge serve",
+    ));
     let app =
         crate::app::open_with_backend(&crate::config::Config::default(), store, backend.clone())
             .await;
     let sessions = Arc::new(EngineSessions::new(Arc::new(app.harness), backend));
-    let rig = Rig::with_sessions(ThreadMap::new(None), sessions);
-    let mut client = rig.client(1).await;
+    let rig = Rig::on(
+        &channel,
+        ThreadMap::new(None),
+        sessions.clone(),
+        Rig::LIMITS,
+    );
+    let client = rig.client(1).await;
     let Rig { hub, mut peer } = rig;
-    // The scripted upstream: every request answered; a turn's notifications follow its
-    // answer at once.
     tokio::spawn(async move {
         while let Some(line) = peer.written.recv().await {
             let request: Value = serde_json::from_str(&line).unwrap();
@@ -192,12 +221,27 @@ async fn an_engine_turn_is_answered_before_its_notifications() {
         params: Some(json!({"threadId": "th", "input": [{"type": "text", "text": "hello"}]})),
     })
     .unwrap();
+    (hub, client, sessions)
+}
+
+#[tokio::test]
+async fn an_engine_turn_is_answered_before_its_notifications() {
+    let (hub, mut client, sessions) = engine_rig(Default::default()).await;
     let answer = got(&mut client).await;
     assert_eq!(answer["id"], "turn-1", "{answer}");
     assert_eq!(answer["result"]["turn"]["id"], "tu", "{answer}");
     for method in ["turn/started", "item/agentMessage/delta", "turn/completed"] {
         let message = got(&mut client).await;
         assert_eq!(message["method"], method, "{message}");
+        if method == "turn/completed" {
+            // The client hears the turn ended once it is recorded.
+            assert_eq!(
+                message["params"]["turn"]["status"], "completed",
+                "{message}"
+            );
+            let transcript = sessions.harness().transcript("th").unwrap();
+            assert_eq!(transcript.len(), 2, "the turn was not recorded first");
+        }
     }
     // The harness records the turn; its session request ends without a second answer.
     hub.send(HubMsg::Request {
@@ -209,6 +253,41 @@ async fn an_engine_turn_is_answered_before_its_notifications() {
     .unwrap();
     let next = got(&mut client).await;
     assert_eq!(next["id"], 2, "{next}");
+}
+
+/// A turn the upstream completed but ctxbridge failed after accepting it (here its reply is
+/// over `backend.maxReplyBytes`) ends for the client as failed, after an `error` naming the
+/// setting — not as the upstream's `completed` — and nothing of it is recorded.
+#[tokio::test]
+async fn a_turn_failed_after_its_answer_ends_failed_for_the_client() {
+    let limits = codex_app_server_client::TurnLimits {
+        max_reply_bytes: 1,
+        ..Default::default()
+    };
+    let (_hub, mut client, sessions) = engine_rig(limits).await;
+    let answer = got(&mut client).await;
+    assert_eq!(answer["result"]["turn"]["id"], "tu", "{answer}");
+    for method in ["turn/started", "item/agentMessage/delta"] {
+        let message = got(&mut client).await;
+        assert_eq!(message["method"], method, "{message}");
+    }
+    let error = got(&mut client).await;
+    assert_eq!(error["method"], "error", "{error}");
+    assert_eq!(error["params"]["turnId"], "tu", "{error}");
+    assert_eq!(error["params"]["willRetry"], false, "{error}");
+    let message = error["params"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("backend.maxReplyBytes"), "{message}");
+    let completed = got(&mut client).await;
+    assert_eq!(completed["method"], "turn/completed", "{completed}");
+    assert_eq!(
+        completed["params"]["turn"]["status"], "failed",
+        "{completed}"
+    );
+    assert_eq!(
+        completed["params"]["turn"]["error"]["message"], message,
+        "{completed}"
+    );
+    assert!(sessions.harness().transcript("th").unwrap().is_empty());
 }
 
 /// A session's manual compaction done without an upstream turn (the engine compacted
@@ -225,11 +304,11 @@ async fn engine_compaction_is_followed_by_a_compaction_turn() {
             &self,
             request: SessionRequest,
             upstream: UpstreamHandle,
-        ) -> Result<Value, RpcError> {
+        ) -> Result<SessionAnswer, RpcError> {
             assert_eq!(request.op, SessionOp::CompactStart);
             assert_eq!(request.backend_thread_id, "backend");
             upstream.show_compaction_turn(&request.backend_thread_id);
-            Ok(json!({}))
+            Ok(SessionAnswer::Result(json!({})))
         }
     }
     let mut threads = ThreadMap::new(None);
@@ -414,7 +493,15 @@ async fn rotation_through_the_handle() {
     let handle = UpstreamHandle {
         hub: rig.hub.clone(),
     };
-    let mut watch = handle.watch("new");
+    let (watch_tx, mut watch) = mpsc::unbounded_channel();
+    handle.watch("new", watch_tx);
+    let mut next_watched = || {
+        let routed = watch.try_recv().unwrap();
+        let codex_app_server_client::Routed::Notification { method, params } = routed else {
+            panic!("not a notification: {routed:?}");
+        };
+        (method, params)
+    };
     let starter = handle.clone();
     let started = tokio::spawn(async move { starter.request("thread/start", json!({})).await });
     let start = rig.upstream_got().await;
@@ -437,8 +524,8 @@ async fn rotation_through_the_handle() {
         relayed["params"]["item"]["content"],
         json!([{"type": "text", "text": "hi"}])
     );
-    assert_eq!(watch.recv().await.unwrap().0, "thread/started");
-    let (method, raw) = watch.recv().await.unwrap();
+    assert_eq!(next_watched().0, "thread/started");
+    let (method, raw) = next_watched();
     assert_eq!(method, "item/completed");
     assert_eq!(raw["threadId"], "new");
     assert_eq!(raw["item"], projected);
