@@ -135,6 +135,76 @@ fn projections_in(request: &RecordedRequest) -> usize {
         .count()
 }
 
+/// A stalled model behind a served turn: with `backend.idleTimeoutMs` set, the turn the
+/// upstream accepted is interrupted and ends for the client as failed, after an `error` that
+/// names the idle timeout and its setting; nothing of it is recorded (SPEC §15: the client
+/// hears how its turn ended).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_served_turn_fails_clearly_and_records_nothing() {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let handle = serve_support::serve_sample_engine_with(
+        dir.path(),
+        &mock,
+        &binary,
+        2,
+        turn_input(),
+        json!({"idleTimeoutMs": 1500}),
+    )
+    .await;
+    let env = Env { handle, mock, dir };
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize_ok().await;
+    let thread = c.start_thread(json!(1), false).await;
+    let (_, done) = c.turn("t1", &thread, "a quick one").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    // The next model request hangs far longer than the idle timeout.
+    env.mock.push_reply(
+        ctxbridge_mock_model::ScriptedReply::text("too late").with_delay(Duration::from_secs(600)),
+    );
+    let answer = c
+        .call(
+            json!("t2"),
+            "turn/start",
+            json!({"threadId": thread, "input": [{"type": "text", "text": "this one stalls"}]}),
+        )
+        .await;
+    let turn = answer["result"]["turn"]["id"].clone();
+    assert!(turn.is_string(), "{answer}");
+    let error = tokio::time::timeout(PATIENCE, c.until("error"))
+        .await
+        .unwrap();
+    assert_eq!(error["params"]["threadId"], thread, "{error}");
+    assert_eq!(error["params"]["turnId"], turn, "{error}");
+    let message = error["params"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("idle timeout"), "{message}");
+    assert!(message.contains("backend.idleTimeoutMs"), "{message}");
+    let done = tokio::time::timeout(PATIENCE, c.until("turn/completed"))
+        .await
+        .unwrap();
+    assert_eq!(done["params"]["turn"]["id"], turn, "{done}");
+    assert_eq!(done["params"]["turn"]["status"], "failed", "{done}");
+    assert_eq!(done["params"]["turn"]["error"]["message"], message.as_str());
+    let texts: Vec<String> = env
+        .store()
+        .load_transcript(&thread)
+        .unwrap()
+        .iter()
+        .map(|e| e.message.plain_text())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[0], "a quick one");
+}
+
 /// Four turns through one WebSocket client across two epoch changes of the sample engine: the
 /// client's thread id never changes (every notification and answer names it) while the
 /// session moves to hidden backend threads; the model sees the engine's context once per

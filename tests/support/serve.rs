@@ -23,7 +23,20 @@ pub async fn serve_sample_engine(
     chunk: u64,
     projection: Value,
 ) -> ServeHandle {
-    let config = json!({
+    serve_sample_engine_with(dir, mock, binary, chunk, projection, json!({})).await
+}
+
+/// As [`serve_sample_engine`], with the fields of `backend` added to the `backend` section
+/// (turn limits, …).
+pub async fn serve_sample_engine_with(
+    dir: &Path,
+    mock: &MockModelServer,
+    binary: &Path,
+    chunk: u64,
+    projection: Value,
+    backend: Value,
+) -> ServeHandle {
+    let mut config = json!({
         "plugins": {
             "slots": {"contextEngine": "sample-summary"},
             "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": chunk}}}
@@ -38,6 +51,9 @@ pub async fn serve_sample_engine(
         "store": {"path": dir.join("state").join("state.db")},
         "projection": projection,
     });
+    if let (Some(section), Value::Object(extra)) = (config["backend"].as_object_mut(), backend) {
+        section.extend(extra);
+    }
     let config = Config::parse(&config.to_string(), "test.json5").unwrap();
     let args = ServeArgs::listening_on("ws://127.0.0.1:0");
     serve::start(options(&config, &args).await.unwrap())
