@@ -259,18 +259,32 @@ fn every_command_reports_a_closed_stdout() {
     }
 }
 
-/// An empty session key is a usage error (exit 2) for `turn`, `chat` and `compact`.
+/// An empty session key is a usage error (exit 2) for `turn`, `chat` and `compact`, and a
+/// blank one (only spaces) alike, with the same message; nothing is stored for either.
 #[test]
 fn empty_session_key_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [
-        vec!["turn", "--session", "", "hi"],
-        vec!["chat", "--session", ""],
-        vec!["compact", "--session", ""],
-    ] {
-        let out = ctxbridge(dir.path()).args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+    for key in ["", "   "] {
+        for args in [
+            vec!["turn", "--session", key, "hi"],
+            vec!["chat", "--session", key],
+            vec!["compact", "--session", key],
+            vec!["reset", "--session", key],
+        ] {
+            let out = ctxbridge(dir.path()).args(&args).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("a session key must not be empty or blank"),
+                "{args:?}: {stderr}"
+            );
+        }
     }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "a refused session key left {left:?} behind"
+    );
 }
 
 /// `store.path: ""` is a configuration error naming the key; a relative `store.path` in a
@@ -407,4 +421,22 @@ fn doctor_does_not_advise_abandoning_a_locked_store() {
     assert!(text.contains("locked by another process"), "{text}");
     assert!(text.contains("not damaged"), "{text}");
     assert!(!text.contains("move it away"), "{text}");
+}
+
+/// `chat --help` says what its exit code means: 1 when a line was skipped (as a failed turn),
+/// although the session went on.
+#[test]
+fn chat_help_documents_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ctxbridge(dir.path())
+        .args(["chat", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        help.contains("Exits 0 when every line went through"),
+        "{help}"
+    );
+    assert!(help.contains("a line was skipped"), "{help}");
 }

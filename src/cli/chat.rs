@@ -14,8 +14,8 @@ use crate::harness::TurnSpec;
 /// `ctxbridge chat` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
-    /// The session key; must not be empty.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The session key; must not be empty or blank.
+    #[arg(long, value_parser = crate::cli::context::session_key)]
     pub session: String,
 }
 

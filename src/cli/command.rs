@@ -9,8 +9,8 @@ use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK, EXIT_RUNTIME
 /// `ctxbridge command` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct CommandArgs {
-    /// The session key; must not be empty.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The session key; must not be empty or blank.
+    #[arg(long, value_parser = crate::cli::context::session_key)]
     pub session: String,
     /// Print the command's whole reply as JSON.
     #[arg(long)]

@@ -7,8 +7,8 @@ use crate::cli::context::{outln, CliError, CommandContext, EXIT_OK, EXIT_RUNTIME
 /// `ctxbridge compact` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct CompactArgs {
-    /// The session key; must not be empty.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The session key; must not be empty or blank.
+    #[arg(long, value_parser = crate::cli::context::session_key)]
     pub session: String,
     /// Print the result as JSON.
     #[arg(long)]

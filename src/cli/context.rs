@@ -286,6 +286,15 @@ impl CommandContext {
     }
 }
 
+/// The `--session` value parser: a key that is empty or only blanks names no session (both
+/// are refused alike, with the same message).
+pub fn session_key(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err("a session key must not be empty or blank".to_owned());
+    }
+    Ok(value.to_owned())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -52,7 +52,9 @@ pub enum Command {
     /// Run one turn of a session (state persists between invocations).
     Turn(turn::TurnArgs),
     /// Interactive session: one turn per line; `/compact` runs manual compaction, `/reset`
-    /// resets the session, `/NAME ARGS` runs a command the context engine registered.
+    /// resets the session, `/NAME ARGS` runs a command the context engine registered. Exits 0
+    /// when every line went through, 1 when a turn or a compaction failed or a line was
+    /// skipped (not UTF-8: reported, and the session went on), so a script sees it.
     Chat(chat::ChatArgs),
     /// Reset a session (fires `before_reset` and `session_end`; the next turn starts anew).
     Reset(reset::ResetArgs),

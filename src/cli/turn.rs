@@ -13,8 +13,8 @@ use crate::harness::{HarnessError, TurnSpec};
 /// `ctxbridge turn` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct TurnArgs {
-    /// The session key (state persists between invocations); must not be empty.
-    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    /// The session key (state persists between invocations); must not be empty or blank.
+    #[arg(long, value_parser = crate::cli::context::session_key)]
     pub session: String,
     /// Print one JSON object instead of the reply.
     #[arg(long)]

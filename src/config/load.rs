@@ -96,6 +96,7 @@ impl Config {
                 ],
                 message: "must not be empty: name the state database file (an empty path would keep every session in memory and lose it at exit)".into(),
                 source: None,
+                about_key: false,
             };
             return Err(error.locate(source, file));
         }
@@ -142,6 +143,7 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                 crate::contract::json_kind(&value)
             ),
             source: None,
+            about_key: false,
         });
     };
     let kind = match map.remove("kind") {
@@ -157,6 +159,7 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                     crate::contract::json_kind(&other)
                 ),
                 source: None,
+                about_key: false,
             })
         }
         None => {
@@ -164,9 +167,25 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                 path: backend_path.to_vec(),
                 message: "missing field `kind`".to_string(),
                 source: None,
+                about_key: false,
             })
         }
     };
+    if kind == "mock" {
+        // The mock backend has no settings: say so, instead of serde's "there are no fields".
+        if let Some(key) = map.keys().next() {
+            let mut path = backend_path.to_vec();
+            path.push(PathSegment::Key(key.clone()));
+            return Err(UnlocatedError {
+                path,
+                message: format!(
+                    "the mock backend takes no settings (`{key}` is not one); remove it, or pick another `backend.kind`"
+                ),
+                source: None,
+                about_key: true,
+            });
+        }
+    }
     let rest = Value::Object(map);
     match kind.as_str() {
         "mock" => {
@@ -187,6 +206,7 @@ fn parse_backend(value: Value) -> Result<BackendConfig, UnlocatedError> {
                 "unknown variant `{other}`, expected one of `mock`, `codex`, `responses`"
             ),
             source: None,
+            about_key: false,
         }),
     }
 }
@@ -207,6 +227,7 @@ fn check_backend_url(codex: &CodexBackendConfig) -> Result<(), UnlocatedError> {
             "{what} only applies to an app-server ctxbridge spawns; backend.url ({url}) names one that already runs, so configure it where it is started"
         ),
         source: None,
+        about_key: false,
     }
     };
     if !codex.config.is_empty() {
@@ -231,6 +252,7 @@ fn check_store_url(url: &str) -> Result<(), UnlocatedError> {
             ],
             message: "not a PostgreSQL connection URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE) or key/value connection string (host=… dbname=…); the value is not shown, as it may hold a password".into(),
             source: None,
+            about_key: false,
         }),
     }
 }
@@ -260,6 +282,7 @@ fn deserialize_at<T: serde::de::DeserializeOwned>(
             path,
             message: source.to_string(),
             source: Some(source),
+            about_key: false,
         }
     })
 }
@@ -271,6 +294,9 @@ struct UnlocatedError {
     message: String,
     /// The deserializer's error, when serde raised it (not for the backend's own checks).
     source: Option<serde_json::Error>,
+    /// The error is about the key at `path` itself (a key that must not be there), not its
+    /// value: the position points at the key.
+    about_key: bool,
 }
 
 impl UnlocatedError {
@@ -284,7 +310,7 @@ impl UnlocatedError {
                 path.push(PathSegment::Key(key.clone()));
             }
         }
-        let target = if unknown_key.is_some() {
+        let target = if unknown_key.is_some() || self.about_key {
             Target::Key
         } else {
             Target::Value
@@ -569,8 +595,12 @@ mod tests {
             err(src),
             "ctxbridge.json5:1:12: backend: missing field `kind`"
         );
-        let src = "{ backend: { kind: 'mock', model: 'm' } }";
-        assert!(err(src).starts_with("ctxbridge.json5:1:28: backend.model: unknown field `model`"));
+        // The mock backend has no settings, and says so (not serde's "there are no fields").
+        let src = "{ backend: { kind: 'mock', bogus: 'm' } }";
+        assert_eq!(
+            err(src),
+            "ctxbridge.json5:1:28: backend.bogus: the mock backend takes no settings (`bogus` is not one); remove it, or pick another `backend.kind`"
+        );
     }
 
     /// `backend.url` takes ws://HOST:PORT or unix://PATH; anything else, and the keys that

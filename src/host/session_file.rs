@@ -7,26 +7,37 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::contract::{AgentMessage, Role};
+use crate::projection::fingerprint::sha256_hex;
 
 /// The session file format version this host writes.
 pub const SESSION_FILE_VERSION: u32 = 4;
 
+/// The longest session file name written: file systems take 255 bytes, and an archived file
+/// (`ctxbridge reset`) adds `.reset.` and a timestamp to it.
+pub const MAX_FILE_NAME: usize = 200;
+
 /// The file name of a session's transcript: the id itself when it is URL-safe
 /// (`[A-Za-z0-9_-]`, at most 128 chars), else `b64-` and its unpadded base64url form, so two
-/// ids never share a file. Always ends in `.jsonl`.
+/// ids never share a file; an id whose encoded form would make the name longer than
+/// [`MAX_FILE_NAME`] is named by its SHA-256 instead (`sha256-` and 64 hex digits). Always
+/// ends in `.jsonl`.
 pub fn file_name(session_id: &str) -> String {
     let safe = !session_id.is_empty()
         && session_id.len() <= 128
         && session_id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !session_id.starts_with("b64-");
+        && !session_id.starts_with("b64-")
+        && !session_id.starts_with("sha256-");
     if safe {
-        format!("{session_id}.jsonl")
-    } else {
-        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(session_id);
-        format!("b64-{encoded}.jsonl")
+        return format!("{session_id}.jsonl");
     }
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(session_id);
+    let name = format!("b64-{encoded}.jsonl");
+    if name.len() <= MAX_FILE_NAME {
+        return name;
+    }
+    format!("sha256-{}.jsonl", sha256_hex(session_id))
 }
 
 /// A UTC calendar time: year, month, day, hour, minute, second, millisecond.
@@ -224,6 +235,27 @@ mod tests {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert!(file_name("b64-abc").starts_with("b64-YjY0"));
+        assert!(file_name("sha256-abc").starts_with("b64-"));
+    }
+
+    /// A session id of 10 KB (a name no file system takes whole) gets a file name within
+    /// [`MAX_FILE_NAME`], the same each time and another for another id.
+    #[test]
+    fn long_session_ids_get_short_file_names() {
+        let long = "k".repeat(10 * 1024);
+        let name = file_name(&long);
+        assert!(name.len() <= MAX_FILE_NAME, "{} bytes", name.len());
+        assert!(
+            name.starts_with("sha256-") && name.ends_with(".jsonl"),
+            "{name}"
+        );
+        assert_eq!(name, file_name(&long));
+        assert_ne!(name, file_name(&format!("{long}x")));
+        // The longest id still named by its base64 form.
+        let fits = "é".repeat(70);
+        assert!(file_name(&fits).starts_with("b64-"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(&name), "").unwrap();
     }
 
     /// Timestamps are JavaScript ISO strings with milliseconds.
