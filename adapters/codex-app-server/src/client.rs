@@ -261,6 +261,19 @@ impl std::fmt::Debug for AppServerClient {
     }
 }
 
+/// `thread/resume`'s params for `params`, with `excludeTurns: true`.
+fn resume_request(params: &ThreadResumeParams) -> Result<Value, AppServerError> {
+    let mut request =
+        serde_json::to_value(params).map_err(|source| AppServerError::Deserialize {
+            method: "thread/resume".to_owned(),
+            source,
+        })?;
+    if let Some(object) = request.as_object_mut() {
+        object.insert("excludeTurns".to_owned(), Value::Bool(true));
+    }
+    Ok(request)
+}
+
 fn decode<T: DeserializeOwned>(method: &str, value: Value) -> Result<T, AppServerError> {
     serde_json::from_value(value).map_err(|source| AppServerError::Deserialize {
         method: method.to_owned(),
@@ -284,14 +297,7 @@ impl AppServerClient {
                 source,
             }
         })?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(config.args())
-            .env("CODEX_HOME", &config.codex_home)
-            .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        if let Some(cwd) = &config.cwd {
-            command.current_dir(cwd);
-        }
+        let command = config.process(&program);
         let piped =
             ctxbridge_jsonrpc::spawn_piped(command).map_err(|source| AppServerError::Spawn {
                 program: program.clone(),
@@ -444,14 +450,7 @@ impl AppServerClient {
         params: ThreadResumeParams,
     ) -> Result<ThreadResumed, AppServerError> {
         const METHOD: &str = "thread/resume";
-        let mut params =
-            serde_json::to_value(&params).map_err(|source| AppServerError::Deserialize {
-                method: METHOD.to_owned(),
-                source,
-            })?;
-        if let Some(object) = params.as_object_mut() {
-            object.insert("excludeTurns".to_owned(), Value::Bool(true));
-        }
+        let params = resume_request(&params)?;
         let raw = self.inner.transport.request(METHOD, params, None).await?;
         let envelope: ThreadEnvelope = decode(METHOD, raw.clone())?;
         Ok(ThreadResumed {
@@ -466,17 +465,11 @@ impl AppServerClient {
     /// `thread/resume` (as [`Self::thread_resume_with`]) unless this connection has the thread
     /// loaded already — started, resumed or forked on it — as Codex requires before a turn.
     pub async fn attach(&self, params: ThreadResumeParams) -> Result<(), AppServerError> {
-        const METHOD: &str = "thread/resume";
-        let thread_id = params.thread_id.clone();
-        let mut params =
-            serde_json::to_value(&params).map_err(|source| AppServerError::Deserialize {
-                method: METHOD.to_owned(),
-                source,
-            })?;
-        if let Some(object) = params.as_object_mut() {
-            object.insert("excludeTurns".to_owned(), Value::Bool(true));
-        }
-        self.inner.transport.attach(&thread_id, params).await
+        let request = resume_request(&params)?;
+        self.inner
+            .transport
+            .attach(&params.thread_id, request)
+            .await
     }
 
     /// `thread/inject_items`: append raw Responses items to the thread's model-visible history

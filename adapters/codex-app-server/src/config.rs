@@ -247,6 +247,20 @@ impl AppServerConfig {
         self
     }
 
+    /// The child's process: `program` with [`Self::args`], `CODEX_HOME`, the extra
+    /// environment and the working directory (stdio left to the caller).
+    pub fn process(&self, program: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(self.args())
+            .env("CODEX_HOME", &self.codex_home)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        command
+    }
+
     /// The arguments after the program: the rest of `command`, then `-c key=value` pairs.
     pub fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = self.command.iter().skip(1).cloned().collect();

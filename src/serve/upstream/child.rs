@@ -53,14 +53,7 @@ pub(crate) async fn spawn(
         path: config.codex_home.clone(),
         source,
     })?;
-    let mut command = tokio::process::Command::new(&program);
-    command
-        .args(config.args())
-        .env("CODEX_HOME", &config.codex_home)
-        .envs(config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    if let Some(cwd) = &config.cwd {
-        command.current_dir(cwd);
-    }
+    let command = config.process(&program);
     let Piped {
         child,
         stdin,
