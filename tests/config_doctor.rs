@@ -607,3 +607,42 @@ for line in sys.stdin:
         "{text}"
     );
 }
+
+/// `CTXBRIDGE_LOG` (or `RUST_LOG`) that is no log filter is an error naming the variable
+/// (exit 2, nothing run) instead of being replaced by the default silently; a valid one
+/// shows timestamped lines.
+#[test]
+fn an_invalid_log_filter_is_refused_and_logs_are_timestamped() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["CTXBRIDGE_LOG", "RUST_LOG"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+            .args(["turn", "--session", "a", "hi"])
+            .current_dir(dir.path())
+            .env_remove("CTXBRIDGE_LOG")
+            .env_remove("RUST_LOG")
+            .env(name, "ctxbridge=loud")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name}=\"ctxbridge=loud\" is not a log filter")),
+            "{name}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{name}: a turn ran");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args(["turn", "--session", "a", "hi"])
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .env("CTXBRIDGE_LOG", "debug")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stamped = |line: &str| {
+        let b = line.as_bytes();
+        b.len() > 20 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[10] == b'T'
+    };
+    assert!(stderr.lines().any(stamped), "no timestamped line: {stderr}");
+}

@@ -97,19 +97,33 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
     Ok(code)
 }
 
-/// Logs go to stderr; `CTXBRIDGE_LOG` (or `RUST_LOG`) sets the filter, default `warn`.
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("CTXBRIDGE_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("warn"));
+/// The log filter: `CTXBRIDGE_LOG`, else `RUST_LOG`, else `warn`. A variable that is set but
+/// is no filter is an error naming it (never silently replaced by the default).
+fn log_filter() -> Result<tracing_subscriber::EnvFilter, String> {
+    for name in ["CTXBRIDGE_LOG", "RUST_LOG"] {
+        let Some(value) = std::env::var_os(name) else {
+            continue;
+        };
+        let value = value.to_string_lossy();
+        return tracing_subscriber::EnvFilter::builder()
+            .parse(value.as_ref())
+            .map_err(|error| {
+                format!(
+                    "{name}={value:?} is not a log filter: {error} (a level such as `info` or `debug`, or directives such as `ctxbridge=debug,warn`)"
+                )
+            });
+    }
+    Ok(tracing_subscriber::EnvFilter::new("warn"))
+}
+
+/// Logs go to stderr, timestamped, filtered by [`log_filter`].
+fn init_tracing(filter: tracing_subscriber::EnvFilter) {
     // A second initialisation (tests embedding the CLI) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
-        .without_time()
         .try_init();
 }
 
@@ -127,7 +141,13 @@ pub fn main() -> ExitCode {
             });
         }
     };
-    init_tracing();
+    match log_filter() {
+        Ok(filter) => init_tracing(filter),
+        Err(message) => {
+            errln!("error: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -304,6 +304,11 @@ fn spawn_client(
     in_rx: mpsc::Receiver<Inbound>,
     out_tx: OutboundSender,
 ) -> tokio::task::JoinHandle<()> {
+    tracing::info!(
+        conn,
+        transport = shared.transport,
+        "serve: client connected"
+    );
     tokio::spawn(
         client::run(
             conn,
