@@ -21,6 +21,38 @@ use super::schema::{
 /// The file read when no `--config` is given. Its absence means "all defaults".
 pub const DEFAULT_CONFIG_PATH: &str = "ctxbridge.json5";
 
+/// The largest configuration file read: parsing takes many times a file's size in memory
+/// (a 60 MB file took 4.8 GB), and no configuration needs megabytes.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A configuration file's text, refused when over [`MAX_CONFIG_BYTES`] (read no further
+/// than one byte past the limit, whatever the file's size).
+fn read_config(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        let len = std::fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            len,
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        read_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text: {e}"),
+        ))
+    })
+}
+
 impl Config {
     /// Reads the configuration. `None` reads [`DEFAULT_CONFIG_PATH`] if it exists (a missing
     /// default file means all defaults); an explicitly given file must exist.
@@ -29,17 +61,19 @@ impl Config {
             Some(p) => (p.to_path_buf(), true),
             None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
         };
-        match std::fs::read_to_string(&path) {
+        match read_config(&path) {
             Ok(source) => {
                 let mut config = Config::parse(&source, &path.display().to_string())?;
                 let dir = path.parent().unwrap_or_else(|| Path::new(""));
                 config.resolve_paths_against(dir, &source);
                 Ok(config)
             }
-            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
+            Err(ConfigError::Read { source, .. })
+                if !explicit && source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 Ok(Config::default())
             }
-            Err(source) => Err(ConfigError::Read { path, source }),
+            Err(error) => Err(error),
         }
     }
 
@@ -367,6 +401,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is over [`MAX_CONFIG_BYTES`].
+    #[error("config file {}: {len} bytes, over the limit of {} bytes for a configuration; keep large data (transcripts, plugin state) in files the configuration names", path.display(), MAX_CONFIG_BYTES)]
+    TooLarge { path: PathBuf, len: u64 },
     /// The text is not JSON5.
     #[error("{file}:{line}:{column}: not valid JSON5: {message}")]
     Syntax {
@@ -690,6 +727,27 @@ mod tests {
         let e = Config::load(Some(&missing)).unwrap_err();
         assert!(matches!(e, ConfigError::Read { .. }));
         assert!(e.to_string().contains("nope.json5"), "{e}");
+    }
+
+    /// A file over the size limit is refused before it is parsed, naming the file and both
+    /// sizes; one at the limit is read.
+    #[test]
+    fn an_oversized_config_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.json5");
+        let padding = " ".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap() - 2);
+        std::fs::write(&path, format!("{{{padding}}}")).unwrap();
+        assert!(Config::load(Some(&path)).is_ok());
+        std::fs::write(&path, format!("{{{padding} }}")).unwrap();
+        let e = Config::load(Some(&path)).unwrap_err();
+        assert!(matches!(e, ConfigError::TooLarge { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("big.json5"), "{text}");
+        assert!(
+            text.contains(&format!("{} bytes", MAX_CONFIG_BYTES + 1)),
+            "{text}"
+        );
+        assert!(text.contains(&MAX_CONFIG_BYTES.to_string()), "{text}");
     }
 
     /// A file on disk is read and its errors carry its path.
