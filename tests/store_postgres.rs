@@ -274,6 +274,43 @@ fn newer_schema_is_refused() {
     assert!(err.to_string().contains(&db.schema), "{err}");
 }
 
+/// A configured schema this role may not create in (here its owner revoked its own rights,
+/// as a schema owned by another role would be) is refused naming the schema, the role and
+/// the privileges missing, instead of PostgreSQL's "no schema has been selected to create in".
+#[test]
+fn a_schema_without_privileges_is_named() {
+    let Some(db) = TestDb::new("a_schema_without_privileges_is_named") else {
+        return;
+    };
+    admin(
+        &db.url,
+        &format!(
+            "CREATE SCHEMA {schema}; REVOKE ALL ON SCHEMA {schema} FROM CURRENT_USER",
+            schema = db.schema
+        ),
+    )
+    .unwrap();
+    let err = PostgresStore::connect(&db.url, db.options()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            StoreError::PostgresSetup {
+                operation: "apply schema migrations",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        text.contains(&format!("schema \"{}\"", db.schema)),
+        "{text}"
+    );
+    assert!(text.contains("lacks USAGE, CREATE"), "{text}");
+    assert!(text.contains("GRANT USAGE, CREATE ON SCHEMA"), "{text}");
+    assert!(!text.contains("no schema has been selected"), "{text}");
+}
+
 /// A statement blocked by another transaction's lock fails within the statement timeout with
 /// an error naming the operation, instead of hanging the caller.
 #[test]

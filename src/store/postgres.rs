@@ -386,6 +386,30 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
+/// The configured schema exists but this role lacks privileges on it.
+#[derive(Debug)]
+struct SchemaAccess {
+    schema: String,
+    role: String,
+    owner: String,
+    missing: String,
+}
+
+impl std::fmt::Display for SchemaAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SchemaAccess {
+            schema,
+            role,
+            owner,
+            missing,
+        } = self;
+        write!(
+            f,
+            "role \"{role}\" lacks {missing} on schema \"{schema}\" (store.schema; owned by \"{owner}\"): run `GRANT USAGE, CREATE ON SCHEMA \"{schema}\" TO \"{role}\"` as its owner, or set store.schema to a schema this role owns"
+        )
+    }
+}
+
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a key/value connection
     /// string), creates the schema if one is configured and applies pending migrations. Errors
@@ -470,6 +494,8 @@ impl PostgresStore {
         SCHEMA_VERSION
     }
 
+    /// Creates the schema when missing, checks that this role may use it, and applies the
+    /// migrations this build knows.
     fn migrate(&self) -> Result<(), StoreError> {
         let schema = self.schema.clone();
         let found = self.run("apply schema migrations", move |mut client| async move {
@@ -483,6 +509,32 @@ impl PostgresStore {
             if let Some(schema) = &schema {
                 tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
                     .await?;
+                // A schema this role may not use or create in is skipped by `search_path`,
+                // and PostgreSQL then says only "no schema has been selected to create in".
+                let row = tx
+                    .query_one(
+                        "SELECT current_user::text,
+                                (SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = $1),
+                                has_schema_privilege($1, 'USAGE'),
+                                has_schema_privilege($1, 'CREATE')",
+                        &[schema],
+                    )
+                    .await?;
+                let (role, owner): (String, Option<String>) = (row.try_get(0)?, row.try_get(1)?);
+                let missing: Vec<&str> = [("USAGE", row.try_get::<_, bool>(2)?), ("CREATE", row.try_get(3)?)]
+                    .into_iter()
+                    .filter(|(_, held)| !held)
+                    .map(|(privilege, _)| privilege)
+                    .collect();
+                if !missing.is_empty() {
+                    tx.rollback().await?;
+                    return Ok(Err(SchemaAccess {
+                        schema: schema.clone(),
+                        role,
+                        owner: owner.unwrap_or_default(),
+                        missing: missing.join(", "),
+                    }));
+                }
             }
             tx.batch_execute(
                 "CREATE TABLE IF NOT EXISTS ctxbridge_schema_migrations (
@@ -500,7 +552,7 @@ impl PostgresStore {
                 .try_get(0)?;
             if found > SCHEMA_VERSION {
                 tx.rollback().await?;
-                return Ok(found);
+                return Ok(Ok(found));
             }
             for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
                 tx.batch_execute(sql).await?;
@@ -511,7 +563,12 @@ impl PostgresStore {
                 .await?;
             }
             tx.commit().await?;
-            Ok(found)
+            Ok(Ok(found))
+        })?;
+        let found = found.map_err(|access| StoreError::PostgresSetup {
+            url: self.url.clone(),
+            operation: "apply schema migrations",
+            message: access.to_string(),
         })?;
         if found > SCHEMA_VERSION {
             return Err(StoreError::SchemaTooNew {
