@@ -328,6 +328,45 @@ pub fn responses_sse(data: &[u8]) {
 /// a numeric code and a message (an oversize line's names the limit); the client thread id
 /// never reaches the backend as a request's thread; rewriting a notification or answer back to
 /// the client restores it.
+/// A client message's id and kind survive the client actor: a JSON object with an `id` is
+/// always answered or routed, never skipped, and under that same id; one with a string
+/// `method` is never taken for an answer to a server request, one without a `method` never
+/// for a request, and an answer carries exactly one of `result` and `error`.
+fn check_id_and_kind(entry: &ctxbridge::serve::fuzzing::Routed) {
+    let Some(Value::Object(message)) = entry
+        .line
+        .as_deref()
+        .and_then(|line| serde_json::from_str::<Value>(line).ok())
+    else {
+        return;
+    };
+    let Some(sent_id) = message.get("id") else {
+        return;
+    };
+    let has_method = message.get("method").is_some_and(Value::is_string);
+    let (kept_id, is_request, is_response) = match &entry.frame {
+        Frame::Skip | Frame::Notification { .. } => {
+            panic!("a message with an id was not answered: {message:?}")
+        }
+        Frame::Reject(answer) => (answer.get("id"), false, false),
+        Frame::Initialize { id } | Frame::Request { id, .. } => (Some(id), true, false),
+        Frame::Response { id, .. } => (Some(id), false, true),
+    };
+    assert_eq!(kept_id, Some(sent_id), "the id changed: {message:?}");
+    assert!(
+        !(has_method && is_response),
+        "a request was taken for an answer: {message:?}"
+    );
+    assert!(
+        has_method || !is_request,
+        "an answer was taken for a request: {message:?}"
+    );
+    assert!(
+        !is_response || message.contains_key("result") != message.contains_key("error"),
+        "an answer needs exactly one of `result` and `error`: {message:?}"
+    );
+}
+
 pub fn serve_client_frame(data: &[u8]) {
     let [limit, seed, stream @ ..] = data else {
         return;
@@ -350,6 +389,7 @@ pub fn serve_client_frame(data: &[u8]) {
     assert!(routed.len() <= lines, "more frames than lines");
     let mut initialized = false;
     for entry in &routed {
+        check_id_and_kind(entry);
         let original = match &entry.frame {
             Frame::Skip => None,
             Frame::Initialize { .. } => {

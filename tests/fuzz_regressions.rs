@@ -43,6 +43,47 @@ fn every_seed_passes_its_target() {
     }
 }
 
+/// Ids of every JSON kind come back as they were sent (a number beyond u64 as JSON read it);
+/// an object with an id but no `method` is an answer or refused, never a request; a
+/// non-string `method` is refused under its id (issue 28: the request/response ambiguity).
+#[tokio::test]
+async fn serve_ids_and_answers_keep_their_ids_and_kind() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/serve_client_frame");
+    let seed = std::fs::read(root.join("ids_and_answers")).unwrap();
+    let routed = client_frames(&seed[2..], 1 << 20, &mut ThreadMap::new(None)).await;
+    let ids: Vec<serde_json::Value> = routed
+        .iter()
+        .map(|entry| match &entry.frame {
+            Frame::Initialize { id } | Frame::Request { id, .. } | Frame::Response { id, .. } => {
+                id.clone()
+            }
+            Frame::Reject(answer) => answer["id"].clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids[2], json!(-7));
+    assert_eq!(ids[3], json!(1.5));
+    assert_eq!(ids[4], json!("s-1"));
+    assert_eq!(ids[6], json!({"a": 1}));
+    assert!(
+        matches!(&routed[7].frame, Frame::Reject(a) if a["id"] == json!(99) && a["error"]["code"] == json!(-32600))
+    );
+    assert!(matches!(&routed[8].frame, Frame::Reject(a) if a["id"] == json!(7)));
+    assert!(matches!(&routed[9].frame, Frame::Reject(a) if a["id"] == json!(1)));
+    assert!(matches!(
+        &routed[10].frame,
+        Frame::Response { outcome: Ok(_), .. }
+    ));
+    assert!(matches!(
+        &routed[11].frame,
+        Frame::Response {
+            outcome: Err(_),
+            ..
+        }
+    ));
+    assert!(matches!(&routed[12].frame, Frame::Request { method, .. } if method == "initialized"));
+}
+
 /// Found by the engine fault matrix: serde reads a struct from an array of its fields, so
 /// `["committed"]` decoded as `{status: "committed"}`. Results must be JSON objects.
 #[test]

@@ -9,7 +9,7 @@ use ctxbridge_jsonrpc::{line_reader, next_frame};
 use serde_json::{json, Value};
 use tokio::io::AsyncRead;
 
-use crate::serve::client::{classify, inbound_of};
+use crate::serve::client::{classify, inbound_of, Inbound};
 use crate::serve::route::{subscribes, SessionOp};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 
@@ -18,6 +18,8 @@ pub use crate::serve::client::Frame;
 /// A frame read from the client and what the router would make of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routed {
+    /// The line's text as the client actor got it (`None`: over the limit, unread).
+    pub line: Option<String>,
     /// The client actor's decision.
     pub frame: Frame,
     /// For requests, notifications and answers: the params (or result) after the
@@ -44,8 +46,13 @@ pub async fn client_frames<R: AsyncRead + Unpin>(
     let mut routed = Vec::new();
     while let Ok(Some(line)) = next_frame(&mut reader).await {
         let inbound = inbound_of(line);
+        let text = match &inbound {
+            Inbound::Text(text) => Some(text.clone()),
+            Inbound::Oversize(_) => None,
+        };
         let frame = classify(inbound, initialized, max_message_bytes);
         let mut entry = Routed {
+            line: text,
             frame,
             rewritten: None,
             thread: None,
