@@ -335,20 +335,12 @@ pub fn codex_backend_config(
             url: url.to_string(),
         });
     }
-    let mut command = codex.command.clone();
-    // `codex` installed by `npm ci` lives in node_modules, not on PATH.
-    if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
-        if let Some(binary) = locate_codex_binary() {
-            command[0] = binary.display().to_string();
-        }
-    }
+    let command = codex_command(codex);
     if command.is_empty() {
         return Err(AppError::EmptyCodexCommand);
     }
-    let codex_home = codex
-        .codex_home
-        .clone()
-        .unwrap_or_else(|| state_dir(config).join("codex-home"));
+    let codex_home =
+        crate::backend::codex_home::codex_home(config, codex.codex_home.as_deref()).path;
     Ok(CodexBackendConfig {
         command,
         codex_home,
@@ -357,6 +349,18 @@ pub fn codex_backend_config(
         env: Vec::new(),
         turn_limits: turn_limits(codex),
     })
+}
+
+/// `backend.command`, with a bare `codex` that is not on `PATH` replaced by the one `npm ci`
+/// installed in node_modules, when there is one.
+pub fn codex_command(codex: &crate::config::CodexBackendConfig) -> Vec<String> {
+    let mut command = codex.command.clone();
+    if command.first().is_some_and(|p| p == "codex") && !on_path("codex") {
+        if let Some(binary) = locate_codex_binary() {
+            command[0] = binary.display().to_string();
+        }
+    }
+    command
 }
 
 /// Whether the Codex program of `backend.command` can be started: an existing path, a name on

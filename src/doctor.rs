@@ -16,6 +16,7 @@ use std::path::Path;
 use codex_app_server_client::{is_below_tested, CodexVersion, NEWEST_TESTED, OLDEST_TESTED};
 
 use crate::backend::codex::CodexBackend;
+use crate::backend::codex_home::CodexHome;
 use crate::backend::ThreadedBackend;
 use crate::config::{BackendConfig, Config};
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
@@ -71,6 +72,19 @@ pub struct DoctorReport {
     pub retention: Option<std::time::Duration>,
     /// The Codex app-server's version check (Codex backend only).
     pub codex: Option<CodexCheck>,
+    /// Which Codex runs, and with which home (Codex backend only).
+    pub codex_setup: Option<CodexSetup>,
+}
+
+/// Which Codex ctxbridge runs and where its state is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodexSetup {
+    /// The Codex home and why it is there.
+    pub home: CodexHome,
+    /// The home holds a login (`auth.json`).
+    pub logged_in: bool,
+    /// The program started (`None`: `backend.url`, nothing is started).
+    pub binary: Option<String>,
 }
 
 /// What doctor learned from the Codex app-server's `initialize`.
@@ -455,6 +469,20 @@ impl DoctorReport {
         self.warn(no_op_compact_warning(engine_id));
     }
 
+    /// Attaches which Codex runs with which home; a home without a login is a warning (the
+    /// model provider may need none: an offline `backend.config` works without).
+    pub fn with_codex_setup(mut self, setup: CodexSetup) -> Self {
+        if !setup.logged_in && setup.binary.is_some() {
+            self.warn(format!(
+                "the Codex home {} holds no login (auth.json); log in with `CODEX_HOME={} codex login`, or set backend.codexHome to the home you logged in with",
+                setup.home.path.display(),
+                setup.home.path.display()
+            ));
+        }
+        self.codex_setup = Some(setup);
+        self
+    }
+
     /// Attaches the Codex version check; a version below the oldest tested one, an unknown
     /// version or an app-server that did not start is also a warning.
     pub fn with_codex_check(mut self, check: CodexCheck) -> Self {
@@ -583,6 +611,12 @@ impl DoctorReport {
             "canRun": self.can_run,
             "persisted": persisted,
             "retentionMs": self.retention.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "codexSetup": self.codex_setup.as_ref().map(|setup| json!({
+                "home": setup.home.path.display().to_string(),
+                "homeFrom": setup.home.source.as_str(),
+                "loggedIn": setup.logged_in,
+                "binary": setup.binary,
+            })),
             "codex": self.codex.as_ref().map(|check| match check {
                 CodexCheck::Version(version) => json!({"state": "version", "version": version.to_string()}),
                 CodexCheck::Unknown => json!({"state": "unknown"}),
@@ -658,6 +692,7 @@ pub async fn report(
         config_errors: Vec::new(),
         node_checks: Vec::new(),
         codex: None,
+        codex_setup: None,
         backend_problems: Vec::new(),
     }
 }
@@ -732,6 +767,23 @@ impl fmt::Display for DoctorReport {
                 capabilities.join(", ")
             }
         )?;
+        if let Some(setup) = &self.codex_setup {
+            writeln!(
+                f,
+                "codex home: {} (from {}; {})",
+                setup.home.path.display(),
+                setup.home.source.as_str(),
+                if setup.logged_in {
+                    "logged in"
+                } else {
+                    "no login"
+                }
+            )?;
+            match &setup.binary {
+                Some(binary) => writeln!(f, "codex binary: {binary}")?,
+                None => writeln!(f, "codex binary: none started (backend.url)")?,
+            }
+        }
         match &self.codex {
             None => {}
             Some(CodexCheck::Version(v)) => {

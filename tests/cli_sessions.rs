@@ -13,9 +13,11 @@ use std::time::Duration;
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Value};
 
+/// The binary in `dir`, Codex's home (`CODEX_HOME`) inside it, never the user's.
 fn ctxbridge(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctxbridge"));
-    cmd.current_dir(dir);
+    cmd.current_dir(dir)
+        .env("CODEX_HOME", dir.join("codex-home"));
     cmd
 }
 

@@ -7,12 +7,15 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs `ctxbridge args…` in `dir` (so no stray ./ctxbridge.json5 is picked up).
+/// The binary in `dir`, its logs at the default, and Codex's home (`CODEX_HOME`) inside `dir`,
+/// never the user's.
 fn ctxbridge(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
         .args(args)
         .current_dir(dir)
         .env_remove("CTXBRIDGE_LOG")
         .env_remove("RUST_LOG")
+        .env("CODEX_HOME", dir.join("codex-home"))
         .output()
         .unwrap()
 }
@@ -546,6 +549,65 @@ sys.stdin.read()
     assert!(text.contains("status: degraded: context engine \"p\" is quarantined (in this run): failed to load (factory): "), "{text}");
 }
 
+/// Doctor names the Codex home (from `CODEX_HOME`, else `~/.codex`, unless
+/// `backend.codexHome`), whether it holds a login, and the binary it starts; a home without
+/// a login is a warning, not a failure.
+#[test]
+fn doctor_names_the_codex_home_its_login_and_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ctxbridge.json5"),
+        "{ backend: { kind: 'codex', command: ['/nonexistent/codex', 'app-server'] } }",
+    )
+    .unwrap();
+    let run = |envs: &[(&str, &Path)], json: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ctxbridge"));
+        command
+            .arg("doctor")
+            .current_dir(dir.path())
+            .env_remove("CTXBRIDGE_LOG")
+            .env_remove("RUST_LOG")
+            .env_remove("CODEX_HOME");
+        if json {
+            command.arg("--json");
+        }
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        String::from_utf8(command.output().unwrap().stdout).unwrap()
+    };
+    let env_home = dir.path().join("from-env");
+    std::fs::create_dir_all(&env_home).unwrap();
+    std::fs::write(env_home.join("auth.json"), "{}").unwrap();
+    let text = run(&[("CODEX_HOME", &env_home)], false);
+    assert!(
+        text.contains(&format!(
+            "\ncodex home: {} (from CODEX_HOME; logged in)\n",
+            env_home.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ncodex binary: /nonexistent/codex\n"),
+        "{text}"
+    );
+    assert!(!text.contains("holds no login"), "{text}");
+    // Without CODEX_HOME: the user's ~/.codex, as Codex's own default; no login there.
+    let user = dir.path().join("user");
+    let report: serde_json::Value = serde_json::from_str(&run(&[("HOME", &user)], true)).unwrap();
+    let setup = &report["codexSetup"];
+    assert_eq!(
+        setup["home"],
+        user.join(".codex").display().to_string(),
+        "{setup}"
+    );
+    assert_eq!(setup["homeFrom"], "~/.codex, Codex's default", "{setup}");
+    assert_eq!(setup["loggedIn"], false, "{setup}");
+    assert_eq!(setup["binary"], "/nonexistent/codex", "{setup}");
+    let warnings = report["warnings"].to_string();
+    assert!(warnings.contains("holds no login"), "{warnings}");
+}
+
 /// Issue 13.2: on the Codex backend doctor spawns the app-server once and reports the version
 /// `initialize` gave (the pinned 0.171.0), with the tested range, and no warning about it.
 #[test]
@@ -559,9 +621,17 @@ fn doctor_reports_the_codex_version() {
         "backend": {"kind": "codex", "command": [binary.display().to_string(), "app-server"]}
     });
     let path = write(dir.path(), "c.json5", &config.to_string());
+    // A Codex home with a login (an API key), as a user's would be.
+    std::fs::create_dir_all(dir.path().join("codex-home")).unwrap();
+    write(
+        &dir.path().join("codex-home"),
+        "auth.json",
+        r#"{"OPENAI_API_KEY": "sk-test-not-used"}"#,
+    );
     let out = ctxbridge(dir.path(), &["doctor", "--config", &path]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("(from CODEX_HOME; logged in)\n"), "{text}");
     assert!(
         text.contains("\ncodex: 0.171.0 (tested: 0.169.0 to 0.171.0)\n"),
         "{text}"

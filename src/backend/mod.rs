@@ -18,6 +18,7 @@ use crate::host::capabilities::Capability;
 
 pub mod codex;
 pub mod codex_config;
+pub mod codex_home;
 /// The shared conformance suite: compiled for this crate's tests, and for other crates' tests
 /// through the `conformance` feature (the integration tests enable it).
 #[cfg(any(test, feature = "conformance"))]

@@ -37,6 +37,16 @@ pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliEr
         .with_persisted_state(persisted)
         .with_backend_problems(doctor::backend_problems(&config));
     if let BackendConfig::Codex(codex) = &config.backend {
+        let home = crate::backend::codex_home::codex_home(&config, codex.codex_home.as_deref());
+        report = report.with_codex_setup(doctor::CodexSetup {
+            logged_in: home.has_login(),
+            home,
+            binary: codex
+                .url
+                .is_none()
+                .then(|| crate::app::codex_command(codex).first().cloned())
+                .flatten(),
+        });
         let check = match app::codex_backend_config(&config, codex) {
             Ok(cfg) => doctor::check_codex(&CodexBackend::new(cfg)).await,
             Err(error) => doctor::CodexCheck::Unreachable {

@@ -155,7 +155,7 @@ pub(super) struct MockBackendConfig {}
 pub struct CodexBackendConfig {
     /// Program and arguments; default `["codex", "app-server"]`.
     pub command: Vec<String>,
-    /// `CODEX_HOME` for the child, if set.
+    /// `CODEX_HOME` for the child; unset, Codex's own default (`$CODEX_HOME`, else `~/.codex`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub codex_home: Option<PathBuf>,
     /// Dotted Codex config keys, each passed as `-c key=<TOML value>`.

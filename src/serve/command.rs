@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
-use codex_app_server_client::{locate_codex_binary, AppServerConfig};
+use codex_app_server_client::AppServerConfig;
 
 use crate::app::{open_with_backend, store_target};
 use crate::backend::codex::CodexBackend;
@@ -148,26 +148,12 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     let BackendConfig::Codex(codex) = &config.backend else {
         return Err(ServeSetupError::NotCodex);
     };
-    let mut command = codex.command.clone();
+    let command = crate::app::codex_command(codex);
     if command.is_empty() && codex.url.is_none() {
         return Err(ServeSetupError::EmptyCommand);
     }
-    // `codex` installed by `npm ci` lives in node_modules, not on PATH.
-    if command.first().is_some_and(|p| p == "codex") && which_codex_missing() {
-        if let Some(binary) = locate_codex_binary() {
-            command[0] = binary.display().to_string();
-        }
-    }
-    let state_dir = config
-        .store
-        .path
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("."));
-    let codex_home = codex
-        .codex_home
-        .clone()
-        .unwrap_or_else(|| state_dir.join("codex-home"));
+    let codex_home =
+        crate::backend::codex_home::codex_home(config, codex.codex_home.as_deref()).path;
     let mut upstream = AppServerConfig::new(codex_home)
         .with_command(command)
         .with_overrides(codex_overrides(codex));
@@ -216,9 +202,4 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     }
     options.store = Some(store);
     Ok(options)
-}
-
-fn which_codex_missing() -> bool {
-    !std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("codex").is_file()))
 }
