@@ -1064,6 +1064,29 @@ async fn serve_command_runs_and_stops_on_sigterm() {
         stderr.contains("--max-outgoing-bytes must be at least 1"),
         "{stderr}"
     );
+    // A busy port: the error names the address and the cause, with one `serve:` prefix.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let busy_dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        busy_dir.path().join("ctxbridge.json5"),
+        "{ backend: { kind: 'codex', command: ['/nonexistent/codex', 'app-server'], codexHome: 'ch' } }",
+    )
+    .unwrap();
+    let taken = std::process::Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args(["serve", "--listen", &format!("ws://127.0.0.1:{port}")])
+        .current_dir(busy_dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&taken.stderr);
+    assert_eq!(taken.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: serve: binding ws://127.0.0.1:{port}: ")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("in use"), "{stderr}");
+    assert!(!stderr.contains("serve: serve:"), "{stderr}");
+    drop(busy);
 
     let Some(binary) = locate_codex_binary() else {
         eprintln!("\n!!!!!!!! SKIPPED serve_command: no codex binary !!!!!!!!\n");

@@ -191,10 +191,10 @@ pub enum ServeError {
     MetricsNotLoopback { addr: SocketAddr },
     /// These options (or a clone of them) started a server already: its upstream handle
     /// belongs to that one.
-    #[error("serve: these options started a server already; make new ones for another")]
+    #[error("these options started a server already; make new ones for another")]
     AlreadyStarted,
     /// Binding the listener failed.
-    #[error("serve: binding {what}")]
+    #[error("binding {what}: {source}")]
     Bind {
         what: String,
         #[source]
