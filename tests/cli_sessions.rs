@@ -442,3 +442,34 @@ fn chat_help_documents_its_exit_code() {
     );
     assert!(help.contains("a line was skipped"), "{help}");
 }
+
+/// A `turn --json` that fails still prints one JSON object on stdout, `{"error": {kind,
+/// message, session}}`, and keeps its exit code (here a configuration error: 2).
+#[test]
+fn a_failed_json_turn_prints_its_error_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.json5"),
+        "{ agent: { tokenBudgte: 1 } }",
+    )
+    .unwrap();
+    let out = ctxbridge(dir.path())
+        .args([
+            "--config",
+            "bad.json5",
+            "turn",
+            "--session",
+            "s",
+            "--json",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "config", "{report}");
+    assert_eq!(report["error"]["session"], "s", "{report}");
+    let message = report["error"]["message"].as_str().unwrap();
+    assert!(message.contains("agent.tokenBudgte"), "{report}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("agent.tokenBudgte"));
+}

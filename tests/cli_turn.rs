@@ -362,6 +362,12 @@ async fn a_stalled_codex_turn_fails_clearly_and_records_nothing() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("idle timeout"), "{stderr}");
     assert!(stderr.contains("backend.idleTimeoutMs"), "{stderr}");
+    // Under --json the failure is a JSON object on stdout too.
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error"]["kind"], "backend", "{report}");
+    assert_eq!(report["error"]["session"], "stall", "{report}");
+    let message = report["error"]["message"].as_str().unwrap();
+    assert!(message.contains("backend.idleTimeoutMs"), "{report}");
     let store = SqliteStore::open(dir.path().join("state/state.db")).unwrap();
     let transcript = store.load_transcript("stall").unwrap();
     let texts: Vec<String> = transcript.iter().map(|e| e.message.plain_text()).collect();

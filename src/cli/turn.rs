@@ -41,10 +41,57 @@ pub(crate) fn reply_printer(
     (tx, task)
 }
 
-/// Runs one turn and prints the streamed reply (or, under `--json`, the turn report).
-/// SIGINT / SIGTERM cancel the turn (the backend turn is abandoned, nothing is recorded unless
-/// the turn was already recorded, the session lease is released) and exit 130 / 143.
+/// What kind of failure a turn's error is, for `turn --json` (read from the error's variant).
+fn error_kind(error: &CliError) -> &'static str {
+    match error {
+        CliError::Config(_) | CliError::EngineConfig { .. } => "config",
+        CliError::Usage(_) => "usage",
+        CliError::Open { .. } | CliError::Store { .. } => "store",
+        CliError::Harness { source, .. } => match source.as_ref() {
+            HarnessError::Backend { .. } => "backend",
+            HarnessError::Engine { .. } => "engine",
+            HarnessError::SessionBusy(_) => "session_busy",
+            HarnessError::HostRequirement(_) => "host_requirement",
+            HarnessError::NotRecorded { .. } => "not_recorded",
+            HarnessError::Store { .. } | HarnessError::Binding { .. } => "store",
+            _ => "turn",
+        },
+        _ => "turn",
+    }
+}
+
+/// Under `--json`, a failed turn still prints one JSON object on stdout:
+/// `{"error": {"kind", "message", "session", "reply"?}}` (the exit code stays the error's).
+fn print_json_error(out: &Stdout, session: &str, kind: &str, message: &str, reply: Option<&str>) {
+    let mut error = serde_json::json!({"kind": kind, "message": message, "session": session});
+    if let Some(reply) = reply {
+        error["reply"] = serde_json::Value::String(reply.to_owned());
+    }
+    out.write(&format!("{}\n", serde_json::json!({ "error": error })));
+}
+
+/// Runs one turn and prints the streamed reply (or, under `--json`, the turn report, or an
+/// `{"error": …}` object when it failed). SIGINT / SIGTERM cancel the turn (the backend turn
+/// is abandoned, nothing is recorded unless the turn was already recorded, the session lease
+/// is released) and exit 130 / 143.
 pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
+    let (json, session) = (args.json, args.session.clone());
+    match run_turn(context, args).await {
+        Err(error) if json => {
+            print_json_error(
+                &context.stdout,
+                &session,
+                error_kind(&error),
+                &error.to_string(),
+                None,
+            );
+            Err(error)
+        }
+        other => other,
+    }
+}
+
+async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
     let prompt = args.prompt.join(" ");
@@ -85,6 +132,13 @@ pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErro
                 source,
             };
             if args.json {
+                print_json_error(
+                    &out,
+                    &args.session,
+                    "not_recorded",
+                    &format!("turn: {error}"),
+                    Some(&reply),
+                );
                 eprintln!("error: turn: {error}\nreply: {reply}");
             } else {
                 out.write("\n");
