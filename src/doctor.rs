@@ -87,6 +87,12 @@ pub struct CodexSetup {
     pub binary: Option<String>,
 }
 
+/// `n` and the noun in its number ("1 session", "2 sessions").
+fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// What doctor learned from the Codex app-server's `initialize`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CodexCheck {
@@ -834,12 +840,16 @@ impl fmt::Display for DoctorReport {
                 if let Some(stats) = stats {
                     writeln!(
                         f,
-                        "state store: {} sessions, {} bindings, {} transcript entries, {} queued commits, {} documents",
-                        stats.sessions,
-                        stats.bindings,
-                        stats.transcript_entries,
-                        stats.outbox_pending,
-                        stats.documents
+                        "state store: {}, {}, {}, {}, {}",
+                        counted(stats.sessions, "session", "sessions"),
+                        counted(stats.bindings, "binding", "bindings"),
+                        counted(
+                            stats.transcript_entries,
+                            "transcript entry",
+                            "transcript entries"
+                        ),
+                        counted(stats.outbox_pending, "queued commit", "queued commits"),
+                        counted(stats.documents, "document", "documents")
                     )?;
                     if let Some(oldest) = stats.oldest_session_ms {
                         writeln!(f, "oldest session: last active {}", format_utc_ms(oldest))?;

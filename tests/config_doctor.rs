@@ -281,7 +281,7 @@ fn doctor_json_reports_store_counts_and_retention() {
     // The text report says the same, and doctor swept nothing.
     let text = stdout(&ctxbridge(dir.path(), &["doctor"]));
     assert!(
-        text.contains("state store: 1 sessions, 1 bindings, "),
+        text.contains("state store: 1 session, 1 binding, "),
         "{text}"
     );
     assert!(text.contains("oldest session: last active 20"), "{text}");
@@ -397,7 +397,12 @@ fn retention_values() {
     );
     let out = ctxbridge(dir.path(), &["--config", "bad.json5", "doctor"]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(stderr(&out).contains("store.retention"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("store.retention: \"soon\" is not a duration"),
+        "{err}"
+    );
+    assert_eq!(err.matches("store.retention").count(), 1, "{err}");
 }
 
 /// An engine that rejects its configuration (`-32010` from `initialize`) is a configuration

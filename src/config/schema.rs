@@ -407,7 +407,9 @@ impl Default for Retention {
 
 /// A `store.retention` value that is not a duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("store.retention: {value:?} is not a duration (a number with a unit ms, s, m, h or d, like \"30d\"; or \"off\")")]
+#[error(
+    "{value:?} is not a duration (a number with a unit ms, s, m, h or d, like \"30d\"; or \"off\")"
+)]
 pub struct RetentionError {
     /// The value as written.
     pub value: String,
