@@ -22,11 +22,11 @@ use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use codex_app_server_client::{AppServerError, Route, Transport};
+use codex_app_server_client::{developer_message, AppServerError, Route, Transport};
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use crate::serve::codex_link::{resume_params, HubTransport};
+use crate::serve::codex_link::HubTransport;
 use crate::serve::hub::ConnId;
 use crate::serve::seam::{ClientAnswer, TurnEnd, UpstreamHandle};
 
@@ -46,14 +46,9 @@ pub(crate) struct ClientTurnParams {
 pub(crate) struct CallFacts {
     /// The session key: the client thread id.
     pub session: String,
-    /// The asking connection (it owns the turn).
-    pub conn: ConnId,
-    /// The method whose first accepted request answers the client.
-    pub answers: &'static str,
-    /// The client request to answer.
+    /// The client request to answer: its connection owns the turn, and the first accepted
+    /// request of its method answers it.
     pub answer: ClientAnswer,
-    /// Told when the upstream accepted (its answer went to the client).
-    pub accepted: oneshot::Sender<()>,
     /// The client's `turn/start` (none for a compaction).
     pub turn: Option<ClientTurnParams>,
     /// The client's own backend thread, to adopt as the session's first thread.
@@ -64,8 +59,10 @@ pub(crate) struct CallFacts {
 pub(crate) struct ClientCall {
     hub: HubTransport,
     session: String,
+    /// The asking connection (it owns the turn).
     conn: ConnId,
-    answers: &'static str,
+    /// The method whose first accepted request answers the client.
+    answers: String,
     turn: Option<ClientTurnParams>,
     /// Taken by the first accepted request of `answers`.
     pending_answer: Mutex<Option<(ClientAnswer, oneshot::Sender<()>)>>,
@@ -82,18 +79,25 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ClientCall {
-    pub(crate) fn new(upstream: UpstreamHandle, facts: CallFacts) -> ClientCall {
-        ClientCall {
+    /// The connection of the request `facts` names, and what resolves once the upstream
+    /// accepted it (its answer went to the client).
+    pub(crate) fn new(
+        upstream: UpstreamHandle,
+        facts: CallFacts,
+    ) -> (ClientCall, oneshot::Receiver<()>) {
+        let (accepted, accepted_rx) = oneshot::channel();
+        let call = ClientCall {
             hub: HubTransport { upstream },
             session: facts.session,
-            conn: facts.conn,
-            answers: facts.answers,
+            conn: facts.answer.conn,
+            answers: facts.answer.method.clone(),
             turn: facts.turn,
-            pending_answer: Mutex::new(Some((facts.answer, facts.accepted))),
+            pending_answer: Mutex::new(Some((facts.answer, accepted))),
             adopt: Mutex::new(facts.adopt),
             attached: Mutex::new(HashSet::new()),
             accepted_turn: Mutex::new(None),
-        }
+        };
+        (call, accepted_rx)
     }
 
     /// The harness call is done with the accepted turn: its completion goes to the clients as
@@ -111,13 +115,9 @@ impl ClientCall {
     /// The session's first thread: the client's own, loaded and given the developer
     /// instructions `params` carries by injection. Answers as `thread/start` would.
     async fn adopt(&self, thread: String, params: &Value) -> Result<Value, AppServerError> {
-        self.attach(&thread, resume_params(&thread)).await?;
+        self.attach(&thread, Value::Object(Map::new())).await?;
         if let Some(text) = params.get("developerInstructions").and_then(Value::as_str) {
-            let item = serde_json::json!({
-                "type": "message",
-                "role": "developer",
-                "content": [{"type": "input_text", "text": text}],
-            });
+            let item = developer_message(text);
             self.hub
                 .request_via(
                     "thread/inject_items",

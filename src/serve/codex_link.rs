@@ -9,7 +9,7 @@ use codex_app_server_client::{
     AppServerClient, AppServerError, Route, ServerInfo, Transport, TurnLimits,
 };
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::backend::codex::Connect;
 use crate::serve::seam::{ClientAnswer, UpstreamHandle};
@@ -142,10 +142,4 @@ impl Connect for HubConnect {
             self.limits,
         ))
     }
-}
-
-/// `thread/resume`'s params naming only the thread (what a load without re-sent
-/// instructions sends).
-pub(crate) fn resume_params(thread_id: &str) -> Value {
-    json!({"threadId": thread_id})
 }

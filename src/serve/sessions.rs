@@ -80,20 +80,34 @@ impl EngineSessions {
         &self.harness
     }
 
-    /// The Codex backend for one client request: the one Codex backend on the request's own
-    /// connection, `call`.
-    async fn backend_on(
+    /// One client request's connection (see [`ClientCall::new`]) and the one Codex backend on
+    /// it, for that request's harness call.
+    async fn call_on(
         &self,
-        call: Arc<ClientCall>,
-    ) -> Result<Arc<dyn ThreadedBackend>, RpcError> {
+        upstream: UpstreamHandle,
+        facts: CallFacts,
+    ) -> Result<
+        (
+            Arc<ClientCall>,
+            oneshot::Receiver<()>,
+            Arc<dyn ThreadedBackend>,
+        ),
+        RpcError,
+    > {
         let shared = self
             .base
             .client("initialize")
             .await
             .map_err(|e| internal(crate::serve::error_chain(&e)))?;
-        let client =
-            AppServerClient::over(call, shared.server_info().clone(), shared.turn_limits());
-        Ok(Arc::new(CodexBackend::on(client, self.base.label())))
+        let (call, accepted) = ClientCall::new(upstream, facts);
+        let call = Arc::new(call);
+        let client = AppServerClient::over(
+            call.clone(),
+            shared.server_info().clone(),
+            shared.turn_limits(),
+        );
+        let backend = Arc::new(CodexBackend::on(client, self.base.label()));
+        Ok((call, accepted, backend))
     }
 
     /// Runs `work` (a harness call on `call`) in its own task; returns the upstream's answer
@@ -150,18 +164,13 @@ impl EngineSessions {
         let adopt =
             (bound.is_none() && request.backend_thread_id == session).then(|| session.clone());
         let (prompt, turn) = client_turn(request.params);
-        let (accepted_tx, accepted) = oneshot::channel();
         let facts = CallFacts {
             session: session.clone(),
-            conn: request.conn,
-            answers: "turn/start",
             answer: request.answer,
-            accepted: accepted_tx,
             turn: Some(turn),
             adopt,
         };
-        let call = Arc::new(ClientCall::new(upstream, facts));
-        let backend = self.backend_on(call.clone()).await?;
+        let (call, accepted, backend) = self.call_on(upstream, facts).await?;
         let harness = self.harness.clone();
         let recorded = call.clone();
         let spec = TurnSpec::new(session.clone(), prompt)
@@ -186,18 +195,13 @@ impl EngineSessions {
     ) -> Result<SessionAnswer, RpcError> {
         let session = request.client_thread_id.clone();
         let thread = request.backend_thread_id.clone();
-        let (accepted_tx, accepted) = oneshot::channel();
         let facts = CallFacts {
             session: session.clone(),
-            conn: request.conn,
-            answers: "thread/compact/start",
             answer: request.answer,
-            accepted: accepted_tx,
             turn: None,
             adopt: None,
         };
-        let call = Arc::new(ClientCall::new(upstream.clone(), facts));
-        let backend = self.backend_on(call.clone()).await?;
+        let (call, accepted, backend) = self.call_on(upstream.clone(), facts).await?;
         let harness = self.harness.clone();
         let key = session.clone();
         self.run_until_accepted(

@@ -261,6 +261,15 @@ impl std::fmt::Debug for AppServerClient {
     }
 }
 
+/// A developer message as a raw Responses item (what `thread/inject_items` takes).
+pub fn developer_message(text: &str) -> Value {
+    json!({
+        "type": "message",
+        "role": "developer",
+        "content": [{"type": "input_text", "text": text}],
+    })
+}
+
 /// `thread/resume`'s params for `params`, with `excludeTurns: true`.
 fn resume_request(params: &ThreadResumeParams) -> Result<Value, AppServerError> {
     let mut request =
@@ -493,12 +502,8 @@ impl AppServerClient {
         thread_id: &str,
         text: &str,
     ) -> Result<(), AppServerError> {
-        let item = json!({
-            "type": "message",
-            "role": "developer",
-            "content": [{"type": "input_text", "text": text}],
-        });
-        self.thread_inject_items(thread_id, vec![item]).await
+        self.thread_inject_items(thread_id, vec![developer_message(text)])
+            .await
     }
 
     /// `thread/compact/start`: Codex runs the compaction as a separate turn, whose events the

@@ -42,8 +42,9 @@ pub mod fuzzing {
 }
 
 pub use client::{
-    AdditionalContext, AdditionalContextKind, AppServerClient, DynamicToolSpec, ServerInfo,
-    ThreadResumeParams, ThreadResumed, ThreadStartParams, ThreadStarted, TurnStartParams,
+    developer_message, AdditionalContext, AdditionalContextKind, AppServerClient, DynamicToolSpec,
+    ServerInfo, ThreadResumeParams, ThreadResumed, ThreadStartParams, ThreadStarted,
+    TurnStartParams,
 };
 pub use config::{
     locate_codex_binary, locate_codex_binary_in, offline_overrides, overrides_json,

@@ -8,6 +8,7 @@
 
 use serde_json::{json, Value};
 
+use super::relay::turn_error;
 use super::Hub;
 use crate::serve::seam::TurnEnd;
 
@@ -139,7 +140,7 @@ impl Hub {
         self.relay_to_clients(
             "error",
             Some(thread.to_owned()),
-            json!({"threadId": thread, "turnId": turn, "willRetry": false, "error": error}),
+            turn_error(thread, turn, &error),
         );
         if let Some(object) = completion.get_mut("turn").and_then(Value::as_object_mut) {
             object.insert("status".to_owned(), json!("failed"));

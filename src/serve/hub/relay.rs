@@ -130,11 +130,11 @@ impl Hub {
                 answer,
                 hold,
             } => {
-                if let (Ok(result), Some(thread)) = (&outcome, hold) {
-                    let turn = result.pointer("/turn/id").and_then(Value::as_str);
-                    self.hold(thread, turn.map(str::to_owned));
-                }
                 if let Ok(result) = &outcome {
+                    if let Some(thread) = hold {
+                        let turn = result.pointer("/turn/id").and_then(Value::as_str);
+                        self.hold(thread, turn.map(str::to_owned));
+                    }
                     let mut result = result.clone();
                     self.threads
                         .rewrite(&mut result, Direction::ToClient, Some(&answer.method));
@@ -408,10 +408,7 @@ impl Hub {
     /// notification, then `turn/completed` with status `failed`, both carrying `message`.
     pub(super) fn fail_turn(&mut self, thread: &str, turn: &str, message: &str) {
         let error = json!({"message": message});
-        self.upstream_notification(
-            "error".to_owned(),
-            json!({"threadId": thread, "turnId": turn, "willRetry": false, "error": error}),
-        );
+        self.upstream_notification("error".to_owned(), turn_error(thread, turn, &error));
         self.upstream_notification(
             "turn/completed".to_owned(),
             json!({"threadId": thread, "turn": {"id": turn, "items": [], "status": "failed", "error": error}}),
@@ -443,4 +440,10 @@ impl Hub {
             self.complete(pending.origin, &pending.method, Err(error));
         }
     }
+}
+
+/// The params of the `error` notification that ends a turn for good (`willRetry: false`), as
+/// Codex sends before a failed `turn/completed`.
+pub(super) fn turn_error(thread: &str, turn: impl Into<Value>, error: &Value) -> Value {
+    json!({"threadId": thread, "turnId": turn.into(), "willRetry": false, "error": error})
 }
