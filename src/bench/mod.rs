@@ -21,9 +21,11 @@
 pub mod chart;
 pub mod engine;
 pub mod overhead;
+mod peer;
 pub mod projection_cost;
 pub mod scale;
 pub mod serve;
+mod serve_engine;
 pub mod timed;
 pub mod timed_store;
 

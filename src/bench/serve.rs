@@ -23,21 +23,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
-use ctxbridge_jsonrpc::{line_reader, next_frame, Frame, LineReader};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
-use futures::{SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 
-use crate::bench::{BenchError, BENCH_BASE_INSTRUCTIONS};
+use crate::bench::peer::Peer;
+use crate::bench::{serve_engine, BenchError, BENCH_BASE_INSTRUCTIONS};
 use crate::serve::{self as proxy, Connector, ListenAddr, Live, ServeOptions, UpstreamEvent};
 
 /// How long one reply may take before the bench gives up (a broken setup fails, not hangs).
-const PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
 /// Turns run before timing starts on each path.
-const WARMUP_TURNS: usize = 3;
+pub(crate) const WARMUP_TURNS: usize = 3;
 
 /// `ctxbridge bench --serve` arguments (flattened into `bench`'s).
 #[derive(Debug, Clone, clap::Args)]
@@ -49,6 +46,9 @@ pub struct ServeBenchArgs {
     /// Timed turns per latency path.
     #[arg(long, default_value_t = 200)]
     pub serve_turns: usize,
+    /// Timed harness turns per engine-session path (direct harness vs served; 0 skips them).
+    #[arg(long, default_value_t = 100)]
+    pub serve_engine_turns: usize,
     /// Timed `ctxbridge turn` processes (0 skips them).
     #[arg(long, default_value_t = 10)]
     pub serve_cli_turns: usize,
@@ -74,6 +74,7 @@ impl ServeBenchArgs {
     pub fn options(&self) -> ServeBenchOptions {
         ServeBenchOptions {
             turns: self.serve_turns.max(1),
+            engine_turns: self.serve_engine_turns,
             cli_turns: self.serve_cli_turns,
             codex_deltas: self.serve_codex_deltas.max(1),
             flood_messages: self.serve_flood.max(1),
@@ -106,6 +107,8 @@ pub async fn run_and_print(args: &ServeBenchArgs) -> Result<(), BenchError> {
 pub struct ServeBenchOptions {
     /// Timed turns per path (latency).
     pub turns: usize,
+    /// Timed harness turns per engine-session path (0 skips them).
+    pub engine_turns: usize,
     /// Timed `ctxbridge turn` processes (spawn-per-turn).
     pub cli_turns: usize,
     /// Deltas of the long reply streamed through Codex.
@@ -124,6 +127,7 @@ impl Default for ServeBenchOptions {
     fn default() -> Self {
         ServeBenchOptions {
             turns: 200,
+            engine_turns: 100,
             cli_turns: 10,
             codex_deltas: 5_000,
             flood_messages: 200_000,
@@ -146,7 +150,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(mut samples: Vec<Duration>) -> Latency {
+    pub(crate) fn of(mut samples: Vec<Duration>) -> Latency {
         samples.sort_unstable();
         let at = |q: f64| {
             if samples.is_empty() {
@@ -186,6 +190,10 @@ pub struct ServeBenchReport {
     pub direct: Latency,
     /// Through `serve` (WebSocket, pass-through).
     pub through_serve: Latency,
+    /// A harness turn on a Codex backend with its own child.
+    pub engine_direct: Latency,
+    /// The same harness turn served: a client's `turn/start` through serve's engine sessions.
+    pub engine_served: Latency,
     /// `ctxbridge turn` per turn.
     pub cli: Latency,
     /// A long streamed reply, direct.
@@ -200,206 +208,8 @@ pub struct ServeBenchReport {
     pub concurrent: (usize, usize, Latency),
 }
 
-fn runtime_err(operation: &'static str) -> impl FnOnce(String) -> BenchError {
+pub(crate) fn runtime_err(operation: &'static str) -> impl FnOnce(String) -> BenchError {
     move |message| BenchError::Runtime { operation, message }
-}
-
-/// A JSON-RPC peer: a WebSocket connection to `serve`, or an app-server child's stdio.
-enum Peer {
-    Ws(
-        Box<
-            tokio_tungstenite::WebSocketStream<
-                tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-            >,
-        >,
-    ),
-    Stdio(Box<StdioPeer>),
-}
-
-/// An app-server child and its stdio.
-struct StdioPeer {
-    _child: tokio::process::Child,
-    stdin: tokio::process::ChildStdin,
-    lines: LineReader<tokio::process::ChildStdout>,
-}
-
-impl Peer {
-    async fn ws(url: &str) -> Result<Peer, BenchError> {
-        // No Nagle delay on small frames, as serve's own listener (and upstream connection).
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
-            .await
-            .map_err(|e| runtime_err("connect to serve")(e.to_string()))?;
-        Ok(Peer::Ws(Box::new(ws)))
-    }
-
-    fn stdio(config: &AppServerConfig) -> Result<Peer, BenchError> {
-        let program = config
-            .command
-            .first()
-            .cloned()
-            .ok_or_else(|| runtime_err("start codex app-server")("no command".into()))?;
-        std::fs::create_dir_all(&config.codex_home).map_err(|source| BenchError::Io {
-            operation: "create the Codex home",
-            path: config.codex_home.clone(),
-            source,
-        })?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(config.args())
-            .env("CODEX_HOME", &config.codex_home)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        if let Some(cwd) = &config.cwd {
-            command.current_dir(cwd);
-        }
-        let mut child = command.spawn().map_err(|source| BenchError::Io {
-            operation: "start codex app-server",
-            path: PathBuf::from(&program),
-            source,
-        })?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(runtime_err("start codex app-server")(
-                "stdio not piped".into(),
-            ));
-        };
-        Ok(Peer::Stdio(Box::new(StdioPeer {
-            _child: child,
-            stdin,
-            lines: line_reader(stdout, config.max_line_bytes),
-        })))
-    }
-
-    async fn send(&mut self, message: &Value) -> Result<(), BenchError> {
-        let text = message.to_string();
-        let sent = match self {
-            Peer::Ws(ws) => ws
-                .send(Message::Text(text))
-                .await
-                .map_err(|e| e.to_string()),
-            Peer::Stdio(stdio) => {
-                let mut line = text.into_bytes();
-                line.push(b'\n');
-                stdio
-                    .stdin
-                    .write_all(&line)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        };
-        sent.map_err(runtime_err("send a message"))
-    }
-
-    /// The next message's text.
-    async fn recv_text(&mut self) -> Result<String, BenchError> {
-        let next = async {
-            match self {
-                Peer::Ws(ws) => loop {
-                    match ws.next().await {
-                        Some(Ok(Message::Text(text))) => return Ok(text),
-                        Some(Ok(Message::Close(_))) | None => {
-                            return Err("the connection closed".to_owned())
-                        }
-                        Some(Ok(_)) => continue,
-                        Some(Err(e)) => return Err(e.to_string()),
-                    }
-                },
-                Peer::Stdio(stdio) => match next_frame(&mut stdio.lines).await {
-                    Ok(Some(Frame::Line(line))) => Ok(String::from_utf8_lossy(&line).into_owned()),
-                    Ok(Some(Frame::TooLong(over))) => Err(format!(
-                        "the app-server wrote a line of {} bytes, over the limit",
-                        over.len
-                    )),
-                    Ok(None) => Err("the app-server closed its stdout".to_owned()),
-                    Err(e) => Err(e.to_string()),
-                },
-            }
-        };
-        match tokio::time::timeout(PATIENCE, next).await {
-            Ok(result) => result.map_err(runtime_err("receive a message")),
-            Err(_) => Err(runtime_err("receive a message")("nothing in time".into())),
-        }
-    }
-
-    async fn recv(&mut self) -> Result<Value, BenchError> {
-        let text = self.recv_text().await?;
-        serde_json::from_str(&text).map_err(|e| runtime_err("parse a message")(e.to_string()))
-    }
-
-    /// A request; its answer's result (notifications in between are skipped).
-    async fn call(&mut self, id: u64, method: &str, params: Value) -> Result<Value, BenchError> {
-        self.send(&json!({"id": id, "method": method, "params": params}))
-            .await?;
-        loop {
-            let message = self.recv().await?;
-            if message.get("id") == Some(&json!(id)) && message.get("method").is_none() {
-                if let Some(error) = message.get("error") {
-                    return Err(runtime_err("a request failed")(format!(
-                        "{method}: {error}"
-                    )));
-                }
-                return Ok(message.get("result").cloned().unwrap_or(Value::Null));
-            }
-        }
-    }
-
-    async fn initialize(&mut self) -> Result<(), BenchError> {
-        self.call(
-            0,
-            "initialize",
-            json!({"clientInfo": {"name": "ctxbridge-bench", "version": env!("CARGO_PKG_VERSION")}, "capabilities": {"experimentalApi": true}}),
-        )
-        .await?;
-        self.send(&json!({"method": "initialized"})).await
-    }
-
-    async fn start_thread(&mut self) -> Result<String, BenchError> {
-        let result = self
-            .call(
-                1,
-                "thread/start",
-                json!({"baseInstructions": BENCH_BASE_INSTRUCTIONS}),
-            )
-            .await?;
-        result
-            .pointer("/thread/id")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| runtime_err("thread/start")(format!("no thread id in {result}")))
-    }
-
-    /// One turn: its latency and the messages received until its `turn/completed` (which
-    /// is found without parsing every message: a substring check, so the client's own cost
-    /// stays small next to the relay's).
-    async fn turn(&mut self, id: u64, thread: &str, text: &str) -> Result<Throughput, BenchError> {
-        let started = Instant::now();
-        self.send(&json!({"id": id, "method": "turn/start", "params": {"threadId": thread, "input": [{"type": "text", "text": text}]}}))
-            .await?;
-        let mut messages = 0usize;
-        loop {
-            let text = self.recv_text().await?;
-            messages += 1;
-            if text.contains("\"turn/completed\"") {
-                let message: Value = serde_json::from_str(&text)
-                    .map_err(|e| runtime_err("parse turn/completed")(e.to_string()))?;
-                let status = message
-                    .pointer("/params/turn/status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if status != "completed" {
-                    return Err(runtime_err("a turn failed")(message.to_string()));
-                }
-                return Ok(Throughput {
-                    messages,
-                    elapsed: started.elapsed(),
-                });
-            }
-            if text.starts_with("{\"error\"") || text.contains("\"error\":{\"code\"") {
-                return Err(runtime_err("a turn failed")(text));
-            }
-        }
-    }
 }
 
 /// The Codex app-server configuration of every path (offline against `mock`).
@@ -830,6 +640,17 @@ pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchE
     drop(through);
     handle.shutdown().await;
 
+    // (a') The harness turn direct vs served by engine sessions, interleaved.
+    if options.engine_turns > 0 {
+        (report.engine_direct, report.engine_served) = serve_engine::engine_turns_interleaved(
+            codex_config(&binary, &dir.path().join("engine-direct"), &mock),
+            codex_config(&binary, &dir.path().join("engine-served"), &mock),
+            dir.path(),
+            options.engine_turns,
+        )
+        .await?;
+    }
+
     // (b) Long streamed replies through Codex (direct and through serve, interleaved), then
     // serve's relay alone.
     let mut direct = Peer::stdio(&codex_config(
@@ -918,6 +739,36 @@ pub fn format_table(report: &ServeBenchReport, options: &ServeBenchOptions) -> S
         format!("{:.3}", s.p50.as_secs_f64() / d.p50.as_secs_f64().max(1e-9)),
         "<= 1.05",
     );
+    let (ed, es) = (report.engine_direct, report.engine_served);
+    if ed.n > 0 {
+        line(
+            &mut out,
+            &format!(
+                "harness turn direct (own app-server, {} turns) p50 / p99 ms",
+                ed.n
+            ),
+            format!("{} / {}", ms(ed.p50), ms(ed.p99)),
+            "",
+        );
+        line(
+            &mut out,
+            &format!(
+                "harness turn served (ws, engine session, {} turns) p50 / p99 ms",
+                es.n
+            ),
+            format!("{} / {}", ms(es.p50), ms(es.p99)),
+            "",
+        );
+        line(
+            &mut out,
+            "serve added to a harness turn at p50 (ms)",
+            format!(
+                "{:.2}",
+                (es.p50.as_secs_f64() - ed.p50.as_secs_f64()) * 1000.0
+            ),
+            "<= 0.3 ms",
+        );
+    }
     let c = report.cli;
     if c.n > 0 {
         line(

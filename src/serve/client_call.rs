@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use codex_app_server_client::{developer_message, AppServerError, Route, Transport};
+use codex_app_server_client::{developer_message, loaded_thread, AppServerError, Route, Transport};
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
@@ -53,6 +53,9 @@ pub(crate) struct CallFacts {
     pub turn: Option<ClientTurnParams>,
     /// The client's own backend thread, to adopt as the session's first thread.
     pub adopt: Option<String>,
+    /// The backend thread the hub has loaded in the current upstream when it handed over the
+    /// request (`SessionRequest::needs_resume` false): known attached without asking.
+    pub loaded: Option<String>,
 }
 
 /// The shared upstream as one client request's connection (see the module documentation).
@@ -67,7 +70,8 @@ pub(crate) struct ClientCall {
     /// Taken by the first accepted request of `answers`.
     pending_answer: Mutex<Option<(ClientAnswer, oneshot::Sender<()>)>>,
     adopt: Mutex<Option<String>>,
-    /// Threads loaded during this request (each asked of the hub once).
+    /// Threads known loaded in the current upstream: the one the hub named with the request,
+    /// those this request started, resumed or forked, and those asked of the hub (each once).
     attached: Mutex<HashSet<String>>,
     /// The accepted turn (its backend thread and, when the answer named it, its id) whose
     /// completion waits for [`ClientCall::settle`].
@@ -94,7 +98,7 @@ impl ClientCall {
             turn: facts.turn,
             pending_answer: Mutex::new(Some((facts.answer, accepted))),
             adopt: Mutex::new(facts.adopt),
-            attached: Mutex::new(HashSet::new()),
+            attached: Mutex::new(facts.loaded.into_iter().collect()),
             accepted_turn: Mutex::new(None),
         };
         (call, accepted_rx)
@@ -218,7 +222,11 @@ impl Transport for ClientCall {
             _ => params,
         };
         let Some((answer, accepted)) = self.take_answer(method) else {
-            return self.hub.request_via(method, params, route, None).await;
+            let result = self.hub.request_via(method, params, route, None).await?;
+            if let Some(thread) = loaded_thread(method, &result) {
+                locked(&self.attached).insert(thread);
+            }
+            return Ok(result);
         };
         let params_thread = params
             .get("threadId")
@@ -274,5 +282,60 @@ impl Drop for ClientCall {
         self.settle(TurnEnd::Failed(
             "ctxbridge stopped serving this turn before it was recorded".to_owned(),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::serve::hub::HubMsg;
+    use tokio::sync::mpsc;
+
+    fn call_on(loaded: Option<&str>) -> (ClientCall, mpsc::UnboundedReceiver<HubMsg>) {
+        let (hub, rx) = mpsc::unbounded_channel();
+        let facts = CallFacts {
+            session: "s".to_owned(),
+            answer: ClientAnswer {
+                conn: 1,
+                id: Value::from(1),
+                method: "turn/start".to_owned(),
+            },
+            turn: None,
+            adopt: None,
+            loaded: loaded.map(str::to_owned),
+        };
+        let (call, _accepted) = ClientCall::new(UpstreamHandle { hub }, facts);
+        (call, rx)
+    }
+
+    /// The thread the hub named loaded with the request is attached without asking the hub
+    /// again; another thread is asked of the hub (a `thread/resume` unless it has it), once.
+    #[tokio::test]
+    async fn a_thread_known_loaded_is_not_asked_of_the_hub() {
+        let (call, mut hub) = call_on(Some("th"));
+        call.attach("th", Value::Object(Map::new())).await.unwrap();
+        assert!(
+            hub.try_recv().is_err(),
+            "the hub was asked about a loaded thread"
+        );
+
+        let asked = tokio::spawn(async move {
+            let attach = call.attach("other", Value::Object(Map::new())).await;
+            (call, attach)
+        });
+        match hub.recv().await.unwrap() {
+            HubMsg::EnsureAttached { thread, reply, .. } => {
+                assert_eq!(thread, "other");
+                reply.send(Ok(())).unwrap();
+            }
+            _ => panic!("expected the hub to be asked to attach"),
+        }
+        let (call, attach) = asked.await.unwrap();
+        attach.unwrap();
+        call.attach("other", Value::Object(Map::new()))
+            .await
+            .unwrap();
+        assert!(hub.try_recv().is_err(), "asked twice for one thread");
     }
 }

@@ -169,6 +169,7 @@ impl EngineSessions {
             answer: request.answer,
             turn: Some(turn),
             adopt,
+            loaded: (!request.needs_resume).then_some(request.backend_thread_id),
         };
         let (call, accepted, backend) = self.call_on(upstream, facts).await?;
         let harness = self.harness.clone();
@@ -200,6 +201,7 @@ impl EngineSessions {
             answer: request.answer,
             turn: None,
             adopt: None,
+            loaded: (!request.needs_resume).then_some(thread.clone()),
         };
         let (call, accepted, backend) = self.call_on(upstream.clone(), facts).await?;
         let harness = self.harness.clone();
