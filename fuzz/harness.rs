@@ -29,7 +29,7 @@ use ctxbridge::quarantine::{
 use ctxbridge::serve::fuzzing::{client_frames, Frame};
 use ctxbridge::serve::thread_map::{thread_of, Direction};
 use ctxbridge::serve::{ThreadMap, DEFAULT_MAX_MESSAGE_BYTES};
-use ctxbridge_jsonrpc::{BytesMut, Decoder, Frame as LineFrame, LineCodec};
+use ctxbridge_jsonrpc::{answer_text, BytesMut, Decoder, Frame as LineFrame, LineCodec, RequestId};
 use futures::StreamExt;
 use responses_client::sse::ResponseStream;
 use responses_client::types::ResponseEvent;
@@ -343,16 +343,25 @@ fn check_id_and_kind(entry: &ctxbridge::serve::fuzzing::Routed) {
     let Some(sent_id) = message.get("id") else {
         return;
     };
+    // The id as the client wrote it (a number beyond 64 bits included).
+    let sent_id = entry
+        .line
+        .as_deref()
+        .map(|line| RequestId::of_message(line, sent_id));
     let has_method = message.get("method").is_some_and(Value::is_string);
     let (kept_id, is_request, is_response) = match &entry.frame {
         Frame::Skip | Frame::Notification { .. } => {
             panic!("a message with an id was not answered: {message:?}")
         }
-        Frame::Reject(answer) => (answer.get("id"), false, false),
-        Frame::Initialize { id } | Frame::Request { id, .. } => (Some(id), true, false),
-        Frame::Response { id, .. } => (Some(id), false, true),
+        Frame::Reject { id, .. } => (id, false, false),
+        Frame::Initialize { id } | Frame::Request { id, .. } => (id, true, false),
+        Frame::Response { id, .. } => (id, false, true),
     };
-    assert_eq!(kept_id, Some(sent_id), "the id changed: {message:?}");
+    assert_eq!(
+        Some(kept_id),
+        sent_id.as_ref(),
+        "the id changed: {message:?}"
+    );
     assert!(
         !(has_method && is_response),
         "a request was taken for an answer: {message:?}"
@@ -397,13 +406,17 @@ pub fn serve_client_frame(data: &[u8]) {
                 initialized = true;
                 None
             }
-            Frame::Reject(message) => {
-                assert!(message.get("id").is_some(), "a rejection without an id");
+            Frame::Reject { id, error } => {
+                // The answer the client gets is one JSON object under that id, with a code
+                // and a message.
+                let answer: Value = serde_json::from_str(&answer_text(id, Err(error)))
+                    .unwrap_or_else(|e| panic!("a rejection is not JSON: {e}"));
+                assert!(answer.get("id").is_some(), "a rejection without an id");
                 assert!(
-                    message["error"]["code"].is_i64(),
+                    answer["error"]["code"].is_i64(),
                     "a rejection without a code"
                 );
-                let text = message["error"]["message"].as_str();
+                let text = answer["error"]["message"].as_str();
                 assert!(text.is_some(), "a rejection without a message");
                 if text.is_some_and(|t| t.starts_with("message of ")) {
                     assert!(text.is_some_and(|t| t.contains(&format!("limit of {max} bytes"))));

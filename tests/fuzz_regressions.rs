@@ -12,6 +12,7 @@ use ctxbridge::contract::{CommitTurnResult, EngineError, EngineMethod, IngestRes
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::serve::fuzzing::{client_frames, Frame};
 use ctxbridge::serve::{SessionOp, ThreadMap};
+use ctxbridge_jsonrpc::{answer_text, RequestId};
 use serde_json::json;
 
 /// What a fuzz target does with one input.
@@ -43,7 +44,8 @@ fn every_seed_passes_its_target() {
     }
 }
 
-/// Ids of every JSON kind come back as they were sent (a number beyond u64 as JSON read it);
+/// Ids of every JSON kind come back as they were sent, a number beyond u64 and a fraction
+/// digit for digit (issue 28 item 8);
 /// an object with an id but no `method` is an answer or refused, never a request; a
 /// non-string `method` is refused under its id (issue 28: the request/response ambiguity).
 #[tokio::test]
@@ -51,25 +53,30 @@ async fn serve_ids_and_answers_keep_their_ids_and_kind() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/serve_client_frame");
     let seed = std::fs::read(root.join("ids_and_answers")).unwrap();
     let routed = client_frames(&seed[2..], 1 << 20, &mut ThreadMap::new(None)).await;
-    let ids: Vec<serde_json::Value> = routed
+    let ids: Vec<&RequestId> = routed
         .iter()
         .map(|entry| match &entry.frame {
-            Frame::Initialize { id } | Frame::Request { id, .. } | Frame::Response { id, .. } => {
-                id.clone()
-            }
-            Frame::Reject(answer) => answer["id"].clone(),
+            Frame::Initialize { id }
+            | Frame::Request { id, .. }
+            | Frame::Response { id, .. }
+            | Frame::Reject { id, .. } => id,
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(ids[2], json!(-7));
-    assert_eq!(ids[3], json!(1.5));
-    assert_eq!(ids[4], json!("s-1"));
-    assert_eq!(ids[6], json!({"a": 1}));
-    assert!(
-        matches!(&routed[7].frame, Frame::Reject(a) if a["id"] == json!(99) && a["error"]["code"] == json!(-32600))
+    assert_eq!(ids[1].as_json(), "1180591620717411303424");
+    assert_eq!(
+        answer_text(ids[1], Ok(&json!([]))),
+        r#"{"id":1180591620717411303424,"result":[]}"#
     );
-    assert!(matches!(&routed[8].frame, Frame::Reject(a) if a["id"] == json!(7)));
-    assert!(matches!(&routed[9].frame, Frame::Reject(a) if a["id"] == json!(1)));
+    assert_eq!(*ids[2], json!(-7));
+    assert_eq!(ids[3].as_json(), "1.5");
+    assert_eq!(*ids[4], json!("s-1"));
+    assert_eq!(*ids[6], json!({"a": 1}));
+    assert!(
+        matches!(&routed[7].frame, Frame::Reject { id, error } if *id == json!(99) && error.code == -32600)
+    );
+    assert!(matches!(&routed[8].frame, Frame::Reject { id, .. } if *id == json!(7)));
+    assert!(matches!(&routed[9].frame, Frame::Reject { id, .. } if *id == json!(1)));
     assert!(matches!(
         &routed[10].frame,
         Frame::Response { outcome: Ok(_), .. }
@@ -124,7 +131,12 @@ async fn serve_seed_frames_are_classified_and_routed() {
     threads.bind("client-th", "backend-th").unwrap();
     let routed = client_frames(&seed[2..], 1 << 20, &mut threads).await;
     assert_eq!(routed.len(), 12);
-    assert_eq!(routed[0].frame, Frame::Initialize { id: json!(0) });
+    assert_eq!(
+        routed[0].frame,
+        Frame::Initialize {
+            id: RequestId::from_value(&json!(0))
+        }
+    );
     assert_eq!(routed[1].frame, Frame::Skip);
     assert!(
         matches!(&routed[2].frame, Frame::Request { id, method, .. } if *id == json!(1) && method == "thread/start")
@@ -146,7 +158,7 @@ async fn serve_seed_frames_are_classified_and_routed() {
     assert_eq!(
         routed[7].frame,
         Frame::Response {
-            id: json!(1),
+            id: RequestId::from_value(&json!(1)),
             outcome: Ok(json!({"decision": "accept"}))
         }
     );
@@ -176,10 +188,7 @@ async fn serve_handshake_and_oversize_frames_are_refused() {
     let seed = std::fs::read(root.join("handshake_errors")).unwrap();
     let routed = client_frames(&seed[2..], 1 << 20, &mut ThreadMap::new(None)).await;
     let rejected = |i: usize| match &routed[i].frame {
-        Frame::Reject(message) => (
-            message["id"].clone(),
-            message["error"]["message"].as_str().unwrap().to_owned(),
-        ),
+        Frame::Reject { id, error } => (id.to_value(), error.message.clone()),
         other => panic!("frame {i}: {other:?}"),
     };
     assert_eq!(rejected(0), (json!(1), "Not initialized".to_owned()));
@@ -195,9 +204,14 @@ async fn serve_handshake_and_oversize_frames_are_refused() {
             "Invalid request: missing field `clientInfo`".to_owned()
         )
     );
-    assert_eq!(routed[4].frame, Frame::Initialize { id: json!(0) });
+    assert_eq!(
+        routed[4].frame,
+        Frame::Initialize {
+            id: RequestId::from_value(&json!(0))
+        }
+    );
     assert_eq!(rejected(5), (json!(9), "Already initialized".to_owned()));
-    assert!(matches!(&routed[6].frame, Frame::Request { id, .. } if id.is_null()));
+    assert!(matches!(&routed[6].frame, Frame::Request { id, .. } if *id == RequestId::null()));
 
     let seed = std::fs::read(root.join("oversize_limit_256")).unwrap();
     let limit = usize::from(seed[0]) * 16;
@@ -205,10 +219,10 @@ async fn serve_handshake_and_oversize_frames_are_refused() {
     assert_eq!(routed.len(), 4);
     assert!(matches!(routed[0].frame, Frame::Initialize { .. }));
     for i in [1, 3] {
-        let Frame::Reject(message) = &routed[i].frame else {
+        let Frame::Reject { error, .. } = &routed[i].frame else {
             panic!("frame {i}: {:?}", routed[i].frame)
         };
-        let text = message["error"]["message"].as_str().unwrap();
+        let text = &error.message;
         assert!(text.ends_with("exceeds the limit of 256 bytes"), "{text}");
     }
     assert!(matches!(&routed[2].frame, Frame::Request { method, .. } if method == "thread/read"));

@@ -895,6 +895,62 @@ async fn invalid_messages_with_an_id_are_answered() {
     env.handle.shutdown().await;
 }
 
+/// A request id is answered exactly as the client wrote it, whatever JSON number it is: an id
+/// beyond 64 bits (`1180591620717411303424`, which a `serde_json::Value` would round to
+/// `1.1805916207174113e+21`) or with a fraction digit, on a result relayed from the real Codex,
+/// on Codex's error, on serve's own "Not initialized", and on an invalid message's -32600.
+#[tokio::test]
+async fn request_ids_are_answered_as_written() {
+    let Some(env) = with_codex(|_| {}).await else {
+        return;
+    };
+    /// The next answer's text (notifications skipped) and its parse.
+    async fn answer_text(c: &mut Client) -> (String, serde_json::Value) {
+        loop {
+            let text = c.next_text().await;
+            let message: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if message.get("method").is_none() {
+                return (text, message);
+            }
+        }
+    }
+    let mut c = Client::connect(&env.url()).await;
+    c.send_text(r#"{"id":1180591620717411303424,"method":"model/list","params":{}}"#)
+        .await;
+    let (text, answer) = answer_text(&mut c).await;
+    assert!(
+        text.starts_with(r#"{"id":1180591620717411303424,"error""#),
+        "{text}"
+    );
+    assert_eq!(answer["error"]["message"], "Not initialized");
+
+    c.initialize(json!(0)).await;
+    c.send_text(r#"{"id":1180591620717411303425,"method":"model/list","params":{}}"#)
+        .await;
+    let (text, answer) = answer_text(&mut c).await;
+    assert!(
+        text.starts_with(r#"{"id":1180591620717411303425,"result""#),
+        "{text}"
+    );
+    assert!(answer["result"]["data"].is_array(), "{text}");
+
+    c.send_text(r#"{"id":2.50,"method":"no/such/method","params":{}}"#)
+        .await;
+    let (text, answer) = answer_text(&mut c).await;
+    assert!(text.starts_with(r#"{"id":2.50,"error""#), "{text}");
+    assert!(answer["error"]["code"].is_i64(), "{text}");
+
+    c.send_text(r#"{"method":5,"id":-1180591620717411303426}"#)
+        .await;
+    let (text, answer) = answer_text(&mut c).await;
+    assert!(
+        text.starts_with(r#"{"id":-1180591620717411303426,"error""#),
+        "{text}"
+    );
+    assert_eq!(answer["error"]["code"], -32600);
+    env.handle.shutdown().await;
+}
+
 /// `ctxbridge serve` says where it listens, as `codex app-server --listen` does: one line on
 /// stderr at the default log level with the URL (the port actually bound for `:0`), the auth
 /// mode and the metrics endpoint — and a client can connect there.

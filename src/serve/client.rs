@@ -5,7 +5,8 @@
 //! [`Outbound`] queue, which the transport drains.
 
 use ctxbridge_jsonrpc::codes::{INVALID_REQUEST, PARSE_ERROR};
-use serde_json::{json, Value};
+use ctxbridge_jsonrpc::{answer_text, RequestId};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::hub::{ConnId, HubMsg};
@@ -22,9 +23,11 @@ pub enum Inbound {
     Oversize(usize),
 }
 
-fn error_message(id: Value, code: i64, message: impl Into<String>) -> Value {
-    let error = RpcError::new(code, message);
-    json!({"id": id, "error": {"code": error.code, "message": error.message}})
+fn reject(id: RequestId, code: i64, message: impl Into<String>) -> Frame {
+    Frame::Reject {
+        id,
+        error: RpcError::new(code, message),
+    }
 }
 
 /// The message a transport hands on for one line of a newline-delimited connection: its text
@@ -43,13 +46,13 @@ pub enum Frame {
     /// Nothing to do: a blank line, the client's `initialized`, or a notification before
     /// `initialize`.
     Skip,
-    /// Answer the client with this error message and read on.
-    Reject(Value),
+    /// Answer the client with this error under this id (as the client wrote it) and read on.
+    Reject { id: RequestId, error: RpcError },
     /// `initialize` (with `clientInfo`), the first on this connection.
-    Initialize { id: Value },
+    Initialize { id: RequestId },
     /// A request after `initialize`, for the router.
     Request {
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Value>,
     },
@@ -60,7 +63,7 @@ pub enum Frame {
     },
     /// The client's answer to a server→client request (after `initialize`).
     Response {
-        id: Value,
+        id: RequestId,
         outcome: Result<Value, Value>,
     },
 }
@@ -72,11 +75,11 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
     let text = match frame {
         Inbound::Text(text) => text,
         Inbound::Oversize(len) => {
-            return Frame::Reject(error_message(
-                Value::Null,
+            return reject(
+                RequestId::null(),
                 INVALID_REQUEST,
                 format!("message of {len} bytes exceeds the limit of {max_message_bytes} bytes"),
-            ));
+            );
         }
     };
     if text.trim().is_empty() {
@@ -85,19 +88,19 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
     let mut message = match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(message)) => message,
         Ok(_) => {
-            return Frame::Reject(error_message(
-                Value::Null,
+            return reject(
+                RequestId::null(),
                 INVALID_REQUEST,
                 "Invalid request: not a JSON object",
-            ));
+            );
         }
         Err(error) => {
             tracing::debug!(%error, "serve: garbage from a client");
-            return Frame::Reject(error_message(
-                Value::Null,
+            return reject(
+                RequestId::null(),
                 PARSE_ERROR,
                 format!("Parse error: {error}"),
-            ));
+            );
         }
     };
     let method = match message.remove("method") {
@@ -105,36 +108,36 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
         // A `method` that is not a string makes no request (and no answer either).
         Some(other) => {
             let id = message.remove("id").unwrap_or(Value::Null);
-            return Frame::Reject(error_message(
-                id,
+            return reject(
+                RequestId::of_message(&text, &id),
                 INVALID_REQUEST,
                 format!(
                     "Invalid request: `method` must be a string, not {}",
                     crate::contract::json_kind(&other)
                 ),
-            ));
+            );
         }
         None => None,
     };
-    let id = message.remove("id");
+    let id = message
+        .remove("id")
+        .map(|id| RequestId::of_message(&text, &id));
     let params = message.remove("params");
     match (method, id) {
         (Some(method), Some(id)) if method == "initialize" => {
             if initialized {
-                Frame::Reject(error_message(id, INVALID_REQUEST, "Already initialized"))
+                reject(id, INVALID_REQUEST, "Already initialized")
             } else if params.as_ref().and_then(|p| p.get("clientInfo")).is_none() {
-                Frame::Reject(error_message(
+                reject(
                     id,
                     INVALID_REQUEST,
                     "Invalid request: missing field `clientInfo`",
-                ))
+                )
             } else {
                 Frame::Initialize { id }
             }
         }
-        (Some(_), Some(id)) if !initialized => {
-            Frame::Reject(error_message(id, INVALID_REQUEST, "Not initialized"))
-        }
+        (Some(_), Some(id)) if !initialized => reject(id, INVALID_REQUEST, "Not initialized"),
         (Some(method), Some(id)) => Frame::Request { id, method, params },
         // ctxbridge sent the upstream its own `initialized`.
         (Some(method), None) if method == "initialized" || !initialized => Frame::Skip,
@@ -150,20 +153,16 @@ pub fn classify(frame: Inbound, initialized: bool, max_message_bytes: usize) -> 
                     } else {
                         "neither a method nor an answer (no `result` or `error`)"
                     };
-                    return Frame::Reject(error_message(
-                        id,
-                        INVALID_REQUEST,
-                        format!("Invalid request: {what}"),
-                    ));
+                    return reject(id, INVALID_REQUEST, format!("Invalid request: {what}"));
                 }
             };
             Frame::Response { id, outcome }
         }
-        (None, id) => Frame::Reject(error_message(
-            id.unwrap_or(Value::Null),
+        (None, id) => reject(
+            id.unwrap_or_else(RequestId::null),
             INVALID_REQUEST,
             "Invalid request: neither a method nor an answer",
-        )),
+        ),
     }
 }
 
@@ -179,8 +178,8 @@ pub(crate) async fn run(
     while let Some(frame) = inbound.recv().await {
         match classify(frame, initialized, max_message_bytes) {
             Frame::Skip => {}
-            Frame::Reject(message) => {
-                out.send(Outbound::Message(message));
+            Frame::Reject { id, error } => {
+                out.send(Outbound::Text(answer_text(&id, Err(&error)).into()));
             }
             Frame::Initialize { id } => {
                 let (reply, answer) = oneshot::channel();
@@ -200,16 +199,9 @@ pub(crate) async fn run(
                         "ctxbridge serve is shutting down",
                     ))
                 });
-                let message = match outcome {
-                    Ok(result) => {
-                        initialized = true;
-                        json!({"id": id, "result": result})
-                    }
-                    Err(error) => {
-                        json!({"id": id, "error": {"code": error.code, "message": error.message}})
-                    }
-                };
-                out.send(Outbound::Message(message));
+                initialized |= outcome.is_ok();
+                let answer = answer_text(&id, outcome.as_ref());
+                out.send(Outbound::Text(answer.into()));
             }
             Frame::Request { id, method, params } => {
                 let _ = hub.send(HubMsg::Request {

@@ -290,6 +290,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::serve::hub::HubMsg;
+    use ctxbridge_jsonrpc::RequestId;
     use tokio::sync::mpsc;
 
     fn call_on(loaded: Option<&str>) -> (ClientCall, mpsc::UnboundedReceiver<HubMsg>) {
@@ -298,7 +299,7 @@ mod tests {
             session: "s".to_owned(),
             answer: ClientAnswer {
                 conn: 1,
-                id: Value::from(1),
+                id: RequestId::from_value(&Value::from(1)),
                 method: "turn/start".to_owned(),
             },
             turn: None,

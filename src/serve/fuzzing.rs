@@ -82,7 +82,7 @@ pub async fn client_frames<R: AsyncRead + Unpin>(
                 threads.rewrite(&mut result, Direction::ToBackend, None);
                 entry.rewritten = Some(result);
             }
-            Frame::Skip | Frame::Reject(_) | Frame::Response { .. } => {}
+            Frame::Skip | Frame::Reject { .. } | Frame::Response { .. } => {}
         }
         routed.push(entry);
     }

@@ -3,8 +3,10 @@
 //! user's own input ([`show_user_input`]), what a debug log may show of a request's params
 //! ([`request_shape`]) and the shape of an answer ([`response`]).
 
-use serde_json::{json, Value};
+use ctxbridge_jsonrpc::{answer_text, RequestId};
+use serde_json::Value;
 
+use crate::serve::outbound::Outbound;
 use crate::serve::RpcError;
 
 /// Which session request the seam is asked to serve.
@@ -63,11 +65,9 @@ pub(crate) fn subscribes(method: &str) -> bool {
     )
 }
 
-pub(crate) fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
-    match outcome {
-        Ok(result) => json!({"id": id, "result": result}),
-        Err(error) => json!({"id": id, "error": error.to_value()}),
-    }
+/// The answer to client request `id`, serialised with the id as the client wrote it.
+pub(crate) fn response(id: &RequestId, outcome: Result<Value, RpcError>) -> Outbound {
+    Outbound::Text(answer_text(id, outcome.as_ref()).into())
 }
 
 /// Replaces the content of the `userMessage` items of a turn notification (`item/started`,

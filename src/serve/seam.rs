@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
+use ctxbridge_jsonrpc::RequestId;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -39,7 +40,7 @@ pub struct SessionRequest {
 #[derive(Debug, Clone)]
 pub struct ClientAnswer {
     pub(crate) conn: ConnId,
-    pub(crate) id: Value,
+    pub(crate) id: RequestId,
     pub(crate) method: String,
 }
 

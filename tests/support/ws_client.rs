@@ -62,6 +62,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             .unwrap();
     }
 
+    /// Sends `text` as it is, in one text frame.
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::Text(text.to_owned())).await.unwrap();
+    }
+
+    /// The next text frame as it came, unparsed (other frames skipped; not kept in `all`).
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, self.ws.next())
+                .await
+                .expect("no message in time")
+                .expect("connection closed")
+                .unwrap();
+            if let Message::Text(text) = frame {
+                return text;
+            }
+        }
+    }
+
     /// The next JSON message (other frames skipped).
     pub async fn next(&mut self) -> Value {
         loop {

@@ -8,17 +8,21 @@
 //!   that never holds more than its limit of an unfinished line and reports an over-long line
 //!   by its length instead of failing the stream.
 //! - [`error`]: the standard error codes and the error object ([`RpcError`]).
+//! - [`id`]: a request id kept as the peer wrote it ([`RequestId`]), and the answer written
+//!   around it ([`answer_text`]).
 //! - [`child`]: spawning a child with piped stdio that dies with its handle, and the bounded
 //!   tail of its stderr kept to explain a death.
 
 pub mod child;
 pub mod error;
 pub mod framing;
+pub mod id;
 
 /// The buffer and trait a [`LineCodec`] is driven with by hand (fuzzing, tests).
 pub use bytes::BytesMut;
 pub use child::{forward_stderr, spawn_piped, Piped, StderrTail};
 pub use error::{codes, RpcError};
+pub use id::{answer_text, RequestId};
 pub use tokio_util::codec::Decoder;
 
 pub use framing::{

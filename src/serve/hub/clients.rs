@@ -2,6 +2,7 @@
 //! the session seam as its own task, everything else is forwarded), its subscriptions, and its
 //! disconnection.
 
+use ctxbridge_jsonrpc::RequestId;
 use serde_json::{json, Value};
 
 use super::{Client, ConnId, Hub, HubMsg, Origin};
@@ -38,9 +39,14 @@ impl Hub {
         Ok(result)
     }
 
-    pub(super) fn send_to(&self, conn: ConnId, message: Value) -> bool {
+    /// Answers client request `id` of connection `conn`.
+    pub(super) fn answer(&self, conn: ConnId, id: &RequestId, outcome: Result<Value, RpcError>) {
+        self.send_out(conn, response(id, outcome));
+    }
+
+    fn send_out(&self, conn: ConnId, outbound: Outbound) -> bool {
         match self.clients.get(&conn) {
-            Some(client) => client.out.send(Outbound::Message(message)),
+            Some(client) => client.out.send(outbound),
             None => false,
         }
     }
@@ -79,7 +85,7 @@ impl Hub {
     pub(super) async fn client_request(
         &mut self,
         conn: ConnId,
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Value>,
     ) {
@@ -105,7 +111,7 @@ impl Hub {
                         } else {
                             "notSubscribed"
                         };
-                        self.send_to(conn, response(id, Ok(json!({"status": status}))));
+                        self.answer(conn, &id, Ok(json!({"status": status})));
                         return;
                     }
                 }

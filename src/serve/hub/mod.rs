@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
+use ctxbridge_jsonrpc::RequestId;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::outbound::OutboundSender;
-use crate::serve::route::response;
 use crate::serve::seam::{ClientAnswer, SessionAnswer, SessionTurns, TurnEnd};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 use crate::serve::upstream::{Connector, Live, UpstreamEvent};
@@ -64,7 +64,7 @@ pub enum HubMsg {
     /// A client request (after `initialize`).
     Request {
         conn: ConnId,
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Value>,
     },
@@ -77,7 +77,7 @@ pub enum HubMsg {
     /// A client's answer to a server→client request.
     Response {
         conn: ConnId,
-        id: Value,
+        id: RequestId,
         outcome: Result<Value, Value>,
     },
     /// A request of ctxbridge's own ([`UpstreamHandle`]); `reply: None` is fire-and-forget.
@@ -133,7 +133,7 @@ pub enum HubMsg {
     /// A session request served by the seam finished; `thread` is the backend thread it named.
     SessionDone {
         conn: ConnId,
-        id: Value,
+        id: RequestId,
         method: String,
         thread: String,
         outcome: Result<SessionAnswer, RpcError>,
@@ -159,7 +159,7 @@ pub struct UpstreamEventMsg(UpstreamEvent);
 enum Origin {
     Client {
         conn: ConnId,
-        id: Value,
+        id: RequestId,
     },
     Internal(Option<oneshot::Sender<Result<Value, RpcError>>>),
     /// A session's request whose result also answers a client request.
@@ -453,7 +453,7 @@ impl Hub {
                         Err(error) => Some(Err(error)),
                     };
                     if let Some(reply) = reply {
-                        self.send_to(conn, response(id, reply));
+                        self.answer(conn, &id, reply);
                     }
                     if self.compaction_turns.remove(&thread)
                         && answered

@@ -3,11 +3,11 @@
 //! upstream's id; with no client left the request is declined and the turn interrupted.
 
 use ctxbridge_jsonrpc::codes::INVALID_REQUEST;
+use ctxbridge_jsonrpc::RequestId;
 use serde_json::{json, Value};
 
 use super::{ConnId, Hub, HubMsg, ServerRequest};
 use crate::serve::outbound::Outbound;
-use crate::serve::route::response;
 use crate::serve::thread_map::Direction;
 use crate::serve::RpcError;
 
@@ -71,7 +71,7 @@ impl Hub {
     pub(super) fn client_response(
         &mut self,
         conn: ConnId,
-        id: Value,
+        id: RequestId,
         outcome: Result<Value, Value>,
     ) {
         let Some(request) = id
@@ -81,10 +81,7 @@ impl Hub {
             tracing::warn!(conn, %id, "serve: a client answered an unknown server request");
             // Taken for an answer, it is no request either: say so (its sender may be waiting).
             let message = format!("Invalid request: no server request {id} awaits an answer");
-            self.send_to(
-                conn,
-                response(id, Err(RpcError::new(INVALID_REQUEST, message))),
-            );
+            self.answer(conn, &id, Err(RpcError::new(INVALID_REQUEST, message)));
             return;
         };
         let message = match outcome {

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::{Hub, HubMsg, Origin, Pending, ServerRequest, UpstreamEventMsg};
 use crate::serve::outbound::Outbound;
-use crate::serve::route::{response, show_user_input};
+use crate::serve::route::show_user_input;
 use crate::serve::thread_map::{thread_of, Direction};
 use crate::serve::upstream::{Live, OversizeLine};
 use crate::serve::RpcError;
@@ -115,7 +115,7 @@ impl Hub {
                         .rewrite(&mut result, Direction::ToClient, Some(method));
                     result
                 });
-                self.send_to(conn, response(id, outcome));
+                self.answer(conn, &id, outcome);
             }
             Origin::Internal(Some(reply)) => {
                 let _ = reply.send(outcome);
@@ -138,7 +138,7 @@ impl Hub {
                     let mut result = result.clone();
                     self.threads
                         .rewrite(&mut result, Direction::ToClient, Some(&answer.method));
-                    self.send_to(answer.conn, response(answer.id.clone(), Ok(result)));
+                    self.answer(answer.conn, &answer.id, Ok(result));
                 }
                 let _ = reply.send(outcome);
             }

@@ -70,7 +70,7 @@ async fn engine_rig(
     });
     hub.send(HubMsg::Request {
         conn: 1,
-        id: json!("turn-1"),
+        id: RequestId::from_value(&json!("turn-1")),
         method: "turn/start".to_owned(),
         params: Some(json!({"threadId": "th", "input": [{"type": "text", "text": "hello"}]})),
     })
@@ -104,7 +104,7 @@ async fn an_engine_turn_is_answered_before_its_notifications() {
     // The harness records the turn; its session request ends without a second answer.
     hub.send(HubMsg::Request {
         conn: 1,
-        id: json!(2),
+        id: RequestId::from_value(&json!(2)),
         method: "config/read".to_owned(),
         params: Some(json!({})),
     })

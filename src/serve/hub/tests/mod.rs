@@ -79,7 +79,7 @@ impl Rig {
         self.hub
             .send(HubMsg::Request {
                 conn,
-                id,
+                id: RequestId::from_value(&id),
                 method: method.to_owned(),
                 params: Some(params),
             })
@@ -275,7 +275,7 @@ async fn server_requests_follow_the_turn() {
     rig.hub
         .send(HubMsg::Response {
             conn: 1,
-            id: asked["id"].clone(),
+            id: RequestId::from_value(&asked["id"]),
             outcome: Ok(json!({"decision": "accept"})),
         })
         .unwrap();
