@@ -21,7 +21,7 @@ use ctxbridge::contract::{
 };
 use ctxbridge::engines::process::decode_result;
 use ctxbridge::engines::process::protocol::{
-    check_unit_result, decode_initialize, fill_estimated_tokens, parse_incoming, preview,
+    check_unit_result, decode_initialize, fill_estimated_tokens, preview,
 };
 use ctxbridge::quarantine::{
     validate_assemble_result, validate_compact_result, validate_ingest_batch_result, CallerSession,
@@ -29,7 +29,9 @@ use ctxbridge::quarantine::{
 use ctxbridge::serve::fuzzing::{client_frames, Frame};
 use ctxbridge::serve::thread_map::{thread_of, Direction};
 use ctxbridge::serve::{ThreadMap, DEFAULT_MAX_MESSAGE_BYTES};
-use ctxbridge_jsonrpc::{answer_text, BytesMut, Decoder, Frame as LineFrame, LineCodec, RequestId};
+use ctxbridge_jsonrpc::{
+    answer_text, BytesMut, Decoder, Frame as LineFrame, Incoming, LineCodec, RequestId,
+};
 use futures::StreamExt;
 use responses_client::sse::ResponseStream;
 use responses_client::types::ResponseEvent;
@@ -130,7 +132,7 @@ pub fn codex_jsonrpc_line(data: &[u8]) {
 
 /// The engine process protocol's stdout framing: the shared line codec (reporting over-long
 /// lines early, as the engine connection does) fed in arbitrary chunks, then the end of the
-/// stream; each framed line classified by `parse_incoming` and previewed (as the error path
+/// stream; each framed line classified by the shared `Incoming::parse` and previewed (as the error path
 /// does). Byte 0 sets the line limit (0xff: unbounded), byte 1 the chunking, the rest is
 /// stdout. Checked: no returned line exceeds the limit and no line within it is reported too
 /// long; unbounded, the lines are exactly the `\n`-separated pieces of the input (one
@@ -153,7 +155,7 @@ pub fn engine_jsonrpc_line(data: &[u8]) {
         LineFrame::Line(line) => {
             assert!(line.len() <= max_line, "a line over the limit was returned");
             let _ = preview(&line);
-            let _ = parse_incoming(&line);
+            let _ = Incoming::parse(&line);
             lines.push(line.to_vec());
         }
         LineFrame::TooLong(over) => {

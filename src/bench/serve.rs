@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
+use ctxbridge_jsonrpc::Incoming;
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -431,8 +432,9 @@ impl Connector for FloodConnector {
                     lines.extend(std::iter::repeat(delta).take(deltas));
                     lines.push(json!({"method": "turn/completed", "params": {"threadId": thread, "turn": {"id": turn, "status": "completed", "items": [], "error": null}}}).to_string());
                 }
+                // Classified as the upstream reader classifies Codex's stdout.
                 for line in lines {
-                    if let Some(message) = parse(&line) {
+                    if let Ok(Some(message)) = Incoming::parse(line.as_bytes()) {
                         if peer.events.send(UpstreamEvent::Message(message)).is_err() {
                             return;
                         }

@@ -251,17 +251,9 @@ fn take_string(
     }
 }
 
-/// A short name for the JSON type of `v`, for error messages.
-pub fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// What kind of JSON value a value is, with its article ("an array"): the one definition,
+/// shared with the JSON-RPC layer.
+pub use ctxbridge_jsonrpc::json_kind;
 
 impl TryFrom<Value> for ContentPart {
     type Error = ContentPartError;

@@ -1,8 +1,9 @@
 //! The actor that owns the child process and its stdio.
 //!
-//! Three tasks per child: a reader turns stdout into JSON messages (bounded lines, garbage
-//! skipped), a writer drains an unbounded queue into stdin, and the actor matches responses to
-//! pending requests by id, routes notifications to the turn streaming on their thread, answers
+//! Three tasks per child: a reader turns stdout into JSON-RPC messages (bounded lines,
+//! classified by the shared `ctxbridge_jsonrpc` reader, garbage skipped), a writer drains an
+//! unbounded queue into stdin, and the actor matches responses to pending requests by id (the
+//! shared [`Peer`]), routes notifications to the turn streaming on their thread, answers
 //! server-initiated requests, and watches the process. The actor never awaits I/O on the child,
 //! so a child that stops reading stdin cannot wedge the reader, and vice versa.
 
@@ -11,8 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ctxbridge_jsonrpc::{line_reader, next_frame, Frame, Piped, StderrTail};
-use serde_json::{json, Value};
+use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, METHOD_NOT_FOUND};
+use ctxbridge_jsonrpc::{
+    line_reader, next_frame, Dialect, Frame, Incoming as Message, Malformed, Peer, Piped, Received,
+    RequestId, RpcError, StderrTail,
+};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
@@ -126,10 +131,19 @@ const KNOWN_NOTIFICATIONS: &[&str] = &[
     "windowsSandbox/setupCompleted",
 ];
 
+/// The Codex app-server speaks JSON-RPC without the `jsonrpc` member.
+const DIALECT: Dialect = Dialect::Bare;
+
 /// What the reader and writer tasks tell the actor.
 #[derive(Debug)]
 pub(crate) enum Incoming {
-    Message(serde_json::Map<String, Value>),
+    Message(Message),
+    /// A line that is no JSON-RPC message, naming the id of one of this client's requests:
+    /// that request fails (skipped, it would wait until its timeout).
+    Malformed {
+        id: RequestId,
+        kind: Malformed,
+    },
     /// stdout reached EOF (or failed to read).
     Eof(String),
     /// Writing to stdin failed.
@@ -215,7 +229,7 @@ pub(crate) struct Actor {
     commands: mpsc::Receiver<Command>,
     incoming: mpsc::Receiver<Incoming>,
     health: Arc<Health>,
-    pending: HashMap<i64, Pending>,
+    calls: Peer<Pending>,
     subscriptions: HashMap<String, Subscription>,
     warned_methods: HashSet<String>,
 }
@@ -245,7 +259,7 @@ pub(crate) fn start(
         commands: command_rx,
         incoming: incoming_rx,
         health,
-        pending: HashMap::new(),
+        calls: Peer::new(DIALECT),
         subscriptions: HashMap::new(),
         warned_methods: HashSet::new(),
     };
@@ -262,8 +276,19 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     loop {
         let reason = match next_frame(&mut reader).await {
             Ok(Some(Frame::Line(line))) => {
-                if let Some(message) = parse_line(&line) {
-                    if tx.send(Incoming::Message(message)).await.is_err() {
+                let incoming = match Message::parse(&line) {
+                    Ok(Some(message)) => Some(Incoming::Message(message)),
+                    Ok(None) => None,
+                    Err(kind) => {
+                        tracing::warn!(%kind, preview = %preview(&line), "codex app-server: skipped a stdout line that is no JSON-RPC message");
+                        std::str::from_utf8(&line)
+                            .ok()
+                            .and_then(RequestId::in_text)
+                            .map(|id| Incoming::Malformed { id, kind })
+                    }
+                };
+                if let Some(incoming) = incoming {
+                    if tx.send(incoming).await.is_err() {
                         return;
                     }
                 }
@@ -292,7 +317,7 @@ async fn read_stdout<R: AsyncRead + Unpin>(
 pub async fn read_stdout_messages<R: AsyncRead + Unpin>(
     stdout: R,
     max_line_bytes: usize,
-) -> Vec<serde_json::Map<String, Value>> {
+) -> Vec<Message> {
     let (tx, mut rx) = mpsc::channel(16);
     let collect = async move {
         let mut messages = Vec::new();
@@ -305,25 +330,6 @@ pub async fn read_stdout_messages<R: AsyncRead + Unpin>(
     };
     let ((), messages) = tokio::join!(read_stdout(stdout, max_line_bytes, tx), collect);
     messages
-}
-
-/// One stdout line as a JSON object, or `None` (with a warning) for anything else.
-fn parse_line(line: &[u8]) -> Option<serde_json::Map<String, Value>> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return None;
-    }
-    match serde_json::from_slice::<Value>(line) {
-        Ok(Value::Object(map)) => Some(map),
-        Ok(_) => {
-            tracing::warn!(preview = %preview(line), "codex app-server: skipped a non-object JSON line");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(preview = %preview(line), "codex app-server: skipped a non-JSON stdout line");
-            None
-        }
-    }
 }
 
 fn preview(line: &[u8]) -> String {
@@ -465,21 +471,6 @@ pub fn log_stderr_line(source: &str, line: &str) {
     }
 }
 
-fn encode(message: &Value) -> String {
-    let mut line = message.to_string();
-    line.push('\n');
-    line
-}
-
-/// A JSON-RPC id as this client issues them (numbers), also accepted as a numeric string.
-fn parse_id(id: &Value) -> Option<i64> {
-    match id {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
 impl Actor {
     async fn run(mut self) {
         let mut exit_status: Option<String> = None;
@@ -514,6 +505,7 @@ impl Actor {
                 },
                 incoming = self.incoming.recv(), if incoming_open => match incoming {
                     Some(Incoming::Message(message)) => self.handle_message(message),
+                    Some(Incoming::Malformed { id, kind }) => self.fail_malformed(&id, &kind),
                     Some(Incoming::Eof(reason)) | Some(Incoming::WriteFailed(reason)) => {
                         if let Some(status) = &exit_status {
                             break format!("codex app-server exited ({status}); {reason}");
@@ -592,10 +584,22 @@ impl Actor {
                         },
                     );
                 }
-                let line = encode(&json!({"id": id, "method": method, "params": params}));
+                let line = match DIALECT.request_line(id, &method, &params) {
+                    Ok(line) => line,
+                    Err(error) => {
+                        if let Some(thread_id) = route_thread {
+                            self.subscriptions.remove(&thread_id);
+                        }
+                        let _ = reply.send(Err(AppServerError::Transport {
+                            method,
+                            reason: format!("the request could not be written: {error}"),
+                        }));
+                        return;
+                    }
+                };
                 tracing::debug!(id, %method, "codex app-server: request");
                 self.send_line(line);
-                self.pending.insert(
+                self.calls.register(
                     id,
                     Pending {
                         method,
@@ -606,28 +610,29 @@ impl Actor {
                 );
             }
             Command::Notify { method, params } => {
-                let message = match params {
-                    Some(params) => json!({"method": method, "params": params}),
-                    None => json!({"method": method}),
-                };
-                self.send_line(encode(&message));
+                match DIALECT.notification_line(&method, params.as_ref()) {
+                    Ok(line) => self.send_line(line),
+                    Err(error) => {
+                        tracing::warn!(%method, %error, "codex app-server: a notification could not be written")
+                    }
+                }
             }
             Command::Cancel { id } => {
-                if let Some(pending) = self.pending.remove(&id) {
+                if let Some(pending) = self.calls.take(id) {
                     if let Some(thread_id) = pending.route_thread {
                         self.subscriptions.remove(&thread_id);
                     }
                 }
             }
             Command::Respond { id, result } => {
-                let message = match result {
-                    Ok(result) => json!({"id": id, "result": result}),
-                    Err(message) => json!({
-                        "id": id,
-                        "error": {"code": -32603, "message": message},
-                    }),
+                let id = RequestId::from_value(&id);
+                let line = match result {
+                    Ok(result) => DIALECT.answer_line(&id, Ok(&result)),
+                    Err(message) => {
+                        DIALECT.answer_line(&id, Err(&RpcError::new(INTERNAL_ERROR, message)))
+                    }
                 };
-                self.send_line(encode(&message));
+                self.send_line(line);
             }
             Command::Kill { reply } | Command::Shutdown { reply } => {
                 let _ = reply.send(());
@@ -646,39 +651,43 @@ impl Actor {
         }
     }
 
-    fn handle_message(&mut self, message: serde_json::Map<String, Value>) {
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let id = message.get("id").cloned();
-        match (method, id) {
-            (Some(method), Some(id)) => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
+    fn handle_message(&mut self, message: Message) {
+        match self.calls.receive_message(message) {
+            Received::Answer { call, outcome, .. } => self.complete_request(call, outcome),
+            Received::Unmatched { id, .. } => {
+                tracing::warn!(%id, "codex app-server: response to an unknown request id")
+            }
+            Received::Request { id, method, params } => {
                 self.answer_server_request(&method, id, params)
             }
-            (Some(method), None) => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
-                self.route_notification(method, params);
-            }
-            (None, Some(id)) => self.complete_request(&id, &message),
-            (None, None) => {
-                tracing::warn!("codex app-server: skipped a message with neither id nor method")
-            }
+            Received::Notification { method, params } => self.route_notification(method, params),
         }
+    }
+
+    /// A line naming request `id` was no JSON-RPC message: that request fails with why.
+    fn fail_malformed(&mut self, id: &RequestId, kind: &Malformed) {
+        let Some(pending) = id.as_i64().and_then(|id| self.calls.take(id)) else {
+            return;
+        };
+        let outcome = Err(RpcError::new(
+            INTERNAL_ERROR,
+            format!("the app-server's answer is no JSON-RPC message: {kind}"),
+        ));
+        self.complete_request(pending, outcome);
     }
 
     /// A server request of [`ROUTED_SERVER_REQUESTS`] (a dynamic tool call) goes to the turn
     /// streaming on its thread, whose consumer answers it. Any other request (approvals, user
     /// input, …), or one for a thread no turn is streaming on, is declined: answering with an
     /// error keeps the server from waiting forever.
-    fn answer_server_request(&mut self, method: &str, id: Value, params: Value) {
+    fn answer_server_request(&mut self, method: &str, id: RequestId, params: Value) {
         if ROUTED_SERVER_REQUESTS.contains(&method) {
             let thread_id = params.get("threadId").and_then(Value::as_str);
             let subscription = thread_id.and_then(|t| self.subscriptions.get(t));
             if let Some(subscription) = subscription {
                 let routed = Routed::ServerRequest {
-                    id: id.clone(),
+                    // The app-server's ids are integers, which a `Value` keeps exactly.
+                    id: id.to_value(),
                     method: method.to_owned(),
                     params,
                 };
@@ -689,31 +698,20 @@ impl Actor {
             }
         }
         tracing::warn!(%method, "codex app-server: declining a server request");
-        let reply = json!({
-            "id": id,
-            "error": {"code": -32601, "message": format!("ctxbridge does not handle {method}")},
-        });
-        self.send_line(encode(&reply));
+        let error = RpcError::new(
+            METHOD_NOT_FOUND,
+            format!("ctxbridge does not handle {method}"),
+        );
+        self.send_line(DIALECT.answer_line(&id, Err(&error)));
     }
 
-    fn complete_request(&mut self, id: &Value, message: &serde_json::Map<String, Value>) {
-        let Some(pending) = parse_id(id).and_then(|id| self.pending.remove(&id)) else {
-            tracing::warn!(%id, "codex app-server: response to an unknown request id");
-            return;
-        };
-        let result = match message.get("error") {
-            Some(error) => Err(AppServerError::Server {
-                method: pending.method.clone(),
-                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("(no message)")
-                    .to_owned(),
-                data: error.get("data").cloned(),
-            }),
-            None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-        };
+    fn complete_request(&mut self, pending: Pending, outcome: Result<Value, RpcError>) {
+        let result = outcome.map_err(|error| AppServerError::Server {
+            method: pending.method.clone(),
+            code: error.code,
+            message: error.message,
+            data: error.data,
+        });
         if let Some(thread_id) = &pending.route_thread {
             match &result {
                 Err(_) => {
@@ -792,7 +790,7 @@ impl Actor {
             .death
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
-        for (_, pending) in self.pending.drain() {
+        for (_, pending) in self.calls.drain() {
             let _ = pending.reply.send(Err(AppServerError::Transport {
                 method: pending.method,
                 reason: reason.clone(),
@@ -842,10 +840,16 @@ mod tests {
     /// `\n` is dropped.
     #[tokio::test]
     async fn stdout_lines_are_bounded() {
-        let input = b"{\"a\":1}\r\n{\"long\":\"this line is far too long\"}\n{\"b\":2}\n{\"c\":3}";
-        let messages = read_stdout_messages(&input[..], 12).await;
-        let keys: Vec<&String> = messages.iter().flat_map(|m| m.keys()).collect();
-        assert_eq!(keys, ["a", "b", "c"]);
+        let input = b"{\"method\":\"a\"}\r\n{\"method\":\"this line is far too long\"}\n{\"method\":\"b\"}\n{\"method\":\"c\"}";
+        let messages = read_stdout_messages(&input[..], 16).await;
+        let methods: Vec<&str> = messages
+            .iter()
+            .map(|m| match m {
+                Message::Notification { method, .. } => method.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(methods, ["a", "b", "c"]);
     }
 
     /// A Codex log line's level is the word that names it; a line naming none has none.
@@ -909,13 +913,30 @@ mod tests {
         assert!(unknown.is_empty(), "unknown to this client: {unknown:?}");
     }
 
-    /// Only JSON objects are messages; blank lines, other JSON and garbage are skipped.
-    #[test]
-    fn only_json_objects_are_messages() {
-        assert!(parse_line(b"{\"id\":1}\r").is_some());
-        assert!(parse_line(b"   ").is_none());
-        assert!(parse_line(b"[1,2]").is_none());
-        assert!(parse_line(b"Error: not json").is_none());
+    /// Only JSON-RPC messages are messages; blank lines, other JSON and garbage are skipped,
+    /// and a malformed answer naming a request's id is reported against that id.
+    #[tokio::test]
+    async fn only_json_rpc_messages_are_messages() {
+        let input = b"{\"id\":1,\"result\":null}\r\n   \n[1,2]\nError: not json\n{\"id\":2}\n";
+        let (tx, mut rx) = mpsc::channel(16);
+        read_stdout(&input[..], 1024, tx).await;
+        let mut seen = Vec::new();
+        while let Some(incoming) = rx.recv().await {
+            seen.push(match incoming {
+                Incoming::Message(Message::Response { id, .. }) => format!("answer {id}"),
+                Incoming::Malformed { id, kind } => format!("malformed {id}: {kind}"),
+                Incoming::Eof(_) => "eof".to_owned(),
+                other => panic!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                "answer 1",
+                "malformed 2: neither a request nor a response",
+                "eof"
+            ]
+        );
     }
 
     /// Colour codes and other escape sequences are removed from quoted stderr.

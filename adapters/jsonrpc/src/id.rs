@@ -45,6 +45,15 @@ impl RequestId {
         RequestId::from_value(parsed)
     }
 
+    /// The `id` member of a message's text, when the text is a JSON object that has one (a
+    /// message that is otherwise malformed can still name the request it answers).
+    pub fn in_text(text: &str) -> Option<RequestId> {
+        match serde_json::from_str::<IdOnly<'_>>(text) {
+            Ok(IdOnly { id: Some(raw) }) if raw.get() != "null" => Some(RequestId(raw.to_owned())),
+            _ => None,
+        }
+    }
+
     /// The id `value` (its JSON text).
     pub fn from_value(value: &Value) -> RequestId {
         // Serialising a `Value` to text cannot fail (its map keys are strings), and its text

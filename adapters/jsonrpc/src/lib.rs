@@ -10,6 +10,10 @@
 //! - [`error`]: the standard error codes and the error object ([`RpcError`]).
 //! - [`id`]: a request id kept as the peer wrote it ([`RequestId`]), and the answer written
 //!   around it ([`answer_text`]).
+//! - [`message`]: what one peer reads from the other, classified ([`Incoming`], or
+//!   [`Malformed`] saying why not), and the lines it writes in its [`Dialect`].
+//! - [`peer`]: the requests a peer sent and the calls waiting on their answers, matched by id
+//!   ([`Peer`]); the task owning a connection drives it (mini-redis's actor shape).
 //! - [`child`]: spawning a child with piped stdio that dies with its handle, and the bounded
 //!   tail of its stderr kept to explain a death.
 
@@ -17,12 +21,16 @@ pub mod child;
 pub mod error;
 pub mod framing;
 pub mod id;
+pub mod message;
+pub mod peer;
 
 /// The buffer and trait a [`LineCodec`] is driven with by hand (fuzzing, tests).
 pub use bytes::BytesMut;
 pub use child::{forward_stderr, spawn_piped, Piped, StderrTail};
 pub use error::{codes, RpcError};
 pub use id::{answer_text, RequestId};
+pub use message::{json_kind, Dialect, Incoming, Malformed};
+pub use peer::{Peer, Received};
 pub use tokio_util::codec::Decoder;
 
 pub use framing::{

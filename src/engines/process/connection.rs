@@ -1,7 +1,7 @@
 //! The connection to one engine child process.
 //!
 //! Shape (after mini-redis's client): one **connection task** owns the child, its stdout and
-//! the table of requests in flight; callers hand it `(request line, oneshot reply)` through a
+//! the requests in flight (the shared [`Peer`]: ids matched to waiting calls); callers hand it `(request line, oneshot reply)` through a
 //! channel and wait on the reply with their own timeout. A separate **writer task** owns stdin
 //! so that a child that stops reading can never stop the connection task from draining
 //! stdout (two full pipes would otherwise deadlock). A **stderr task** forwards the engine's
@@ -10,13 +10,14 @@
 //! Engine → host requests (runtime callbacks) are served on their own tasks through the
 //! [`RuntimeCallbacks`] of the lifecycle call in flight for the session the request names.
 
-use std::collections::HashMap;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ctxbridge_jsonrpc::{early_line_reader, Frame, LineReader, Piped, StderrTail};
+use ctxbridge_jsonrpc::{
+    early_line_reader, Frame, LineReader, Peer, Piped, Received, RequestId, StderrTail,
+};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -27,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{self, error_code, Incoming, RpcError};
+use super::protocol::{self, error_code, RpcError, DIALECT};
 use crate::contract::{
     CompactParams, EngineError, EngineMethod, LlmCompleteRequest, RuntimeCallbacks,
     TranscriptRewriteRequest,
@@ -63,14 +64,14 @@ struct PendingCall {
 
 enum Command {
     Call {
-        id: u64,
+        id: i64,
         method: EngineMethod,
         line: String,
         reply: oneshot::Sender<Reply>,
         route: CallRoute,
     },
     /// The caller stopped waiting (timeout, abort, dropped future).
-    Cancel { id: u64 },
+    Cancel { id: i64 },
     /// A notification line to write (no answer expected).
     Notify { line: String },
     /// Close stdin, wait `grace` for the child to exit, then kill it; reply once reaped.
@@ -105,7 +106,9 @@ type HostCallbacksSlot = Arc<Mutex<Option<Arc<dyn RuntimeCallbacks>>>>;
 pub struct Connection {
     engine_id: String,
     commands: mpsc::UnboundedSender<Command>,
-    next_id: AtomicU64,
+    /// Request ids are chosen here, so a caller can encode its request off the connection
+    /// task and name it in a cancel.
+    next_id: AtomicI64,
     /// Set by the connection task before it lets go of the request table.
     closed_reason: Arc<Mutex<Option<String>>>,
     host_callbacks: HostCallbacksSlot,
@@ -149,7 +152,7 @@ impl Connection {
             stdout: early_line_reader(stdout, protocol::MAX_STDOUT_LINE_BYTES),
             writer: writer_tx,
             commands: command_rx,
-            pending: HashMap::new(),
+            calls: Peer::new(DIALECT),
             stderr_tail,
             stderr_task: Some(stderr_task),
             closed_reason: closed_reason.clone(),
@@ -159,7 +162,7 @@ impl Connection {
         Connection {
             engine_id,
             commands,
-            next_id: AtomicU64::new(1),
+            next_id: AtomicI64::new(1),
             closed_reason,
             host_callbacks,
         }
@@ -181,7 +184,7 @@ impl Connection {
             return Err(EngineError::Cancelled { method });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = protocol::encode_request(id, wire_method, params).map_err(|e| {
+        let line = DIALECT.request_line(id, wire_method, params).map_err(|e| {
             EngineError::failed(
                 method,
                 format!("cannot encode the {wire_method} request: {e}"),
@@ -231,12 +234,14 @@ impl Connection {
         wire_method: &str,
         params: &P,
     ) -> Result<(), EngineError> {
-        let line = protocol::encode_notification(wire_method, params).map_err(|e| {
-            EngineError::failed(
-                method,
-                format!("cannot encode the {wire_method} notification: {e}"),
-            )
-        })?;
+        let line = DIALECT
+            .notification_line(wire_method, Some(params))
+            .map_err(|e| {
+                EngineError::failed(
+                    method,
+                    format!("cannot encode the {wire_method} notification: {e}"),
+                )
+            })?;
         self.commands
             .send(Command::Notify { line })
             .map_err(|_| self.gone(method))
@@ -274,7 +279,7 @@ impl Connection {
 /// Tells the connection task that nobody waits for `id` any more (timeout, abort, or the
 /// caller's future was dropped), so it forgets the request and sends `$/cancelRequest`.
 struct CancelOnDrop<'a> {
-    id: u64,
+    id: i64,
     commands: &'a mpsc::UnboundedSender<Command>,
     armed: bool,
 }
@@ -301,7 +306,7 @@ struct ConnectionTask {
     stdout: LineReader<ChildStdout>,
     writer: mpsc::UnboundedSender<WriterMsg>,
     commands: mpsc::UnboundedReceiver<Command>,
-    pending: HashMap<u64, PendingCall>,
+    calls: Peer<PendingCall>,
     stderr_tail: Arc<StderrTail>,
     stderr_task: Option<JoinHandle<()>>,
     closed_reason: Arc<Mutex<Option<String>>>,
@@ -379,7 +384,7 @@ impl ConnectionTask {
                     let _ = reply.send(Reply::Dead("the engine's stdin is closed".into()));
                     return;
                 }
-                self.pending.insert(
+                self.calls.register(
                     id,
                     PendingCall {
                         method,
@@ -389,7 +394,7 @@ impl ConnectionTask {
                 );
             }
             Command::Cancel { id } => {
-                if let Some(call) = self.pending.remove(&id) {
+                if let Some(call) = self.calls.take(id) {
                     tracing::debug!(engine = %self.engine_id, id, method = %call.method, "cancelling engine request");
                     let _ = self
                         .writer
@@ -406,50 +411,40 @@ impl ConnectionTask {
     /// Routes one stdout line. A line that is not a JSON-RPC message is a protocol
     /// violation: the framing of everything after it is suspect, so the engine is failed.
     fn handle_line(&mut self, line: &[u8]) -> Result<(), String> {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            return Ok(());
-        }
-        match protocol::parse_incoming(line) {
-            Err(kind) => Err(format!(
+        let received = self.calls.receive(line).map_err(|kind| {
+            format!(
                 "protocol violation: stdout line is {kind}: {}",
                 protocol::preview(line)
-            )),
-            Ok(Incoming::Response { id, outcome }) => {
-                match id.and_then(|id| self.pending.remove(&id)) {
-                    Some(call) => {
-                        let reply = match outcome {
-                            Ok(value) => Reply::Result(value),
-                            Err(error) => Reply::Error(error),
-                        };
-                        let _ = call.reply.send(reply);
-                    }
-                    None => tracing::debug!(
-                        engine = %self.engine_id,
-                        ?id,
-                        "ignoring a response to a request nobody waits for (cancelled or timed out)"
-                    ),
-                }
-                Ok(())
+            )
+        })?;
+        match received {
+            None => {}
+            Some(Received::Answer { call, outcome, .. }) => {
+                let reply = match outcome {
+                    Ok(value) => Reply::Result(value),
+                    Err(error) => Reply::Error(error),
+                };
+                let _ = call.reply.send(reply);
             }
-            Ok(Incoming::Request { id, method, params }) => {
-                self.serve_callback(id, method, params);
-                Ok(())
+            Some(Received::Unmatched { id, .. }) => tracing::debug!(
+                engine = %self.engine_id,
+                %id,
+                "ignoring a response to a request nobody waits for (cancelled or timed out)"
+            ),
+            Some(Received::Request { id, method, params }) => {
+                self.serve_callback(id, method, params)
             }
-            Ok(Incoming::Notification { method }) => {
+            Some(Received::Notification { method, .. }) => {
                 tracing::debug!(engine = %self.engine_id, %method, "ignoring engine notification");
-                Ok(())
             }
         }
+        Ok(())
     }
 
     /// Finds the callbacks for an engine → host request: those of the call in flight for the
     /// `sessionId` the request names, else those of the only call in flight that has any.
     fn callbacks_for(&self, params: &Value) -> Option<Arc<dyn RuntimeCallbacks>> {
-        let with_callbacks = || {
-            self.pending
-                .values()
-                .filter(|c| c.route.callbacks.is_some())
-        };
+        let with_callbacks = || self.calls.waiting().filter(|c| c.route.callbacks.is_some());
         match params.get("sessionId").and_then(Value::as_str) {
             Some(session) => with_callbacks()
                 .find(|c| c.route.session_id.as_deref() == Some(session))
@@ -464,7 +459,7 @@ impl ConnectionTask {
         }
     }
 
-    fn serve_callback(&self, id: Value, method: String, params: Value) {
+    fn serve_callback(&self, id: RequestId, method: String, params: Value) {
         let callbacks = self.callbacks_for(&params).or_else(|| {
             if method == protocol::METHOD_LLM_COMPLETE {
                 lock(&self.host_callbacks).clone()
@@ -476,10 +471,10 @@ impl ConnectionTask {
         let engine_id = self.engine_id.clone();
         tokio::spawn(async move {
             let line = match answer_callback(&method, params, callbacks).await {
-                Ok(result) => protocol::encode_result(&id, result),
+                Ok(result) => DIALECT.answer_line(&id, Ok(&result)),
                 Err((code, message)) => {
                     tracing::debug!(engine = %engine_id, %method, code, %message, "engine callback refused");
-                    protocol::encode_error(&id, code, &message)
+                    DIALECT.answer_line(&id, Err(&RpcError::new(code, message)))
                 }
             };
             let _ = writer.send(WriterMsg::Line(line));
@@ -544,7 +539,7 @@ impl ConnectionTask {
     /// Records why the connection ended and fails every request still waiting.
     fn close(&mut self, detail: String) {
         *lock(&self.closed_reason) = Some(detail.clone());
-        for (_, call) in self.pending.drain() {
+        for (_, call) in self.calls.drain() {
             let _ = call.reply.send(Reply::Dead(detail.clone()));
         }
         self.commands.close();

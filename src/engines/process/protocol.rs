@@ -2,7 +2,7 @@
 //! classification (the line framing is the shared `ctxbridge_jsonrpc` codec), the `initialize` exchange and the rule that turns its
 //! `methods` list into a [`MethodSet`]. Pure: no I/O here.
 
-use ctxbridge_jsonrpc::codes;
+use ctxbridge_jsonrpc::{codes, Dialect};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -48,165 +48,20 @@ pub const MAX_STDERR_LINE_BYTES: usize = 16 * 1024;
 // Messages
 // ------------------------------------------------------------------------------------------
 
-#[derive(Serialize)]
-struct OutgoingRequest<'a, P: Serialize + ?Sized> {
-    jsonrpc: &'static str,
-    id: u64,
-    method: &'a str,
-    params: &'a P,
-}
-
-/// One request line (with its `\n`). Params are serialised straight from the contract structs,
-/// so an absent optional key is absent on the wire (SPEC §5).
-pub fn encode_request<P: Serialize + ?Sized>(
-    id: u64,
-    method: &str,
-    params: &P,
-) -> Result<String, serde_json::Error> {
-    let mut line = serde_json::to_string(&OutgoingRequest {
-        jsonrpc: "2.0",
-        id,
-        method,
-        params,
-    })?;
-    line.push('\n');
-    Ok(line)
-}
-
-/// A host → engine notification line (no id, no answer).
-pub fn encode_notification<P: Serialize + ?Sized>(
-    method: &str,
-    params: &P,
-) -> Result<String, serde_json::Error> {
-    let mut line = serde_json::to_string(&serde_json::json!({
-        "jsonrpc": "2.0",
-        "method": method,
-        "params": serde_json::to_value(params)?,
-    }))?;
-    line.push('\n');
-    Ok(line)
-}
-
-/// The `$/cancelRequest {id}` notification line.
-pub fn encode_cancel(id: u64) -> String {
-    let mut line = serde_json::json!({
-        "jsonrpc": "2.0",
-        "method": METHOD_CANCEL_REQUEST,
-        "params": {"id": id},
-    })
-    .to_string();
-    line.push('\n');
-    line
-}
-
-/// A successful response line to an engine → host request.
-pub fn encode_result(id: &Value, result: Value) -> String {
-    let mut line = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
-    line.push('\n');
-    line
-}
-
-/// An error response line to an engine → host request.
-pub fn encode_error(id: &Value, code: i64, message: &str) -> String {
-    let mut line = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message},
-    })
-    .to_string();
-    line.push('\n');
-    line
-}
+/// The dialect engines speak: JSON-RPC 2.0 with its `"jsonrpc": "2.0"` member. Message
+/// classification, the id table and the lines are the shared `ctxbridge_jsonrpc` ones.
+pub const DIALECT: Dialect = Dialect::JsonRpc2;
 
 /// A JSON-RPC error object an engine answered with (the shared definition).
 pub use ctxbridge_jsonrpc::RpcError;
 
-/// A message read from the engine's stdout.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Incoming {
-    /// The answer to one of the host's requests. `id` is `None` when it cannot be one of
-    /// ours (not an unsigned integer).
-    Response {
-        id: Option<u64>,
-        outcome: Result<Value, RpcError>,
-    },
-    /// An engine → host request (a runtime callback).
-    Request {
-        id: Value,
-        method: String,
-        params: Value,
-    },
-    /// An engine → host notification (none is defined; they are logged and ignored).
-    Notification { method: String },
-}
-
-/// Why a stdout line is not a JSON-RPC message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ViolationKind {
-    #[error("not JSON ({0})")]
-    NotJson(String),
-    #[error("{0}, not a JSON-RPC object")]
-    NotAnObject(&'static str),
-    #[error("neither a request nor a response")]
-    Unclassifiable,
-    #[error("a response with both `result` and `error`")]
-    ResultAndError,
-    #[error("a malformed `error` object")]
-    BadErrorObject,
-    #[error("`method` is not a string")]
-    BadMethod,
-}
-
-/// Classifies one stdout line.
-pub fn parse_incoming(line: &[u8]) -> Result<Incoming, ViolationKind> {
-    let value: Value =
-        serde_json::from_slice(line).map_err(|e| ViolationKind::NotJson(e.to_string()))?;
-    let Value::Object(mut obj) = value else {
-        return Err(ViolationKind::NotAnObject(json_kind(&value)));
-    };
-    if let Some(method) = obj.remove("method") {
-        let Value::String(method) = method else {
-            return Err(ViolationKind::BadMethod);
-        };
-        let params = obj.remove("params").unwrap_or(Value::Null);
-        return Ok(match obj.remove("id") {
-            Some(id) if !id.is_null() => Incoming::Request { id, method, params },
-            _ => Incoming::Notification { method },
-        });
-    }
-    let id = obj.get("id").and_then(Value::as_u64);
-    match (obj.remove("result"), obj.remove("error")) {
-        (Some(_), Some(_)) => Err(ViolationKind::ResultAndError),
-        (Some(result), None) => Ok(Incoming::Response {
-            id,
-            outcome: Ok(result),
-        }),
-        (None, Some(error)) => Ok(Incoming::Response {
-            id,
-            outcome: Err(parse_error_object(error)?),
-        }),
-        (None, None) => Err(ViolationKind::Unclassifiable),
-    }
-}
-
-fn parse_error_object(error: Value) -> Result<RpcError, ViolationKind> {
-    let Value::Object(mut obj) = error else {
-        return Err(ViolationKind::BadErrorObject);
-    };
-    let code = obj
-        .get("code")
-        .and_then(Value::as_i64)
-        .ok_or(ViolationKind::BadErrorObject)?;
-    let message = match obj.remove("message") {
-        Some(Value::String(m)) => m,
-        _ => return Err(ViolationKind::BadErrorObject),
-    };
-    Ok(RpcError {
-        code,
-        message,
-        data: obj.remove("data"),
-    })
+/// The `$/cancelRequest {id}` notification line.
+pub fn encode_cancel(id: i64) -> String {
+    let params = serde_json::json!({ "id": id });
+    // A method name and a `Value` always serialise.
+    DIALECT
+        .notification_line(METHOD_CANCEL_REQUEST, Some(&params))
+        .unwrap_or_default()
 }
 
 /// A short, printable preview of a line for error messages and logs.
@@ -485,7 +340,7 @@ mod tests {
             session_id: "s".into(),
             ..Default::default()
         };
-        let line = encode_request(7, "assemble", &params).unwrap();
+        let line = DIALECT.request_line(7, "assemble", &params).unwrap();
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1);
         let v: Value = serde_json::from_str(&line).unwrap();
@@ -495,60 +350,13 @@ mod tests {
         );
     }
 
-    /// Responses, errors, requests and notifications are told apart; garbage is a violation.
+    /// `$/cancelRequest` names the request it cancels.
     #[test]
-    fn parse_incoming_classifies_messages() {
+    fn cancel_names_the_request() {
+        let v: Value = serde_json::from_str(&encode_cancel(9)).unwrap();
         assert_eq!(
-            parse_incoming(br#"{"jsonrpc":"2.0","id":3,"result":null}"#).unwrap(),
-            Incoming::Response {
-                id: Some(3),
-                outcome: Ok(Value::Null)
-            }
-        );
-        assert_eq!(
-            parse_incoming(br#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"boom"}}"#)
-                .unwrap(),
-            Incoming::Response {
-                id: Some(4),
-                outcome: Err(RpcError {
-                    code: -1,
-                    message: "boom".into(),
-                    data: None
-                })
-            }
-        );
-        assert_eq!(
-            parse_incoming(
-                br#"{"jsonrpc":"2.0","id":"x","method":"runtime/llmComplete","params":{"a":1}}"#
-            )
-            .unwrap(),
-            Incoming::Request {
-                id: json!("x"),
-                method: "runtime/llmComplete".into(),
-                params: json!({"a":1})
-            }
-        );
-        assert_eq!(
-            parse_incoming(br#"{"jsonrpc":"2.0","method":"$/progress"}"#).unwrap(),
-            Incoming::Notification {
-                method: "$/progress".into()
-            }
-        );
-        assert!(matches!(
-            parse_incoming(b"hello world"),
-            Err(ViolationKind::NotJson(_))
-        ));
-        assert_eq!(
-            parse_incoming(b"[1,2]"),
-            Err(ViolationKind::NotAnObject("an array"))
-        );
-        assert_eq!(
-            parse_incoming(br#"{"id":1}"#),
-            Err(ViolationKind::Unclassifiable)
-        );
-        assert_eq!(
-            parse_incoming(br#"{"id":1,"error":"no"}"#),
-            Err(ViolationKind::BadErrorObject)
+            v,
+            json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":9}})
         );
     }
 

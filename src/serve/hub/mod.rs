@@ -27,14 +27,14 @@ use std::time::Duration;
 
 use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::INTERNAL_ERROR;
-use ctxbridge_jsonrpc::RequestId;
+use ctxbridge_jsonrpc::{Peer, RequestId};
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::serve::outbound::OutboundSender;
 use crate::serve::seam::{ClientAnswer, SessionAnswer, SessionTurns, TurnEnd};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
-use crate::serve::upstream::{Connector, Live, UpstreamEvent};
+use crate::serve::upstream::{Connector, Live, UpstreamEvent, DIALECT};
 use crate::serve::RpcError;
 
 mod clients;
@@ -186,7 +186,7 @@ struct Client {
 }
 
 struct ServerRequest {
-    upstream_id: Value,
+    upstream_id: RequestId,
     method: String,
     /// Backend ids.
     params: Value,
@@ -205,8 +205,8 @@ pub(crate) struct Hub {
     sessions: Arc<dyn SessionTurns>,
     live: Option<Live>,
     generation: u64,
-    next_id: i64,
-    pending: HashMap<i64, Pending>,
+    /// The requests written upstream and what waits for each answer, by upstream id.
+    calls: Peer<Pending>,
     clients: HashMap<ConnId, Client>,
     /// Backend thread id → subscribed connections.
     subscribers: HashMap<String, BTreeSet<ConnId>>,
@@ -299,8 +299,7 @@ pub(crate) fn start(
         sessions,
         live: None,
         generation: 0,
-        next_id: 1,
-        pending: HashMap::new(),
+        calls: Peer::new(DIALECT),
         clients: HashMap::new(),
         subscribers: HashMap::new(),
         turn_owner: HashMap::new(),
@@ -466,6 +465,9 @@ impl Hub {
                     if generation == self.generation && self.live.is_some() {
                         match event.0 {
                             UpstreamEvent::Message(message) => self.upstream_message(message),
+                            UpstreamEvent::Malformed { id, kind } => {
+                                self.upstream_malformed(&id, &kind)
+                            }
                             UpstreamEvent::Closed(reason) => self.upstream_died(reason),
                             UpstreamEvent::Oversize(line) => self.upstream_oversize(line).await,
                         }
@@ -524,18 +526,17 @@ impl Hub {
             .collect();
         if let Some(live) = &self.live {
             for (thread, turn) in turns {
-                let id = self.next_id;
-                self.next_id += 1;
-                self.pending.insert(
-                    id,
-                    Pending {
-                        method: "turn/interrupt".to_owned(),
-                        origin: Origin::Internal(None),
-                        ephemeral: false,
-                        settings: None,
-                    },
-                );
-                live.send(&json!({"id": id, "method": "turn/interrupt", "params": {"threadId": thread, "turnId": turn}}));
+                let pending = Pending {
+                    method: "turn/interrupt".to_owned(),
+                    origin: Origin::Internal(None),
+                    ephemeral: false,
+                    settings: None,
+                };
+                let params = json!({"threadId": thread, "turnId": turn});
+                // A `Value` always serialises.
+                if let Ok((_, line)) = self.calls.request("turn/interrupt", &params, pending) {
+                    live.send_line(line);
+                }
             }
         }
     }

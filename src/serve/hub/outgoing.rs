@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::{ConnId, Hub, HubMsg, ServerRequest};
 use crate::serve::outbound::Outbound;
 use crate::serve::thread_map::Direction;
+use crate::serve::upstream::DIALECT;
 use crate::serve::RpcError;
 
 impl Hub {
@@ -33,7 +34,8 @@ impl Hub {
         let Some(conn) = target else {
             tracing::warn!(method = %request.method, thread = ?request.thread, "serve: no client can answer a server request; interrupting the turn");
             if let Some(live) = &self.live {
-                live.send(&json!({"id": request.upstream_id, "error": {"code": INVALID_REQUEST, "message": "no client connected to answer"}}));
+                let error = RpcError::new(INVALID_REQUEST, "no client connected to answer");
+                live.send_line(DIALECT.answer_line(&request.upstream_id, Err(&error)));
             }
             if let Some(thread) = &request.thread {
                 let turn = self.active_turns.get(thread).cloned().or_else(|| {
@@ -84,16 +86,18 @@ impl Hub {
             self.answer(conn, &id, Err(RpcError::new(INVALID_REQUEST, message)));
             return;
         };
-        let message = match outcome {
+        let line = match outcome {
             Ok(mut result) => {
                 self.threads
                     .rewrite(&mut result, Direction::ToBackend, None);
-                json!({"id": request.upstream_id, "result": result})
+                DIALECT.answer_line(&request.upstream_id, Ok(&result))
             }
-            Err(error) => json!({"id": request.upstream_id, "error": error}),
+            Err(error) => {
+                DIALECT.answer_line(&request.upstream_id, Err(&RpcError::from_value(&error)))
+            }
         };
         if let Some(live) = &self.live {
-            live.send(&message);
+            live.send_line(line);
         }
     }
 }

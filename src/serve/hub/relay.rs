@@ -5,6 +5,7 @@
 
 use codex_app_server_client::Routed;
 use ctxbridge_jsonrpc::codes::{INTERNAL_ERROR, OVERLOADED};
+use ctxbridge_jsonrpc::{Incoming, Malformed, Received, RequestId};
 use serde_json::{json, Map, Value};
 
 use super::{Hub, HubMsg, Origin, Pending, ServerRequest, UpstreamEventMsg};
@@ -63,43 +64,37 @@ impl Hub {
         ephemeral: bool,
         settings: Option<Map<String, Value>>,
     ) {
-        if matches!(origin, Origin::Client { .. }) && self.pending.len() >= self.max_in_flight {
+        if matches!(origin, Origin::Client { .. }) && self.calls.len() >= self.max_in_flight {
             tracing::warn!(
                 %method,
-                in_flight = self.pending.len(),
+                in_flight = self.calls.len(),
                 "serve: refusing a client request: too many requests wait for the upstream"
             );
             let error = RpcError::new(OVERLOADED, "Server overloaded; retry later.");
             self.complete(origin, &method, Err(error));
             return;
         }
-        let upstream_id = self.next_id;
-        self.next_id += 1;
-        let outcome = match self.ensure_live().await {
-            Ok(live) => {
-                live.send(&json!({"id": upstream_id, "method": method, "params": params}));
-                Ok(())
-            }
-            Err(error) => Err(error),
-        };
-        match outcome {
-            Ok(()) => {
-                self.deadlines.push_back((
-                    tokio::time::Instant::now() + self.request_timeout,
-                    upstream_id,
-                ));
-                self.pending.insert(
-                    upstream_id,
-                    Pending {
-                        method,
-                        origin,
-                        ephemeral,
-                        settings,
-                    },
-                );
-            }
-            Err(error) => self.complete(origin, &method, Err(error)),
+        if let Err(error) = self.ensure_live().await {
+            self.complete(origin, &method, Err(error));
+            return;
         }
+        let pending = Pending {
+            method: method.clone(),
+            origin,
+            ephemeral,
+            settings,
+        };
+        // A `Value` always serialises.
+        let Ok((upstream_id, line)) = self.calls.request(&method, &params, pending) else {
+            return;
+        };
+        if let Some(live) = &self.live {
+            live.send_line(line);
+        }
+        self.deadlines.push_back((
+            tokio::time::Instant::now() + self.request_timeout,
+            upstream_id,
+        ));
     }
 
     pub(super) fn complete(
@@ -145,14 +140,9 @@ impl Hub {
         }
     }
 
-    pub(super) fn upstream_message(&mut self, message: Map<String, Value>) {
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        match (method, message.get("id").cloned()) {
-            (Some(method), Some(id)) => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
+    pub(super) fn upstream_message(&mut self, message: Incoming) {
+        match self.calls.receive_message(message) {
+            Received::Request { id, method, params } => {
                 let thread = thread_of(&params).map(str::to_owned);
                 self.route_server_request(ServerRequest {
                     upstream_id: id,
@@ -161,19 +151,17 @@ impl Hub {
                     thread,
                 });
             }
-            (Some(method), None) => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
+            Received::Notification { method, params } => {
                 self.upstream_notification(method, params);
             }
-            (None, Some(id)) => {
-                let Some(pending) = id.as_i64().and_then(|n| self.pending.remove(&n)) else {
-                    tracing::warn!(%id, "serve: upstream answered an unknown id");
-                    return;
-                };
-                let outcome = match message.get("error") {
-                    Some(error) => Err(RpcError::from_value(error)),
-                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-                };
+            Received::Unmatched { id, .. } => {
+                tracing::warn!(%id, "serve: upstream answered an unknown id");
+            }
+            Received::Answer {
+                call: pending,
+                outcome,
+                ..
+            } => {
                 if let Ok(result) = &outcome {
                     if matches!(
                         pending.method.as_str(),
@@ -217,8 +205,20 @@ impl Hub {
                 }
                 self.complete(pending.origin, &pending.method, outcome);
             }
-            (None, None) => tracing::warn!("serve: upstream message with neither id nor method"),
         }
+    }
+
+    /// An upstream line naming request `id` was no JSON-RPC message: that request fails with
+    /// why, rather than wait for its deadline.
+    pub(super) fn upstream_malformed(&mut self, id: &RequestId, kind: &Malformed) {
+        let Some(pending) = id.as_i64().and_then(|id| self.calls.take(id)) else {
+            return;
+        };
+        let error = RpcError::new(
+            INTERNAL_ERROR,
+            format!("the upstream codex app-server's answer is no JSON-RPC message: {kind}"),
+        );
+        self.complete(pending.origin, &pending.method, Err(error));
     }
 
     pub(super) fn upstream_notification(&mut self, method: String, mut params: Value) {
@@ -346,7 +346,8 @@ impl Hub {
         self.live = None;
         self.attached.clear();
         let message = format!("{reason}; it will be restarted on the next request");
-        for (_, pending) in std::mem::take(&mut self.pending) {
+        let waiting: Vec<Pending> = self.calls.drain().map(|(_, pending)| pending).collect();
+        for pending in waiting {
             let error = RpcError::new(INTERNAL_ERROR, message.clone());
             self.complete(pending.origin, &pending.method, Err(error));
         }
@@ -373,7 +374,7 @@ impl Hub {
             line.limit
         );
         if let Some(id) = line.response_id {
-            if let Some(pending) = self.pending.remove(&id) {
+            if let Some(pending) = self.calls.take(id) {
                 let error = RpcError::new(INTERNAL_ERROR, message);
                 self.complete(pending.origin, &pending.method, Err(error));
             }
@@ -425,7 +426,7 @@ impl Hub {
                 break;
             }
             self.deadlines.pop_front();
-            let Some(pending) = self.pending.remove(&id) else {
+            let Some(pending) = self.calls.take(id) else {
                 continue;
             };
             let ms = self.request_timeout.as_millis();

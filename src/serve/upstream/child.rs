@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 
 use super::oversize::OVERSIZE_ENDS;
 use super::{
-    handshake, Connector, Keep, Live, OversizeLine, Tail, UpstreamError, UpstreamEvent, EXIT_GRACE,
+    event_of, handshake, Connector, Keep, Live, OversizeLine, Tail, UpstreamError, UpstreamEvent,
+    EXIT_GRACE,
 };
 
 /// How many stderr lines are kept to explain a death.
@@ -166,17 +167,13 @@ async fn read_stdout<R: AsyncRead + Unpin>(
     );
     let reason = loop {
         match next_frame(&mut reader).await {
-            Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<Value>(&line) {
-                Ok(Value::Object(message)) => {
-                    if tx.send(UpstreamEvent::Message(message)).is_err() {
+            Ok(Some(Frame::Line(line))) => {
+                if let Some(event) = event_of(&line) {
+                    if tx.send(event).is_err() {
                         return;
                     }
                 }
-                _ => tracing::warn!(
-                    preview = %String::from_utf8_lossy(&line[..line.len().min(200)]),
-                    "serve: skipped a non-object line from the upstream"
-                ),
-            },
+            }
             Ok(Some(Frame::TooLong(over))) => {
                 let line = OversizeLine::read(&over, max_line_bytes);
                 tracing::warn!(

@@ -24,8 +24,8 @@ pub(crate) use socket::UrlConnector;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxbridge_jsonrpc::StderrTail;
-use serde_json::{json, Map, Value};
+use ctxbridge_jsonrpc::{Dialect, Incoming, Malformed, RequestId, StderrTail};
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 /// How long a shutdown waits for the child to exit after its stdin closes (or the socket
@@ -67,11 +67,16 @@ pub enum UpstreamError {
     Handshake { program: String, reason: String },
 }
 
+/// The Codex app-server speaks JSON-RPC without the `jsonrpc` member.
+pub(crate) const DIALECT: Dialect = Dialect::Bare;
+
 /// What the child's stdout produced.
 #[derive(Debug)]
 pub(crate) enum UpstreamEvent {
-    /// One JSON-RPC message.
-    Message(Map<String, Value>),
+    /// One JSON-RPC message, classified by the reader (off the hub's loop).
+    Message(Incoming),
+    /// A line that is no JSON-RPC message but names the id of a request: that request fails.
+    Malformed { id: RequestId, kind: Malformed },
     /// A message over the line limit, dropped unread: what its ends tell of it.
     Oversize(OversizeLine),
     /// The connection is gone (stdout closed); the reason names the upstream.
@@ -98,6 +103,11 @@ impl Live {
     pub fn send(&self, message: &Value) {
         let mut line = message.to_string();
         line.push('\n');
+        self.send_line(line);
+    }
+
+    /// Queues one line (ending in `\n`) for the child's stdin.
+    pub fn send_line(&self, line: String) {
         if self.writer.send(line).is_err() {
             tracing::debug!("serve: upstream writer already gone");
         }
@@ -156,6 +166,25 @@ impl Live {
     }
 }
 
+/// The event for one line (or WebSocket message) from the upstream: its message, classified;
+/// `None` for a blank line or one that is no message and names no request (logged).
+pub(super) fn event_of(line: &[u8]) -> Option<UpstreamEvent> {
+    match Incoming::parse(line) {
+        Ok(message) => message.map(UpstreamEvent::Message),
+        Err(kind) => {
+            tracing::warn!(
+                %kind,
+                preview = %String::from_utf8_lossy(&line[..line.len().min(200)]),
+                "serve: skipped a message from the upstream that is no JSON-RPC message"
+            );
+            std::str::from_utf8(line)
+                .ok()
+                .and_then(RequestId::in_text)
+                .map(|id| UpstreamEvent::Malformed { id, kind })
+        }
+    }
+}
+
 /// ctxbridge's own `initialize`/`initialized` on a fresh connection. On failure the connection
 /// is dropped (a child killed, a socket closed) and `error` names why.
 pub(super) async fn handshake(
@@ -174,12 +203,17 @@ pub(super) async fn handshake(
     let answer = tokio::time::timeout(timeout, async {
         while let Some(event) = events.recv().await {
             match event {
-                UpstreamEvent::Message(message)
-                    if message.get("id").and_then(Value::as_i64) == Some(HANDSHAKE_ID)
-                        && message.get("method").is_none() =>
+                UpstreamEvent::Message(Incoming::Response { id, outcome })
+                    if id.as_i64() == Some(HANDSHAKE_ID) =>
                 {
-                    return Ok(message);
+                    return Ok(outcome);
                 }
+                UpstreamEvent::Malformed { id, kind } if id.as_i64() == Some(HANDSHAKE_ID) => {
+                    return Err(format!(
+                        "its initialize answer is no JSON-RPC message: {kind}"
+                    ));
+                }
+                UpstreamEvent::Malformed { .. } => {}
                 UpstreamEvent::Message(message) => {
                     tracing::debug!(
                         ?message,
@@ -199,8 +233,8 @@ pub(super) async fn handshake(
         Err("the connection closed".to_owned())
     })
     .await;
-    let message = match answer {
-        Ok(Ok(message)) => message,
+    let outcome = match answer {
+        Ok(Ok(outcome)) => outcome,
         Ok(Err(reason)) => {
             live.kill();
             return Err(error(&reason));
@@ -210,12 +244,15 @@ pub(super) async fn handshake(
             return Err(error("no answer in time"));
         }
     };
-    if let Some(answer) = message.get("error") {
-        live.kill();
-        return Err(error(&answer.to_string()));
-    }
+    let result = match outcome {
+        Ok(result) => result,
+        Err(answer) => {
+            live.kill();
+            return Err(error(&answer.to_value().to_string()));
+        }
+    };
     let mut live = live;
-    live.initialize_result = message.get("result").cloned().unwrap_or(Value::Null);
+    live.initialize_result = result;
     live.send(&json!({"method": "initialized"}));
     Ok((live, events))
 }

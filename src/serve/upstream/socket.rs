@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::config::BackendUrl;
 
-use super::{handshake, Connector, Keep, Live, UpstreamError, UpstreamEvent, EXIT_GRACE};
+use super::{event_of, handshake, Connector, Keep, Live, UpstreamError, UpstreamEvent, EXIT_GRACE};
 
 /// Connects to an app-server that already runs (`backend.url`): nothing is spawned or killed;
 /// a lost connection is reported like a child's death and the router connects again on the
@@ -156,16 +156,10 @@ where
             Some(Err(error)) => break format!("reading the WebSocket failed: {error}"),
             None => break "the WebSocket ended".to_owned(),
         };
-        match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(message)) => {
-                if tx.send(UpstreamEvent::Message(message)).is_err() {
-                    return;
-                }
+        if let Some(event) = event_of(&bytes) {
+            if tx.send(event).is_err() {
+                return;
             }
-            _ => tracing::warn!(
-                preview = %String::from_utf8_lossy(&bytes[..bytes.len().min(200)]),
-                "serve: skipped a non-object message from the upstream"
-            ),
         }
     };
     let _ = tx.send(UpstreamEvent::Closed(format!("{label}: {reason}")));

@@ -47,7 +47,8 @@ async fn engine_rig(
                 let Value::Object(map) = message else {
                     panic!("not an object")
                 };
-                let _ = peer.events.send(UpstreamEvent::Message(map));
+                let message = ctxbridge_jsonrpc::Incoming::of_object(map, "").unwrap();
+                let _ = peer.events.send(UpstreamEvent::Message(message));
             };
             match request["method"].as_str().unwrap() {
                 "turn/start" => {

@@ -7,6 +7,7 @@ use crate::serve::route::SessionOp;
 use crate::serve::seam::{PassThroughSessions, SessionAnswer, SessionRequest, UpstreamHandle};
 use crate::serve::upstream::{MemoryPeer, UpstreamError};
 use async_trait::async_trait;
+use ctxbridge_jsonrpc::Incoming;
 
 /// Hands out one prepared in-memory connection.
 struct MemoryConnector(std::sync::Mutex<Option<(Live, mpsc::UnboundedReceiver<UpstreamEvent>)>>);
@@ -96,7 +97,11 @@ impl Rig {
         let Value::Object(map) = message else {
             panic!("not an object")
         };
-        self.peer.events.send(UpstreamEvent::Message(map)).unwrap();
+        let message = Incoming::of_object(map, "").unwrap();
+        self.peer
+            .events
+            .send(UpstreamEvent::Message(message))
+            .unwrap();
     }
 }
 
