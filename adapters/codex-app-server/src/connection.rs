@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::AppServerError;
+use crate::notifications::KNOWN_NOTIFICATIONS;
+use crate::stderr::{log_stderr_line, summarize_stderr};
 use crate::transport::{Route, Routed, ROUTED_SERVER_REQUESTS};
 
 /// How many stderr lines are kept to explain a death.
@@ -36,100 +38,6 @@ const EXIT_DRAIN: Duration = Duration::from_millis(200);
 const EOF_GRACE: Duration = Duration::from_millis(500);
 /// How long a graceful shutdown waits for the process to exit after stdin closes.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-
-/// The notifications of the app-server versions this client is tested against (0.169.0 and
-/// 0.171.0: `codex app-server generate-json-schema`, `ServerNotification`), routed or
-/// deliberately ignored. Anything else is logged once per method at debug level, so a
-/// protocol change is visible when looked for without alarming anyone at every turn.
-const KNOWN_NOTIFICATIONS: &[&str] = &[
-    "account/gatewayOAuth/changed",
-    "account/login/completed",
-    "account/rateLimits/updated",
-    "account/updated",
-    "app/list/updated",
-    "autoApprovalReview/strictReviewRequired",
-    "command/exec/outputDelta",
-    "configWarning",
-    "deprecationNotice",
-    "error",
-    "externalAgentConfig/import/completed",
-    "externalAgentConfig/import/progress",
-    "fs/changed",
-    "fuzzyFileSearch/sessionCompleted",
-    "fuzzyFileSearch/sessionUpdated",
-    "guardianWarning",
-    "hook/completed",
-    "hook/started",
-    "item/agentMessage/delta",
-    "item/autoApprovalReview/completed",
-    "item/autoApprovalReview/started",
-    "item/commandExecution/outputDelta",
-    "item/commandExecution/terminalInteraction",
-    "item/completed",
-    "item/fileChange/outputDelta",
-    "item/fileChange/patchUpdated",
-    "item/mcpToolCall/progress",
-    "item/plan/delta",
-    "item/reasoning/summaryPartAdded",
-    "item/reasoning/summaryTextDelta",
-    "item/reasoning/textDelta",
-    "item/started",
-    "mcpServer/event/stream/notification",
-    "mcpServer/oauthLogin/completed",
-    "mcpServer/startupStatus/updated",
-    "model/rerouted",
-    "model/safetyBuffering/updated",
-    "model/verification",
-    "modelProvider/authRecoveryCompleted",
-    "modelProvider/authRecoveryStarted",
-    "process/exited",
-    "process/outputDelta",
-    "project/changed",
-    "remoteControl/status/changed",
-    "serverRequest/resolved",
-    "skills/changed",
-    "thread/archived",
-    "thread/attachment/updated",
-    "thread/closed",
-    "thread/compacted",
-    "thread/deleted",
-    "thread/environment/connected",
-    "thread/environment/disconnected",
-    "thread/goal/cleared",
-    "thread/goal/updated",
-    "thread/name/updated",
-    "thread/prediction/updated",
-    "thread/project/updated",
-    "thread/queue/changed",
-    "thread/readState/changed",
-    "thread/realtime/closed",
-    "thread/realtime/error",
-    "thread/realtime/item/completed",
-    "thread/realtime/item/started",
-    "thread/realtime/item/transcript/delta",
-    "thread/realtime/itemAdded",
-    "thread/realtime/outputAudio/delta",
-    "thread/realtime/sdp",
-    "thread/realtime/started",
-    "thread/realtime/transcript/delta",
-    "thread/realtime/transcript/done",
-    "thread/reverted",
-    "thread/search/partial",
-    "thread/section/changed",
-    "thread/settings/updated",
-    "thread/started",
-    "thread/status/changed",
-    "thread/tokenUsage/updated",
-    "thread/unarchived",
-    "turn/completed",
-    "turn/diff/updated",
-    "turn/moderationMetadata",
-    "turn/plan/updated",
-    "turn/started",
-    "warning",
-    "windows/worldWritableWarning",
-    "windowsSandbox/setupCompleted",
-];
 
 /// The Codex app-server speaks JSON-RPC without the `jsonrpc` member.
 const DIALECT: Dialect = Dialect::Bare;
@@ -359,116 +267,11 @@ async fn write_stdin(
     // The queue closed: dropping stdin sends EOF, which asks the app-server to exit.
 }
 
-/// Stderr lines quoted in a death's reason at most.
-const STDERR_SUMMARY_LINES: usize = 3;
-
-/// `line` without ANSI escape sequences (colour and cursor codes) and control characters.
-pub fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            match chars.peek() {
-                // CSI: parameters and intermediates up to a final byte in @..~.
-                Some('[') => {
-                    chars.next();
-                    for c in chars.by_ref() {
-                        if ('@'..='~').contains(&c) {
-                            break;
-                        }
-                    }
-                }
-                // OSC: up to BEL or ST.
-                Some(']') => {
-                    chars.next();
-                    while let Some(c) = chars.next() {
-                        if c == '\u{7}' || (c == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
-                            break;
-                        }
-                    }
-                }
-                _ => {
-                    chars.next();
-                }
-            }
-        } else if !c.is_control() || c == '\t' {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The part of the stderr tail worth quoting when the app-server dies: the last lines that
-/// report an error, a panic or a fatal condition, or else the last lines; at most
-/// [`STDERR_SUMMARY_LINES`], without escape sequences.
-pub(crate) fn summarize_stderr<'a>(tail: impl Iterator<Item = &'a str>) -> String {
-    let lines: Vec<String> = tail
-        .map(strip_ansi)
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    let is_failure = |l: &String| {
-        let lower = l.to_ascii_lowercase();
-        ["error", "panic", "fatal"]
-            .iter()
-            .any(|w| lower.contains(w))
-    };
-    let failures: Vec<&String> = lines.iter().filter(|l| is_failure(l)).collect();
-    let chosen: Vec<&String> = if failures.is_empty() {
-        lines.iter().collect()
-    } else {
-        failures
-    };
-    let start = chosen.len().saturating_sub(STDERR_SUMMARY_LINES);
-    let quoted: Vec<&str> = chosen[start..].iter().map(|s| s.as_str()).collect();
-    if quoted.is_empty() {
-        String::new()
-    } else {
-        format!("; last stderr: {}", quoted.join(" | "))
-    }
-}
-
 async fn forward_stderr<R: AsyncRead + Unpin>(stderr: R, health: Arc<Health>) {
     ctxbridge_jsonrpc::forward_stderr(stderr, STDERR_MAX_LINE, &health.stderr_tail, |line| {
         log_stderr_line("codex app-server", line)
     })
     .await;
-}
-
-/// The level a Codex log line was written at: the first of its leading words that names one
-/// (`2025-… ERROR codex_core: …`, `WARN …`), after its colour codes are removed.
-pub fn stderr_line_level(line: &str) -> Option<tracing::Level> {
-    line.split_whitespace().take(3).find_map(|word| match word {
-        "ERROR" => Some(tracing::Level::ERROR),
-        "WARN" | "WARNING" => Some(tracing::Level::WARN),
-        "INFO" => Some(tracing::Level::INFO),
-        "DEBUG" => Some(tracing::Level::DEBUG),
-        "TRACE" => Some(tracing::Level::TRACE),
-        _ => None,
-    })
-}
-
-/// Logs one line the app-server wrote to stderr at the level it was written at (INFO when it
-/// names none), without its colour codes, naming `source` (which app-server).
-pub fn log_stderr_line(source: &str, line: &str) {
-    let text = strip_ansi(line);
-    match stderr_line_level(&text).unwrap_or(tracing::Level::INFO) {
-        tracing::Level::ERROR => {
-            tracing::error!(target: "codex_app_server::stderr", source, "{text}")
-        }
-        tracing::Level::WARN => {
-            tracing::warn!(target: "codex_app_server::stderr", source, "{text}")
-        }
-        tracing::Level::INFO => {
-            tracing::info!(target: "codex_app_server::stderr", source, "{text}")
-        }
-        tracing::Level::DEBUG => {
-            tracing::debug!(target: "codex_app_server::stderr", source, "{text}")
-        }
-        tracing::Level::TRACE => {
-            tracing::trace!(target: "codex_app_server::stderr", source, "{text}")
-        }
-    }
 }
 
 impl Actor {
@@ -852,67 +655,6 @@ mod tests {
         assert_eq!(methods, ["a", "b", "c"]);
     }
 
-    /// A Codex log line's level is the word that names it; a line naming none has none.
-    #[test]
-    fn stderr_levels_are_read() {
-        let level = |line: &str| stderr_line_level(&strip_ansi(line));
-        assert_eq!(
-            level(
-                "\u{1b}[2m2025-11-20T10:00:00Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m codex_core: boom"
-            ),
-            Some(tracing::Level::ERROR)
-        );
-        assert_eq!(level(" WARN x: y"), Some(tracing::Level::WARN));
-        assert_eq!(level("2025 INFO a"), Some(tracing::Level::INFO));
-        assert_eq!(level("panicked at src/x.rs: an ERROR later"), None);
-    }
-
-    /// Every notification the installed Codex declares (`generate-json-schema`) is known, so
-    /// none of its ordinary traffic is reported as unknown (0.171.0's `thread/goal/cleared`
-    /// came with every turn). Skips loudly without a Codex.
-    #[test]
-    fn the_installed_codex_has_no_unknown_notifications() {
-        let Some(codex) = crate::config::locate_codex_binary() else {
-            eprintln!("\n!!!!!!!! SKIPPED known-notifications check: no codex binary !!!!!!!!\n");
-            return;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(&codex)
-            .args(["app-server", "generate-json-schema", "--out"])
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{codex:?} generate-json-schema failed");
-        let text = std::fs::read_to_string(dir.path().join("ServerNotification.json")).unwrap();
-        let schema: Value = serde_json::from_str(&text).unwrap();
-        fn methods(value: &Value, out: &mut Vec<String>) {
-            match value {
-                Value::Object(map) => {
-                    if let Some(Value::Array(names)) = map
-                        .get("properties")
-                        .and_then(|p| p.get("method"))
-                        .and_then(|m| m.get("enum"))
-                    {
-                        out.extend(names.iter().filter_map(Value::as_str).map(str::to_owned));
-                    }
-                    map.values().for_each(|v| methods(v, out));
-                }
-                Value::Array(items) => items.iter().for_each(|v| methods(v, out)),
-                _ => {}
-            }
-        }
-        let mut declared = Vec::new();
-        methods(&schema, &mut declared);
-        assert!(declared.len() > 20, "{declared:?}");
-        let unknown: Vec<&String> = declared
-            .iter()
-            .filter(|m| !KNOWN_NOTIFICATIONS.contains(&m.as_str()))
-            .collect();
-        assert!(unknown.is_empty(), "unknown to this client: {unknown:?}");
-    }
-
     /// Only JSON-RPC messages are messages; blank lines, other JSON and garbage are skipped,
     /// and a malformed answer naming a request's id is reported against that id.
     #[tokio::test]
@@ -937,36 +679,5 @@ mod tests {
                 "eof"
             ]
         );
-    }
-
-    /// Colour codes and other escape sequences are removed from quoted stderr.
-    #[test]
-    fn ansi_escapes_are_stripped() {
-        assert_eq!(
-            strip_ansi("\u{1b}[2m2025\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m boom\u{1b}]0;title\u{7}"),
-            "2025 ERROR boom"
-        );
-    }
-
-    /// A death quotes the error lines of the stderr tail (not unrelated log lines), or the
-    /// last lines when none reports an error, three at most.
-    #[test]
-    fn stderr_summary_prefers_error_lines() {
-        let tail = [
-            "\u{1b}[32m INFO\u{1b}[0m starting",
-            "WARN unrelated: telemetry disabled",
-            "\u{1b}[31mERROR\u{1b}[0m model unreachable",
-            "INFO still going",
-        ];
-        assert_eq!(
-            summarize_stderr(tail.into_iter()),
-            "; last stderr: ERROR model unreachable"
-        );
-        let calm = ["a", "b", "c", "d"];
-        assert_eq!(
-            summarize_stderr(calm.into_iter()),
-            "; last stderr: b | c | d"
-        );
-        assert_eq!(summarize_stderr(std::iter::empty()), "");
     }
 }

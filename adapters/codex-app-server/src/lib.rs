@@ -31,6 +31,8 @@ pub mod client;
 pub mod config;
 mod connection;
 pub mod error;
+mod notifications;
+mod stderr;
 pub mod transport;
 pub mod turn;
 pub mod version;
@@ -50,8 +52,8 @@ pub use config::{
     locate_codex_binary, locate_codex_binary_in, offline_overrides, overrides_json,
     AppServerConfig, ConfigValue, TurnLimits,
 };
-pub use connection::{log_stderr_line, stderr_line_level, strip_ansi};
 pub use error::{AppServerError, TurnLimitKind};
+pub use stderr::{log_stderr_line, stderr_line_level, strip_ansi};
 pub use transport::{loaded_thread, Route, Routed, Transport, ROUTED_SERVER_REQUESTS};
 pub use turn::{
     DynamicToolCall, DynamicToolCallResponse, ItemKind, TurnEvent, TurnHandle, TurnOutcome,
