@@ -203,7 +203,7 @@ pub async fn run(sessions: usize, turns: usize) -> Result<OverheadReport, BenchE
 }
 
 /// A fresh in-memory SQLite store, timed per operation.
-fn timed_memory_store() -> Result<Arc<TimedStore<SqliteStore>>, BenchError> {
+fn timed_memory_store() -> Result<Arc<TimedStore>, BenchError> {
     let store = SqliteStore::in_memory().map_err(|source| BenchError::Store {
         operation: "open an in-memory store",
         source,

@@ -1,12 +1,20 @@
 //! A timing decorator for any [`StateStore`]: the time and number of calls per operation, so
 //! the overhead benchmark can say how much of a turn is spent in the store and in which calls.
+//!
+//! It forwards every method, the queued writes ([`StateStore::submit`],
+//! [`StateStore::submit_detached`]) and a sharded store's shards ([`StateStore::session_shard`],
+//! wrapped so their calls count too) included: a turn's writes then take the path they take
+//! for users — a SQLite store's group-commit queue — and a queued write is timed until its
+//! answer comes, which is what the turn waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
     StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
+    TurnWrite, WriteFuture,
 };
 
 /// The store's operations.
@@ -58,6 +66,22 @@ impl StoreOp {
         StoreOp::SaveDocument,
     ];
 
+    /// The operation a queued write is.
+    pub fn of_write(write: &TurnWrite) -> StoreOp {
+        match write {
+            TurnWrite::AcquireLease { .. } => StoreOp::TryAcquireLease,
+            TurnWrite::ReleaseLease(_) => StoreOp::ReleaseLease,
+            TurnWrite::RecordTurn { .. } => StoreOp::RecordTurn,
+            TurnWrite::EnqueueOutbox(_) => StoreOp::EnqueueOutbox,
+            TurnWrite::CompleteOutbox { .. } => StoreOp::CompleteOutbox,
+            TurnWrite::FailOutbox { .. } => StoreOp::FailOutbox,
+            // `TurnWrite` is non-exhaustive: a write added later counts as a recorded turn
+            // until it gets an operation of its own.
+            #[allow(unreachable_patterns)]
+            _ => StoreOp::RecordTurn,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StoreOp::LoadBinding => "load_binding",
@@ -96,26 +120,56 @@ pub struct OpTotals {
     pub time: Duration,
 }
 
-/// Wraps `inner`, timing every call per operation.
+/// Time and calls per operation, shared by a store and the wrappers of its shards.
 #[derive(Debug)]
-pub struct TimedStore<S> {
-    inner: S,
+struct Counters {
     nanos: [AtomicU64; StoreOp::ALL.len()],
     calls: [AtomicU64; StoreOp::ALL.len()],
 }
 
-impl<S> TimedStore<S> {
-    pub fn new(inner: S) -> Self {
+impl Counters {
+    fn add(&self, op: StoreOp, since: Instant) {
+        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos[op.index()].fetch_add(nanos, Ordering::Relaxed);
+        self.calls[op.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Wraps a store, timing every call per operation.
+pub struct TimedStore {
+    inner: Arc<dyn StateStore>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for TimedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedStore")
+            .field("inner", &self.inner.location())
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+impl TimedStore {
+    pub fn new(inner: impl StateStore + 'static) -> Self {
         TimedStore {
-            inner,
-            nanos: std::array::from_fn(|_| AtomicU64::new(0)),
-            calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            inner: Arc::new(inner),
+            counters: Arc::new(Counters {
+                nanos: std::array::from_fn(|_| AtomicU64::new(0)),
+                calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            }),
         }
     }
 
     /// Time spent in the store so far, all operations.
     pub fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.nanos.iter().map(|n| n.load(Ordering::Relaxed)).sum())
+        Duration::from_nanos(
+            self.counters
+                .nanos
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed))
+                .sum(),
+        )
     }
 
     /// Totals per operation (operations never called are left out).
@@ -124,24 +178,22 @@ impl<S> TimedStore<S> {
             .iter()
             .map(|op| OpTotals {
                 op: *op,
-                calls: self.calls[op.index()].load(Ordering::Relaxed),
-                time: Duration::from_nanos(self.nanos[op.index()].load(Ordering::Relaxed)),
+                calls: self.counters.calls[op.index()].load(Ordering::Relaxed),
+                time: Duration::from_nanos(self.counters.nanos[op.index()].load(Ordering::Relaxed)),
             })
             .filter(|t| t.calls > 0)
             .collect()
     }
 
-    fn timed<T>(&self, op: StoreOp, call: impl FnOnce(&S) -> T) -> T {
+    fn timed<T>(&self, op: StoreOp, call: impl FnOnce(&dyn StateStore) -> T) -> T {
         let started = Instant::now();
-        let result = call(&self.inner);
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.nanos[op.index()].fetch_add(nanos, Ordering::Relaxed);
-        self.calls[op.index()].fetch_add(1, Ordering::Relaxed);
+        let result = call(&*self.inner);
+        self.counters.add(op, started);
         result
     }
 }
 
-impl<S: StateStore> StateStore for TimedStore<S> {
+impl StateStore for TimedStore {
     fn location(&self) -> String {
         self.inner.location()
     }
@@ -331,6 +383,34 @@ impl<S: StateStore> StateStore for TimedStore<S> {
         })
     }
 
+    /// A queued write, timed until its answer (what the turn waits for).
+    fn submit(&self, write: TurnWrite) -> WriteFuture {
+        let op = StoreOp::of_write(&write);
+        let started = Instant::now();
+        let answer = self.inner.submit(write);
+        let counters = self.counters.clone();
+        Box::pin(async move {
+            let outcome = answer.await;
+            counters.add(op, started);
+            outcome
+        })
+    }
+
+    /// Forwarded, so the write joins the store's queue; the time of queueing it is counted.
+    fn submit_detached(&self, write: TurnWrite) {
+        let op = StoreOp::of_write(&write);
+        self.timed(op, |s| s.submit_detached(write))
+    }
+
+    /// The shard a session lives on, wrapped so that its calls are counted here too.
+    fn session_shard(&self, session_key: &str) -> Option<Arc<dyn StateStore>> {
+        let shard = self.inner.session_shard(session_key)?;
+        Some(Arc::new(TimedStore {
+            inner: shard,
+            counters: self.counters.clone(),
+        }))
+    }
+
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
         self.timed(StoreOp::LoadDocument, |s| s.load_document(namespace, key))
     }
@@ -374,6 +454,45 @@ mod tests {
         assert_eq!(
             store.elapsed(),
             totals.iter().map(|t| t.time).sum::<Duration>()
+        );
+    }
+
+    /// A turn's queued writes go to the wrapped store's own `submit` (its group-commit queue),
+    /// are timed until their answer and counted by operation; a sharded store's shards are
+    /// handed out wrapped, so calls made on a shard count too.
+    #[tokio::test]
+    async fn queued_writes_and_shards_are_forwarded_and_counted() {
+        let store = TimedStore::new(crate::store::ShardedSqliteStore::in_memory(2).unwrap());
+        let shard = store
+            .session_shard("k")
+            .expect("a sharded store names the session's shard");
+        let attempt = shard
+            .submit(TurnWrite::AcquireLease {
+                session: "k".into(),
+                holder: "h".into(),
+                dead_holder: None,
+                now_ms: 1,
+                ttl_ms: 60_000,
+            })
+            .await
+            .unwrap()
+            .into_lease();
+        let LeaseAttempt::Acquired(lease) = attempt else {
+            panic!("{attempt:?}")
+        };
+        assert!(matches!(
+            shard.try_acquire_lease("k", "other", 2, 60_000).unwrap(),
+            LeaseAttempt::Busy { .. }
+        ));
+        shard.submit_detached(TurnWrite::ReleaseLease(lease));
+        assert!(matches!(
+            shard.try_acquire_lease("k", "other", 3, 60_000).unwrap(),
+            LeaseAttempt::Acquired(_)
+        ));
+        let totals = store.totals();
+        assert_eq!(
+            totals.iter().map(|t| (t.op, t.calls)).collect::<Vec<_>>(),
+            vec![(StoreOp::TryAcquireLease, 3), (StoreOp::ReleaseLease, 1)]
         );
     }
 }
