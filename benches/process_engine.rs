@@ -1,4 +1,4 @@
-//! Per-call overhead of the engine process protocol adapter (SPEC §13) on loopback pipes,
+//! Per-call overhead of the engine process protocol adapter (docs/engine-protocol.md#the-engine-process-protocol) on loopback pipes,
 //! against the minimal Rust echo engine (`examples/echo_engine.rs`), so the figure is the
 //! adapter plus the pipes, not an interpreter. Criterion prints the median per call; the
 //! target is under 100 µs.

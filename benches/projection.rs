@@ -1,4 +1,4 @@
-//! Benchmarks of the projection core (SPEC §9): rendering, bounding, fingerprints and the
+//! Benchmarks of the projection core (docs/architecture.md#projection): rendering, bounding, fingerprints and the
 //! decision on transcripts of 10 to 10 000 messages of about 500 bytes, and the work of a turn
 //! on a reused thread (no rendering). Throughput is in transcript JSON bytes
 //! (`transcript_json_bytes`), so criterion prints MB/s.

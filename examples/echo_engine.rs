@@ -1,4 +1,4 @@
-//! A minimal engine over the engine process protocol (SPEC §13), in Rust so that benchmarks
+//! A minimal engine over the engine process protocol (docs/engine-protocol.md#the-engine-process-protocol), in Rust so that benchmarks
 //! of the protocol adapter (`benches/process_engine.rs`) measure the adapter and the pipes,
 //! not the speed of an interpreter.
 //!

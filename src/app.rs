@@ -193,7 +193,7 @@ pub fn default_model(config: &Config) -> Option<String> {
 }
 
 /// The registry with every engine ctxbridge knows: the sample engine, and each configured
-/// entry with a `command` as an out-of-process engine (SPEC §13). Legacy is built in.
+/// entry with a `command` as an out-of-process engine (docs/engine-protocol.md#the-engine-process-protocol). Legacy is built in.
 pub fn registry(config: &Config) -> EngineRegistry {
     registry_with(config, None, &EngineConfigErrors::default())
 }

@@ -1,11 +1,11 @@
-//! `ctxbridge doctor` (SPEC §2, §3, §14): which engine is selected and where the selection came
+//! `ctxbridge doctor` (docs/architecture.md#selection-fault-isolation-and-quarantine, §3, §14): which engine is selected and where the selection came
 //! from, which engines are quarantined and why, and whether the engine's host requirements are
 //! met by the configured backend.
 //!
 //! A quarantine lasts for the life of a process, and every `ctxbridge turn` is a process of its
-//! own, so doctor also reads what earlier runs left in the state store (SPEC §15): the
+//! own, so doctor also reads what earlier runs left in the state store (docs/architecture.md#failure-handling): the
 //! quarantine records the harness persisted and its notes for doctor (a no-op `compact` on an
-//! engine that does not own compaction, SPEC §10). Doctor never creates the store: when the
+//! engine that does not own compaction, docs/architecture.md#compaction-on-threaded-backends). Doctor never creates the store: when the
 //! configured file does not exist there is simply nothing from earlier runs. When the file
 //! exists and cannot be used (corrupt, locked, from a newer build) doctor still prints its
 //! report, names the file and the problem, and fails (exit 1): no turn can run on that store.
@@ -59,7 +59,7 @@ pub struct DoctorReport {
     pub can_run: bool,
     /// What earlier runs left in the state store.
     pub persisted: PersistedState,
-    /// Engines that rejected their configuration, each naming the keys (SPEC §14: a config
+    /// Engines that rejected their configuration, each naming the keys (docs/config.md#configuration-reference: a config
     /// error, not only a quarantine).
     pub config_errors: Vec<String>,
     /// The Node version check of each Node-hosted engine.
@@ -172,7 +172,7 @@ impl PersistedState {
     }
 }
 
-/// The key of the harness's note about a no-op `compact` of `engine_id` (SPEC §10), in the
+/// The key of the harness's note about a no-op `compact` of `engine_id` (docs/architecture.md#compaction-on-threaded-backends), in the
 /// documents namespace [`crate::harness::DOCTOR_NAMESPACE`].
 pub fn no_op_compact_note_key(engine_id: &str) -> String {
     format!("noop-compact:{engine_id}")
@@ -456,7 +456,7 @@ pub fn format_utc_ms(ms: u64) -> String {
     )
 }
 
-/// The warning for a non-owning engine whose `compact` did nothing (SPEC §10).
+/// The warning for a non-owning engine whose `compact` did nothing (docs/architecture.md#compaction-on-threaded-backends).
 pub fn no_op_compact_warning(engine_id: &str) -> String {
     format!(
         "context engine \"{engine_id}\" does not own compaction, yet its compact returned without compacting or delegating to the runtime: manual compaction cannot free context"
@@ -1058,7 +1058,7 @@ mod tests {
     }
 
     /// An engine needing prompt control cannot run on the CLI host: can_run is false and the
-    /// report shows the SPEC §3 text for each declared operation.
+    /// report shows the docs/architecture.md#host-capabilities-and-requirements text for each declared operation.
     #[tokio::test]
     async fn unmet_requirements_block_running() {
         let registry = EngineRegistry::new();

@@ -5,33 +5,33 @@
 //!
 //! Layout, from the inside out:
 //! - [`contract`]: the engine contract — messages, parameters, results, the `ContextEngine`
-//!   trait and the host callbacks (SPEC §1).
+//!   trait and the host callbacks (docs/architecture.md#the-engine-contract).
 //! - [`engines`]: engines that ship with ctxbridge: the built-in `legacy` engine, the sample
-//!   `sample-summary` thread_bootstrap engine, and out-of-process engines (SPEC §13).
+//!   `sample-summary` thread_bootstrap engine, and out-of-process engines (docs/engine-protocol.md#the-engine-process-protocol).
 //! - [`host`] (`host/`): what the host offers an engine — capabilities and the lists each kind
-//!   of host advertises, the host-requirement check before an operation (SPEC §3), and which
-//!   host-added params an engine receives (SPEC §5).
-//! - [`runtime_settings`]: the read-only runtimeSettings snapshot (SPEC §4).
+//!   of host advertises, the host-requirement check before an operation (docs/architecture.md#host-capabilities-and-requirements), and which
+//!   host-added params an engine receives (docs/architecture.md#host-added-parameters-acceptedhostparams).
+//! - [`runtime_settings`]: the read-only runtimeSettings snapshot (docs/architecture.md#runtimesettings).
 //! - [`quarantine`]: the fault-isolating wrapper engine and the process-wide quarantine book
-//!   (SPEC §2).
+//!   (docs/architecture.md#selection-fault-isolation-and-quarantine).
 //! - [`registry`]: engine registration by id and owner, slot resolution, contract validation
-//!   (SPEC §2).
+//!   (docs/architecture.md#selection-fault-isolation-and-quarantine).
 //! - [`projection`]: projection onto threaded backends as pure functions — rendering,
 //!   bounding, the thread binding, the project-or-reuse decision, developer instructions
-//!   (SPEC §9).
+//!   (docs/architecture.md#projection).
 //! - [`backend`]: the threaded-backend port and its implementations: the in-process mock, the
-//!   Codex app-server, the Responses API, and the shared conformance suite (SPEC §12).
-//! - [`store`]: durable state — bindings, transcripts, the durable-turn outbox, leases (SPEC §9.4).
-//! - [`harness`]: the turn algorithm — the engine lifecycle around every turn (SPEC §6–§11).
-//! - [`config`] (`config/`): the JSON5 configuration file (SPEC §14) — the schema, loading with
+//!   Codex app-server, the Responses API, and the shared conformance suite (docs/architecture.md#backends).
+//! - [`store`]: durable state — bindings, transcripts, the durable-turn outbox, leases (docs/architecture.md#the-thread-binding-and-its-fingerprints).
+//! - [`harness`]: the turn algorithm — the engine lifecycle around every turn (docs/architecture.md#durable-turns-committurn–§11).
+//! - [`config`] (`config/`): the JSON5 configuration file (docs/config.md#configuration-reference) — the schema, loading with
 //!   located errors, and the locator that finds a key path in the JSON5 text.
-//! - [`doctor`]: the `doctor` report (SPEC §2, §3).
+//! - [`doctor`]: the `doctor` report (docs/architecture.md#selection-fault-isolation-and-quarantine, §3).
 //! - [`app`]: wiring a configuration into a running harness.
-//! - [`cli`] (`cli/`): the `ctxbridge` command line (SPEC §14) — parsing and dispatch, the shared
+//! - [`cli`] (`cli/`): the `ctxbridge` command line (docs/config.md#configuration-reference) — parsing and dispatch, the shared
 //!   command context and errors, and one file per command.
 //! - [`bench`](mod@bench): the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
 //!   and scale figures.
-//! - [`serve`] (`serve/`): `ctxbridge serve`, the Codex app-server proxy (SPEC §16) — listeners,
+//! - [`serve`] (`serve/`): `ctxbridge serve`, the Codex app-server proxy (docs/serve.md#the-serve-command) — listeners,
 //!   one actor per client connection, the shared upstream, the thread-id map and the router.
 
 pub mod app;

@@ -47,7 +47,7 @@ pub trait MetricsSink: Send + Sync + std::fmt::Debug {
     /// A turn ended: `total` is its wall time in the harness, `backend` the part spent inside
     /// the backend's turn (the model's time included); the difference is ctxbridge's overhead.
     fn turn_finished(&self, _outcome: TurnOutcomeKind, _total: Duration, _backend: Duration) {}
-    /// A projection decision (SPEC §9.5) with its reason, whether the input carried the
+    /// A projection decision (docs/architecture.md#the-project-or-reuse-decision) with its reason, whether the input carried the
     /// rendered context, and the rendered characters.
     fn projection_decided(&self, _reason: &str, _projected: bool, _rendered_chars: usize) {}
     /// An engine was quarantined after failing in `method`.
@@ -258,7 +258,7 @@ impl Registry {
         self.projections.render(
             &mut out,
             "ctxbridge_projection_decisions_total",
-            "Projection decisions (SPEC 9.5) by reason and whether the input carried the rendered context.",
+            "Projection decisions by reason and whether the input carried the rendered context.",
             &["reason", "projected"],
         );
         counter(

@@ -1,4 +1,4 @@
-//! Fault isolation (SPEC §2): a wrapper engine that quarantines the engine it wraps on its
+//! Fault isolation (docs/architecture.md#selection-fault-isolation-and-quarantine): a wrapper engine that quarantines the engine it wraps on its
 //! first failure and serves every later call from legacy.
 //!
 //! [`QuarantineEngine`] implements [`ContextEngine`] around any engine (tower style). Each
@@ -139,7 +139,7 @@ pub struct QuarantineRecord {
     pub reason: String,
 }
 
-/// The SPEC §2 log line for a quarantine.
+/// The docs/architecture.md#selection-fault-isolation-and-quarantine log line for a quarantine.
 pub fn quarantine_message(engine_id: &str, operation: FailedOperation, reason: &str) -> String {
     format!(
         "context engine \"{engine_id}\" failed during {operation}: {reason}; quarantined for this process, falling back to \"{LEGACY_ENGINE_ID}\""
@@ -293,7 +293,7 @@ pub fn validate_ingest_batch_result(
     Ok(())
 }
 
-/// `CompactResult` (SPEC §1.3): consistent flags, finite token counts, and a successor
+/// `CompactResult` (docs/architecture.md#method-parameters-and-results): consistent flags, finite token counts, and a successor
 /// `sessionTarget` that names neither another agent nor another session key than the caller's
 /// (compared where the caller's value is known), with `result.sessionId` mirroring its id.
 pub fn validate_compact_result(
@@ -397,7 +397,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// The reason legacy gives where it has no such member.
 const LEGACY_HAS_NO_MEMBER: &str = "the legacy engine has no such member";
 
-/// A context engine guarded by quarantine (SPEC §2). Same trait as what it wraps.
+/// A context engine guarded by quarantine (docs/architecture.md#selection-fault-isolation-and-quarantine). Same trait as what it wraps.
 pub struct QuarantineEngine {
     engine_id: String,
     inner: Arc<dyn ContextEngine>,

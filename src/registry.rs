@@ -1,4 +1,4 @@
-//! The engine registry (SPEC §2): engines register by id with an owner and a factory; the
+//! The engine registry (docs/architecture.md#selection-fault-isolation-and-quarantine): engines register by id with an owner and a factory; the
 //! configured slot picks one; resolving it validates the contract and wraps the engine in a
 //! [`QuarantineEngine`].
 //!
@@ -30,7 +30,7 @@ pub const CORE_OWNER: &str = "core";
 /// The quarantine reason of a selected id nobody registered.
 pub const NOT_REGISTERED: &str = "not registered";
 
-/// What an engine factory receives (SPEC §2: `{config, agentDir?, workspaceDir?}`).
+/// What an engine factory receives (docs/architecture.md#selection-fault-isolation-and-quarantine: `{config, agentDir?, workspaceDir?}`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineFactoryContext {
     /// `plugins.entries.<id>.config` (an empty object when absent).
@@ -217,7 +217,7 @@ impl EngineRegistry {
         ids
     }
 
-    /// Resolves the engine `config` selects (SPEC §2), with its entry's config and timeout.
+    /// Resolves the engine `config` selects (docs/architecture.md#selection-fault-isolation-and-quarantine), with its entry's config and timeout.
     /// A disabled engine yields legacy with an info-level note.
     pub async fn resolve_selected(&self, config: &Config, dirs: &EngineDirs) -> ResolvedEngine {
         let slot = config.engine_slot();
@@ -294,7 +294,7 @@ async fn run_factory(
     }
 }
 
-/// Contract validation (SPEC §2): non-empty `info.id` and `info.name`, and `ingest`,
+/// Contract validation (docs/architecture.md#selection-fault-isolation-and-quarantine): non-empty `info.id` and `info.name`, and `ingest`,
 /// `assemble`, `compact` present. The error names every missing piece.
 pub fn validate_contract(engine: &dyn ContextEngine) -> Result<(), String> {
     let described =

@@ -1,4 +1,4 @@
-//! The runtimeSettings snapshot, schemaVersion 1 (SPEC §4).
+//! The runtimeSettings snapshot, schemaVersion 1 (docs/architecture.md#runtimesettings).
 //!
 //! [`RuntimeSettingsBuilder`] normalises what the host knows into the contract's shape: blank
 //! strings become `null`, reasons become one of the closed set of codes (raw error text never
@@ -15,7 +15,7 @@ pub const RUNTIME_SETTINGS_SCHEMA_VERSION: u32 = 1;
 /// `runtime.host`.
 pub const RUNTIME_HOST: &str = "ctxbridge";
 
-/// Maps a raw error text or category to a reason code (SPEC §4). The codes themselves map to
+/// Maps a raw error text or category to a reason code (docs/architecture.md#runtimesettings). The codes themselves map to
 /// themselves; anything unrecognised is `unknown`.
 pub fn classify_reason(raw: &str) -> ReasonCode {
     let text = raw.trim().to_ascii_lowercase();
@@ -214,7 +214,7 @@ impl RuntimeSettingsBuilder {
         self.degraded_reason(classify_reason(raw))
     }
 
-    /// The mode (SPEC §4): degraded if a degraded reason, else fallback if a fallback reason or
+    /// The mode (docs/architecture.md#runtimesettings): degraded if a degraded reason, else fallback if a fallback reason or
     /// requested ≠ resolved model (both known), else normal.
     fn mode(&self) -> RuntimeMode {
         let model_switched = matches!(

@@ -320,7 +320,7 @@ async fn lost_chain_is_thread_not_found() {
     }
 }
 
-/// Context-window errors — by code, or by the SPEC §10 wording in a response.failed — are
+/// Context-window errors — by code, or by the docs/architecture.md#compaction-on-threaded-backends wording in a response.failed — are
 /// ContextOverflow.
 #[tokio::test]
 async fn overflow_is_context_overflow() {

@@ -49,7 +49,7 @@ fn turn(dir: &Path, session: &str, prompt: &str) -> Value {
     want.sort_unstable();
     assert_eq!(
         keys, want,
-        "the --json object has exactly the SPEC §14 keys"
+        "the --json object has exactly the docs/config.md#configuration-reference keys"
     );
     v
 }

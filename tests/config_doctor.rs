@@ -1,5 +1,5 @@
 //! The built `ctxbridge` binary: `doctor` reports and configuration errors with their exit codes
-//! (SPEC §14, §15).
+//! (docs/config.md#configuration-reference, §15).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Contract round trips (SPEC §1): JSON fixtures written in the SPEC's shapes deserialize into
+//! Contract round trips (docs/architecture.md#the-engine-contract): JSON fixtures written in the documented shapes deserialize into
 //! the contract types and serialize back to the same JSON, unknown fields and part types
 //! included.
 

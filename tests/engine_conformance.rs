@@ -1,4 +1,4 @@
-//! One behaviour suite for the engine contract (SPEC §1), run against an in-process Rust
+//! One behaviour suite for the engine contract (docs/architecture.md#the-engine-contract), run against an in-process Rust
 //! engine, the Python example engine (`examples/python-engine/engine.py`) and the OpenClaw
 //! sample plugin served by the Node host (`examples/openclaw-plugin-host/`), the last two
 //! through `ProcessEngine`.

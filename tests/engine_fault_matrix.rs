@@ -1,4 +1,4 @@
-//! The engine fault matrix (SPEC §2, §13): every guarded lifecycle method × every failure
+//! The engine fault matrix (docs/architecture.md#selection-fault-isolation-and-quarantine, §13): every guarded lifecycle method × every failure
 //! kind {error, panic or crash, timeout, malformed result, process death}, for an in-process
 //! and an out-of-process engine. Each cell must be answered like this: the failing call
 //! returns legacy's answer (`compact` and `prepareSubagentSpawn` fail closed: the error

@@ -1,4 +1,4 @@
-//! Out-of-process engines end to end through the built `ctxbridge` binary (issue 6; SPEC §2,
+//! Out-of-process engines end to end through the built `ctxbridge` binary (issue 6; docs/architecture.md#selection-fault-isolation-and-quarantine,
 //! §5, §13, §14, §15).
 //!
 //! Every test works in a temporary directory holding a `ctxbridge.json5` and the state store

@@ -1,4 +1,4 @@
-//! Concurrent turns (SPEC §9.4): single-flight thread creation, serialised turns of one
+//! Concurrent turns (docs/architecture.md#the-thread-binding-and-its-fingerprints): single-flight thread creation, serialised turns of one
 //! session in one process and across processes sharing one store (the session lease).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

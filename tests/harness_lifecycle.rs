@@ -1,5 +1,5 @@
 //! The engine lifecycle around real `Harness::turn` calls on the mock backend: durable turns
-//! (SPEC §6), compaction (§10), the order of lifecycle calls and maintenance (§8, §11),
+//! (docs/architecture.md#durable-turns-committurn), compaction (§10), the order of lifecycle calls and maintenance (§8, §11),
 //! accepted host params (§5) and subagent hooks (§7).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! The project-or-reuse decision of SPEC §9.5 through real `Harness::turn` calls on the mock
+//! The project-or-reuse decision of docs/architecture.md#the-project-or-reuse-decision through real `Harness::turn` calls on the mock
 //! backend and a SQLite store: every row of the table, developer-instruction drift (§9.6),
 //! overflow and lost-thread recovery (§10), quarantine mid-session (§2), restart (§9.4).
 

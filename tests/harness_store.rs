@@ -1,4 +1,4 @@
-//! State store failures (SPEC §15): a corrupt or locked store gives a clear error naming the
+//! State store failures (docs/architecture.md#failure-handling): a corrupt or locked store gives a clear error naming the
 //! file, and nothing starts over.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

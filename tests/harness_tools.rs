@@ -1,4 +1,4 @@
-//! Engine tools reach the model (SPEC §13): the tools an engine registers are offered to the
+//! Engine tools reach the model (docs/engine-protocol.md#the-engine-process-protocol): the tools an engine registers are offered to the
 //! model, a call by the model is executed by the engine for the turn's session, and the model
 //! receives the output — on the in-process mock backend and on the real Codex app-server
 //! (offline against the loopback mock model; skipped loudly when Codex is not installed). The

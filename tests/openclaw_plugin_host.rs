@@ -1,7 +1,7 @@
 //! An OpenClaw context-engine plugin written only against the published plugin API
 //! (`examples/openclaw-summary-plugin`: a plugin object with a `configSchema`, `node:sqlite`
 //! storage, `runtime.llm.complete`, a tool, hooks) runs unchanged through the built `ctxbridge`
-//! binary and the Node plugin host (issue 16; SPEC §13).
+//! binary and the Node plugin host (issue 16; docs/engine-protocol.md#the-engine-process-protocol).
 //!
 //! The plugin needs Node >= 22.5 (`node:sqlite`): the test uses the pinned Node that
 //! `examples/openclaw-plugin-host/package.json` installs (`npm ci` there), else a `node` on

@@ -1,5 +1,5 @@
 //! OpenClaw plugins through the built `ctxbridge` binary and the Node plugin host (issue 16;
-//! SPEC §13, §14): session resets (`ctxbridge reset`, `/reset` in chat) fire `before_reset`
+//! docs/engine-protocol.md#the-engine-process-protocol, §14): session resets (`ctxbridge reset`, `/reset` in chat) fire `before_reset`
 //! then `session_end` and start a new session; the retention sweep fires `session_end`; the
 //! commands a plugin registers run through `ctxbridge command` and `/NAME` in chat; and the
 //! model calls the session-summary plugin's own tool end to end on the real Codex app-server

@@ -1,4 +1,4 @@
-//! The engine process protocol adapter (SPEC §13) against deliberately broken engines
+//! The engine process protocol adapter (docs/engine-protocol.md#the-engine-process-protocol) against deliberately broken engines
 //! (`tests/fixtures/engines/broken_engine.py`): every failure kind maps to the right
 //! `EngineError` naming the right method, callbacks round-trip, cancellation reaches the
 //! engine, calls of different sessions interleave, unset host params stay off the wire, and

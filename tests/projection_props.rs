@@ -1,4 +1,4 @@
-//! Property tests of the projection core (SPEC §9): rendering, bounding and the decision.
+//! Property tests of the projection core (docs/architecture.md#projection): rendering, bounding and the decision.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ctxbridge::backend::{BackendKind, ThreadId};

@@ -1,4 +1,4 @@
-//! Fault isolation (SPEC §2): every guarded method × every failure kind, the log line,
+//! Fault isolation (docs/architecture.md#selection-fault-isolation-and-quarantine): every guarded method × every failure kind, the log line,
 //! first-failure-wins, cancellation, undeclared members and re-registration.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -453,7 +453,7 @@ fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
 }
 
 /// Two overlapping failures of one engine: the first is kept, and exactly one error line is
-/// logged, in the SPEC's exact text.
+/// logged, in the documented exact text.
 #[tokio::test]
 async fn first_failure_wins_and_logs_once() {
     let (logs, _guard) = capture_logs();

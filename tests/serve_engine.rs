@@ -1,4 +1,4 @@
-//! `ctxbridge serve` with a context engine behind it (SPEC §16 "Sessions", "Turns",
+//! `ctxbridge serve` with a context engine behind it (docs/serve.md#the-serve-command "Sessions", "Turns",
 //! "Compaction"): a WebSocket client in front of the real `codex app-server` (offline, mock
 //! model), the sample `sample-summary` thread_bootstrap engine configured with a tiny window so
 //! its epoch changes every turn from the third on. Skips loudly without Codex.
@@ -23,7 +23,7 @@ use ws_client::Client;
 
 /// A generous bound so a broken proxy fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(60);
-/// The marker of a rendered projection in a turn input (SPEC §9.2).
+/// The marker of a rendered projection in a turn input (docs/architecture.md#rendering).
 const CONTEXT: &str = "<conversation_context>";
 /// Text of the sample engine's `systemPromptAddition`.
 const ENGINE_INSTRUCTIONS: &str = "Context comes from the sample summary engine";
@@ -137,7 +137,7 @@ fn projections_in(request: &RecordedRequest) -> usize {
 
 /// A stalled model behind a served turn: with `backend.idleTimeoutMs` set, the turn the
 /// upstream accepted is interrupted and ends for the client as failed, after an `error` that
-/// names the idle timeout and its setting; nothing of it is recorded (SPEC §15: the client
+/// names the idle timeout and its setting; nothing of it is recorded (docs/architecture.md#failure-handling: the client
 /// hears how its turn ended).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_served_turn_fails_clearly_and_records_nothing() {

@@ -1,4 +1,4 @@
-//! `ctxbridge serve` as a Codex app-server proxy (SPEC §16): WebSocket clients (over TCP and
+//! `ctxbridge serve` as a Codex app-server proxy (docs/serve.md#the-serve-command): WebSocket clients (over TCP and
 //! over a unix socket, as Codex's listeners) in front of the real `codex app-server`, run offline against the mock model server. Tests that
 //! need Codex skip loudly when it is not installed; transport-level tests run without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! The real Codex TUI as a client of `ctxbridge serve` (SPEC §16): the README's
+//! The real Codex TUI as a client of `ctxbridge serve` (docs/serve.md#the-serve-command): the README's
 //! `codex --remote ws://…` driven under tmux (type, wait a second, Enter; assertions poll the
 //! screen), in front of the real `codex app-server` pointed at the loopback mock model by
 //! `backend.config` (the TUI takes its model and provider from the server), with the sample
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 /// How long one screen condition may take to appear on a loaded machine before the test fails.
 const PATIENCE: Duration = Duration::from_secs(120);
-/// The marker of a rendered projection in a turn input (SPEC §9.2).
+/// The marker of a rendered projection in a turn input (docs/architecture.md#rendering).
 const CONTEXT: &str = "<conversation_context>";
 /// Text of the sample engine's `systemPromptAddition`.
 const ENGINE_INSTRUCTIONS: &str = "Context comes from the sample summary engine";
@@ -289,7 +289,7 @@ fn distinct_contexts(requests: &[RecordedRequest]) -> std::collections::BTreeSet
     requests.iter().flat_map(context_items_of).collect()
 }
 
-/// The backend thread the store maps a client thread id to (SPEC §16 "Sessions").
+/// The backend thread the store maps a client thread id to (docs/serve.md#the-serve-command "Sessions").
 fn backend_of(state: &Path, client: &str) -> String {
     let store = SqliteStore::open(state.join("state.db")).unwrap();
     let doc = store

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Serves an OpenClaw context-engine plugin, as published, over the ctxbridge engine process
-// protocol (SPEC §13): JSON-RPC 2.0, one object per line, on stdin/stdout; stderr is the log.
+// protocol (docs/engine-protocol.md#the-engine-process-protocol): JSON-RPC 2.0, one object per line, on stdin/stdout; stderr is the log.
 //
 //   node host.mjs path/to/plugin        (a module file, ESM or CommonJS, or a package dir)
 //

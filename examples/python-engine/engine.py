@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A context engine in Python, served over the ctxbridge engine process protocol (SPEC §13).
+"""A context engine in Python, served over the ctxbridge engine process protocol (docs/engine-protocol.md#the-engine-process-protocol).
 
 Standard library only. JSON-RPC 2.0, one object per line, on stdin/stdout; stderr is the log.
 

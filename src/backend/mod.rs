@@ -1,5 +1,5 @@
 //! The threaded-backend port: what ctxbridge needs from a backend that keeps its own
-//! conversation threads (SPEC §12). Implementations: the in-process mock, the Codex
+//! conversation threads (docs/architecture.md#backends). Implementations: the in-process mock, the Codex
 //! app-server, the Responses API. Backends know nothing of context engines.
 
 pub mod responses;
@@ -194,7 +194,7 @@ pub fn parse_tool_arguments(text: &str) -> Value {
 pub struct StartThread {
     /// Base instructions (the system prompt of the backend), if configured.
     pub base_instructions: Option<String>,
-    /// The thread-level developer instructions (SPEC §9.6); `None` when empty.
+    /// The thread-level developer instructions (docs/architecture.md#developer-instruction-delivery); `None` when empty.
     pub developer_instructions: Option<String>,
     /// Model override, if any.
     pub model: Option<String>,
@@ -217,7 +217,7 @@ pub struct ResumeThread {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ContextDelivery {
-    /// The framed context goes before the prompt in the turn input (SPEC §9.2).
+    /// The framed context goes before the prompt in the turn input (docs/architecture.md#rendering).
     TurnInput,
     /// The framed context goes as one additional-context fragment of the turn (Codex
     /// `turn/start.additionalContext`, a developer item before the user message); the turn
@@ -336,7 +336,7 @@ pub enum BackendError {
         thread_id: String,
         message: String,
     },
-    /// The model's context window overflowed (SPEC §10 patterns).
+    /// The model's context window overflowed (docs/architecture.md#compaction-on-threaded-backends patterns).
     #[error("{operation}: context window exceeded: {message}")]
     ContextOverflow {
         operation: &'static str,
@@ -377,7 +377,7 @@ pub enum BackendError {
     },
 }
 
-/// The SPEC §10 context-overflow patterns, matched case-insensitively.
+/// The docs/architecture.md#compaction-on-threaded-backends context-overflow patterns, matched case-insensitively.
 pub const OVERFLOW_PATTERNS: [&str; 5] = [
     "context window",
     "context length",
@@ -392,7 +392,7 @@ pub fn is_overflow_message(text: &str) -> bool {
     OVERFLOW_PATTERNS.iter().any(|p| lower.contains(p))
 }
 
-/// The longest turn input the Codex app-server accepts, in characters (SPEC §9.2). The mock
+/// The longest turn input the Codex app-server accepts, in characters (docs/architecture.md#rendering). The mock
 /// models the app-server and the Responses backend applies the same limit, so this is the one
 /// definition every backend profile uses.
 pub const CODEX_TURN_INPUT_LIMIT_CHARS: usize = 1_048_576;
@@ -401,11 +401,11 @@ pub const CODEX_TURN_INPUT_LIMIT_CHARS: usize = 1_048_576;
 /// [`ThreadedBackend::profile`], so each fact about a backend is stated in one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackendProfile {
-    /// The host capabilities the backend offers (SPEC §3).
+    /// The host capabilities the backend offers (docs/architecture.md#host-capabilities-and-requirements).
     pub capabilities: &'static [Capability],
     /// The longest turn input the backend accepts, in characters.
     pub turn_input_limit: usize,
-    /// Whether the backend compacts its threads by itself (SPEC §10: then ctxbridge runs no
+    /// Whether the backend compacts its threads by itself (docs/architecture.md#compaction-on-threaded-backends: then ctxbridge runs no
     /// pre-turn overflow check).
     pub native_auto_compaction: bool,
     /// Whether developer instructions go with every request (Responses) rather than being
@@ -457,7 +457,7 @@ pub trait ThreadedBackend: Send + Sync {
     /// instructions go).
     fn profile(&self) -> BackendProfile;
 
-    /// The host capabilities this backend offers (SPEC §3,
+    /// The host capabilities this backend offers (docs/architecture.md#host-capabilities-and-requirements,
     /// [`BackendProfile::capabilities`]).
     fn capabilities(&self) -> Vec<Capability> {
         self.profile().capabilities.to_vec()

@@ -1,4 +1,4 @@
-//! The Responses API backend (SPEC §12). A thread is, by [`ResponsesThreads`] (config
+//! The Responses API backend (docs/architecture.md#backends). A thread is, by [`ResponsesThreads`] (config
 //! `backend.threads`):
 //!
 //! - `conversation` (the default): a server-side conversation (`POST /conversations`, then

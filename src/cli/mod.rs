@@ -1,4 +1,4 @@
-//! The `ctxbridge` command line (SPEC §14): parsing and dispatch.
+//! The `ctxbridge` command line (docs/config.md#configuration-reference): parsing and dispatch.
 //!
 //! Every subcommand is one variant of [`Command`] and one file here with its arguments and a
 //! `run` taking the shared [`CommandContext`] and those arguments, returning the process exit
@@ -68,7 +68,7 @@ pub enum Command {
     MockModel(mock_model::MockModelArgs),
     /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
     Bench(bench::BenchArgs),
-    /// Serve the Codex app-server protocol in front of the configured Codex backend (SPEC §16).
+    /// Serve the Codex app-server protocol in front of the configured Codex backend (docs/serve.md#the-serve-command).
     Serve(serve::ServeArgs),
 }
 

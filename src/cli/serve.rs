@@ -1,5 +1,5 @@
 //! `ctxbridge serve --listen URL`: ctxbridge as a Codex app-server in front of the configured
-//! Codex backend (SPEC §16). The proxy itself lives in [`crate::serve`]; this file only turns
+//! Codex backend (docs/serve.md#the-serve-command). The proxy itself lives in [`crate::serve`]; this file only turns
 //! the command line and the configuration into its options and maps its errors to exit codes.
 
 use crate::cli::context::{errln, CliError, CommandContext, EXIT_OK};

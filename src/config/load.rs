@@ -479,7 +479,7 @@ mod tests {
         assert!(err(r#"{serve: {engineThreads: "some"}}"#).contains("engineThreads"));
     }
 
-    /// The SPEC §14 example parses into the typed structs, comments and trailing commas included.
+    /// The docs/config.md#configuration-reference example parses into the typed structs, comments and trailing commas included.
     #[test]
     fn spec_example_parses() {
         let src = r#"{

@@ -1,4 +1,4 @@
-//! The ctxbridge configuration file (SPEC §14): JSON5, default path `ctxbridge.json5`, with the
+//! The ctxbridge configuration file (docs/config.md#configuration-reference): JSON5, default path `ctxbridge.json5`, with the
 //! OpenClaw `plugins` section accepted unchanged.
 //!
 //! - `schema.rs`: the typed sections ([`Config`] and below), their defaults, and the engine slot

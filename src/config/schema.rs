@@ -1,4 +1,4 @@
-//! The configuration's schema (SPEC §14): the typed sections, their defaults and the engine slot
+//! The configuration's schema (docs/config.md#configuration-reference): the typed sections, their defaults and the engine slot
 //! they select. Config owns these types; the harness, the projection and the backends are built
 //! from them by the application wiring.
 
@@ -70,7 +70,7 @@ pub struct PluginEntry {
     /// `false` disables the engine (legacy runs instead; not a failure). Default `true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// The command of an out-of-process engine (SPEC §13): program and arguments.
+    /// The command of an out-of-process engine (docs/engine-protocol.md#the-engine-process-protocol): program and arguments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     /// Extra environment for the engine process.
@@ -134,7 +134,7 @@ pub enum BackendConfig {
 }
 
 impl BackendConfig {
-    /// The host kind whose capabilities this backend offers (SPEC §3).
+    /// The host kind whose capabilities this backend offers (docs/architecture.md#host-capabilities-and-requirements).
     pub fn host_kind(&self) -> HostKind {
         match self {
             BackendConfig::Mock => HostKind::Mock,
@@ -513,14 +513,14 @@ pub struct ProjectionConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CodexContextDelivery {
-    /// The framed context before the prompt in the turn input (SPEC §9.2).
+    /// The framed context before the prompt in the turn input (docs/architecture.md#rendering).
     TurnInput,
     /// The framed context as one `turn/start.additionalContext` entry (a developer item before
     /// the user message); the turn input is the bare prompt.
     AdditionalContext,
 }
 
-/// `serve` (SPEC §16).
+/// `serve` (docs/serve.md#the-serve-command).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ServeConfig {
@@ -536,7 +536,7 @@ pub struct ServeConfig {
 pub enum EngineThreads {
     /// Every non-ephemeral client thread is a session served by the harness.
     All,
-    /// Sessions pass through unchanged (only honoured with `legacy` selected, SPEC §16).
+    /// Sessions pass through unchanged (only honoured with `legacy` selected, docs/serve.md#the-serve-command).
     None,
 }
 
@@ -548,7 +548,7 @@ impl ServeConfig {
     }
 }
 
-/// How drifted developer instructions reach a thread that already has some (SPEC §9.6):
+/// How drifted developer instructions reach a thread that already has some (docs/architecture.md#developer-instruction-delivery):
 /// `inject` (a developer message through `thread/inject_items`) or `rotate` (a new thread).
 /// The harness reads it as the projection's drift policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -561,7 +561,7 @@ pub enum DeveloperInstructionDrift {
     Rotate,
 }
 
-/// Where the selected engine id came from (SPEC §2).
+/// Where the selected engine id came from (docs/architecture.md#selection-fault-isolation-and-quarantine).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineSlot {
     /// The id that runs when nothing fails: the configured id, or `legacy`.
@@ -585,7 +585,7 @@ impl EngineSlot {
 }
 
 impl Config {
-    /// The engine slot (SPEC §2): missing, empty or `"legacy"` selects legacy; an engine
+    /// The engine slot (docs/architecture.md#selection-fault-isolation-and-quarantine): missing, empty or `"legacy"` selects legacy; an engine
     /// disabled in `plugins.entries` yields legacy too (not a failure).
     pub fn engine_slot(&self) -> EngineSlot {
         let configured_id = self

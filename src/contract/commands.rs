@@ -1,4 +1,4 @@
-//! Engine commands (SPEC §13): slash commands an engine registers (an OpenClaw plugin's
+//! Engine commands (docs/engine-protocol.md#the-engine-process-protocol): slash commands an engine registers (an OpenClaw plugin's
 //! `api.registerCommand`), run by the user through the host with `commands/call`.
 
 use serde::{Deserialize, Serialize};

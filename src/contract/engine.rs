@@ -1,4 +1,4 @@
-//! The `ContextEngine` trait (SPEC §1.1) and the errors its methods return.
+//! The `ContextEngine` trait (docs/architecture.md#members) and the errors its methods return.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -23,7 +23,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EngineMethod {
-    /// `info`: who the engine is (SPEC §1.1); out of process, the `initialize` handshake.
+    /// `info`: who the engine is (docs/architecture.md#members); out of process, the `initialize` handshake.
     Info,
     /// `ingest`: one new transcript message.
     Ingest,
@@ -37,29 +37,29 @@ pub enum EngineMethod {
     Compact,
     /// `afterTurn`: the transcript after a successful turn (optional).
     AfterTurn,
-    /// `maintain`: transcript maintenance (optional, SPEC §8).
+    /// `maintain`: transcript maintenance (optional, docs/architecture.md#maintenance).
     Maintain,
-    /// `commitTurn`: commit a turn durably (optional, SPEC §6).
+    /// `commitTurn`: commit a turn durably (optional, docs/architecture.md#durable-turns-committurn).
     CommitTurn,
-    /// `prepareSubagentSpawn` (optional, SPEC §7).
+    /// `prepareSubagentSpawn` (optional, docs/architecture.md#subagents).
     PrepareSubagentSpawn,
-    /// The rollback of a prepared subagent spawn (optional, SPEC §7).
+    /// The rollback of a prepared subagent spawn (optional, docs/architecture.md#subagents).
     RollbackSubagentSpawn,
-    /// `onSubagentEnded` (optional, SPEC §7).
+    /// `onSubagentEnded` (optional, docs/architecture.md#subagents).
     OnSubagentEnded,
     /// `dispose`: release the engine at shutdown or reload (optional).
     Dispose,
-    /// `tools/call`: run one of the engine's tools (SPEC §13). Announced only by engines that
+    /// `tools/call`: run one of the engine's tools (docs/engine-protocol.md#the-engine-process-protocol). Announced only by engines that
     /// list tools, so it is in neither [`EngineMethod::REQUIRED`] nor
     /// [`EngineMethod::OPTIONAL`].
     #[serde(rename = "tools/call")]
     CallTool,
-    /// `hooks/<name>`: an OpenClaw hook the engine listens to (SPEC §13). Announced only by
+    /// `hooks/<name>`: an OpenClaw hook the engine listens to (docs/engine-protocol.md#the-engine-process-protocol). Announced only by
     /// engines that list hooks; in neither [`EngineMethod::REQUIRED`] nor
     /// [`EngineMethod::OPTIONAL`].
     #[serde(rename = "hooks")]
     Hook,
-    /// `commands/call`: run one of the engine's slash commands (SPEC §13). Announced only by
+    /// `commands/call`: run one of the engine's slash commands (docs/engine-protocol.md#the-engine-process-protocol). Announced only by
     /// engines that list commands; in neither [`EngineMethod::REQUIRED`] nor
     /// [`EngineMethod::OPTIONAL`].
     #[serde(rename = "commands/call")]
@@ -67,7 +67,7 @@ pub enum EngineMethod {
 }
 
 impl EngineMethod {
-    /// The members every engine must have (SPEC §1.1).
+    /// The members every engine must have (docs/architecture.md#members).
     pub const REQUIRED: [EngineMethod; 4] = [
         EngineMethod::Info,
         EngineMethod::Ingest,
@@ -190,7 +190,7 @@ pub struct ConfigIssue {
 }
 
 /// What went wrong in an engine call. The quarantine wrapper turns every kind but
-/// `Cancelled` into a quarantine (SPEC §2).
+/// `Cancelled` into a quarantine (docs/architecture.md#selection-fault-isolation-and-quarantine).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
@@ -290,12 +290,12 @@ impl EngineError {
     }
 }
 
-/// A context engine (SPEC §1). Required members are plain methods; optional members have a
+/// A context engine (docs/architecture.md#the-engine-contract). Required members are plain methods; optional members have a
 /// default body returning [`EngineError::NotImplemented`] and are announced by
 /// [`ContextEngine::methods`], which the host consults before calling them.
 #[async_trait]
 pub trait ContextEngine: Send + Sync {
-    /// Who the engine is and what it declares (SPEC §1.1).
+    /// Who the engine is and what it declares (docs/architecture.md#members).
     fn info(&self) -> EngineInfo;
 
     /// The members this engine implements. Rust engines list their optional members with
@@ -307,7 +307,7 @@ pub trait ContextEngine: Send + Sync {
     /// Takes one new transcript message (required).
     async fn ingest(&self, params: IngestParams) -> Result<IngestResult, EngineError>;
 
-    /// Builds what the model sees this turn (required, SPEC §1.3).
+    /// Builds what the model sees this turn (required, docs/architecture.md#method-parameters-and-results).
     async fn assemble(&self, params: AssembleParams) -> Result<AssembleResult, EngineError>;
 
     /// Shrinks the session's context (required); `params.abort` carries the caller's
@@ -321,7 +321,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// Transcript maintenance after bootstrap, a turn or a compaction (optional, SPEC §8).
+    /// Transcript maintenance after bootstrap, a turn or a compaction (optional, docs/architecture.md#maintenance).
     async fn maintain(&self, _params: MaintainParams) -> Result<MaintainResult, EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::Maintain,
@@ -346,7 +346,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// Commits one accepted turn atomically and idempotently (optional, SPEC §6).
+    /// Commits one accepted turn atomically and idempotently (optional, docs/architecture.md#durable-turns-committurn).
     async fn commit_turn(
         &self,
         _params: CommitTurnParams,
@@ -356,7 +356,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// Prepares a subagent's context; may return a rollback handle (optional, SPEC §7).
+    /// Prepares a subagent's context; may return a rollback handle (optional, docs/architecture.md#subagents).
     async fn prepare_subagent_spawn(
         &self,
         _params: PrepareSubagentSpawnParams,
@@ -366,7 +366,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// Undoes a prepared spawn whose launch failed (optional, SPEC §7).
+    /// Undoes a prepared spawn whose launch failed (optional, docs/architecture.md#subagents).
     async fn rollback_subagent_spawn(
         &self,
         _params: RollbackSubagentSpawnParams,
@@ -376,7 +376,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// Cleans up after a subagent ended (optional, SPEC §7).
+    /// Cleans up after a subagent ended (optional, docs/architecture.md#subagents).
     async fn on_subagent_ended(&self, _params: OnSubagentEndedParams) -> Result<(), EngineError> {
         Err(EngineError::NotImplemented {
             method: EngineMethod::OnSubagentEnded,
@@ -390,7 +390,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// The tools this engine offers to the model (SPEC §13); none by default. An engine that
+    /// The tools this engine offers to the model (docs/engine-protocol.md#the-engine-process-protocol); none by default. An engine that
     /// lists tools announces [`EngineMethod::CallTool`] in [`ContextEngine::methods`].
     fn tools(&self) -> Vec<EngineTool> {
         Vec::new()
@@ -416,7 +416,7 @@ pub trait ContextEngine: Send + Sync {
         })
     }
 
-    /// The slash commands this engine registered (SPEC §13); none by default. An engine that
+    /// The slash commands this engine registered (docs/engine-protocol.md#the-engine-process-protocol); none by default. An engine that
     /// lists commands announces [`EngineMethod::CallCommand`] in [`ContextEngine::methods`].
     fn commands(&self) -> Vec<EngineCommand> {
         Vec::new()

@@ -1,4 +1,4 @@
-//! Engine hooks (SPEC §13, OpenClaw's `api.on`): the hook names this host fires and the
+//! Engine hooks (docs/engine-protocol.md#the-engine-process-protocol, OpenClaw's `api.on`): the hook names this host fires and the
 //! result of `before_prompt_build`.
 
 use serde::{Deserialize, Serialize};

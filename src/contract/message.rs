@@ -1,4 +1,4 @@
-//! Transcript messages (`AgentMessage`, SPEC §1.2).
+//! Transcript messages (`AgentMessage`, docs/architecture.md#messages).
 //!
 //! One struct for every role keeps the consumers (rendering, bounding, stores) simple; fields
 //! that a role does not use stay `None`. Every field the contract does not name survives a JSON

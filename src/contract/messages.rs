@@ -21,7 +21,7 @@ struct Inner {
 /// A list of messages behind an [`Arc`]: cloning it is O(1), reading it is reading a slice
 /// (it derefs to `[AgentMessage]`), and appending changes it in place when this is the only
 /// handle (else the list is copied first, so other handles never see the change). It also
-/// keeps the JSON size of the list (SPEC §9.3) up to date as it grows, so bounding an
+/// keeps the JSON size of the list (docs/architecture.md#bounding) up to date as it grows, so bounding an
 /// assembled result does not walk every message each turn. On the wire it is a plain JSON
 /// array.
 #[derive(Clone, Default)]

@@ -1,4 +1,4 @@
-//! The context-engine contract (SPEC §1): messages, method parameters and results, the
+//! The context-engine contract (docs/architecture.md#the-engine-contract): messages, method parameters and results, the
 //! `ContextEngine` trait, and the host callbacks of `runtimeContext`.
 //!
 //! Every public item here documents its contract meaning; the lint below keeps it so.

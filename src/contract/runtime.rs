@@ -1,4 +1,4 @@
-//! Host callbacks offered to engines through `runtimeContext` (SPEC §1.3, §8, §13).
+//! Host callbacks offered to engines through `runtimeContext` (docs/architecture.md#method-parameters-and-results, §8, §13).
 
 use async_trait::async_trait;
 
@@ -11,7 +11,7 @@ use super::types::{
 /// What the host lets an engine call back into while a lifecycle method runs.
 #[async_trait]
 pub trait RuntimeCallbacks: Send + Sync {
-    /// Rewrites transcript entries atomically (SPEC §8). Refused in pre-turn hooks.
+    /// Rewrites transcript entries atomically (docs/architecture.md#maintenance). Refused in pre-turn hooks.
     async fn rewrite_transcript_entries(
         &self,
         request: TranscriptRewriteRequest,
@@ -24,7 +24,7 @@ pub trait RuntimeCallbacks: Send + Sync {
     ) -> Result<LlmCompleteResult, EngineError>;
 
     /// The host runtime's own compaction, which legacy and non-owning engines delegate to
-    /// (SPEC §1.4, §10): on a threaded backend, the backend's native compactor.
+    /// (docs/architecture.md#the-legacy-engine, §10): on a threaded backend, the backend's native compactor.
     async fn delegate_compaction(
         &self,
         params: CompactParams,

@@ -1,4 +1,4 @@
-//! Engine tools (SPEC §13): tools an engine registers (an OpenClaw plugin's
+//! Engine tools (docs/engine-protocol.md#the-engine-process-protocol): tools an engine registers (an OpenClaw plugin's
 //! `api.registerTool`), offered to the model by the host and executed by the engine through
 //! `tools/call`.
 

@@ -1,4 +1,4 @@
-//! Engine info, method parameters and results (SPEC §1.1, §1.3). JSON names are the contract's
+//! Engine info, method parameters and results (docs/architecture.md#members, §1.3). JSON names are the contract's
 //! camelCase; unknown fields of the records an engine returns are kept in `extra`.
 
 use std::collections::BTreeMap;
@@ -20,11 +20,11 @@ pub enum TurnMaintenanceMode {
     /// Turn maintenance runs before the reply is returned (the default).
     #[default]
     Foreground,
-    /// Turn maintenance runs as deferred work after the reply is returned (SPEC §8).
+    /// Turn maintenance runs as deferred work after the reply is returned (docs/architecture.md#maintenance).
     Background,
 }
 
-/// Operations a host checks requirements for (SPEC §1.1, §3).
+/// Operations a host checks requirements for (docs/architecture.md#members, §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum HostOperation {
     /// Running an agent turn (`"agent-run"`).
@@ -60,7 +60,7 @@ impl fmt::Display for HostOperation {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostRequirement {
-    /// Capabilities the host must offer before the operation may start (SPEC §3).
+    /// Capabilities the host must offer before the operation may start (docs/architecture.md#host-capabilities-and-requirements).
     #[serde(default)]
     pub required_capabilities: Vec<String>,
     /// Appended to the fail-closed error when a capability is missing.
@@ -68,7 +68,7 @@ pub struct HostRequirement {
     pub unsupported_message: Option<String>,
 }
 
-/// `info.transcriptSemantics` (SPEC §6).
+/// `info.transcriptSemantics` (docs/architecture.md#durable-turns-committurn).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptSemantics {
@@ -85,7 +85,7 @@ pub const CURRENT_TURN_FENCE_V1: &str = "before-current-turn-entry-v1";
 /// The value of `turnAdvancementIdempotency` that durable turns need.
 pub const TURN_ADVANCEMENT_IDEMPOTENCY_V1: &str = "atomic-idempotent-v1";
 
-/// `EngineInfo` (SPEC §1.1).
+/// `EngineInfo` (docs/architecture.md#members).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineInfo {
@@ -99,19 +99,19 @@ pub struct EngineInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Whether the engine compacts its own context (then the host does not run the
-    /// overflow pre-check on its behalf unless the prompt authority says so, SPEC §1.3).
+    /// overflow pre-check on its behalf unless the prompt authority says so, docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owns_compaction: Option<bool>,
     /// When turn maintenance runs (foreground when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_maintenance_mode: Option<TurnMaintenanceMode>,
-    /// Capabilities the engine needs per host operation (SPEC §3).
+    /// Capabilities the engine needs per host operation (docs/architecture.md#host-capabilities-and-requirements).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_requirements: Option<BTreeMap<HostOperation, HostRequirement>>,
-    /// The host-added param keys the engine accepts; absent means all of them (SPEC §5).
+    /// The host-added param keys the engine accepts; absent means all of them (docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_host_params: Option<Vec<String>>,
-    /// The durable-turn declarations (SPEC §6).
+    /// The durable-turn declarations (docs/architecture.md#durable-turns-committurn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript_semantics: Option<TranscriptSemantics>,
     /// Members this host does not know, kept for a round trip.
@@ -139,7 +139,7 @@ impl EngineInfo {
         self.turn_maintenance_mode.unwrap_or_default()
     }
 
-    /// Both durable-turn declarations of SPEC §6 are present.
+    /// Both durable-turn declarations of docs/architecture.md#durable-turns-committurn are present.
     pub fn declares_durable_turns(&self) -> bool {
         self.transcript_semantics.as_ref().is_some_and(|t| {
             t.current_turn_fence.as_deref() == Some(CURRENT_TURN_FENCE_V1)
@@ -149,7 +149,7 @@ impl EngineInfo {
     }
 }
 
-/// `sessionTarget`: where a session lives (SPEC §1.3).
+/// `sessionTarget`: where a session lives (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionTarget {
@@ -159,7 +159,7 @@ pub struct SessionTarget {
     /// The session id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
     /// Where the session's transcript is stored.
@@ -183,7 +183,7 @@ pub struct RuntimeFacts {
     /// The working directory of the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
     /// Prompt-cache usage reported by the backend for the last turn (opaque JSON).
@@ -192,13 +192,13 @@ pub struct RuntimeFacts {
 }
 
 /// `runtimeContext`: host facts plus host callbacks. Serialises as the facts only; callbacks
-/// reach out-of-process engines as engine→host requests (SPEC §13).
+/// reach out-of-process engines as engine→host requests (docs/engine-protocol.md#the-engine-process-protocol).
 #[derive(Clone, Default)]
 pub struct RuntimeContext {
     /// The serialisable host facts.
     pub facts: RuntimeFacts,
     /// `rewriteTranscriptEntries`, `llm.complete`, delegated compaction. `None` when the host
-    /// offers none (and the rewrite callback is refused in pre-turn hooks, SPEC §1.3).
+    /// offers none (and the rewrite callback is refused in pre-turn hooks, docs/architecture.md#method-parameters-and-results).
     pub callbacks: Option<Arc<dyn RuntimeCallbacks>>,
 }
 
@@ -232,7 +232,7 @@ impl<'de> Deserialize<'de> for RuntimeContext {
     }
 }
 
-/// The runtimeSettings snapshot (schemaVersion 1, SPEC §4). Built by
+/// The runtimeSettings snapshot (schemaVersion 1, docs/architecture.md#runtimesettings). Built by
 /// [`crate::runtime_settings`]; unknown values are `null`, never omitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -253,25 +253,25 @@ pub struct RuntimeSettings {
     pub diagnostics: Diagnostics,
 }
 
-/// `runtime.mode`: how the host runs this call (SPEC §4).
+/// `runtime.mode`: how the host runs this call (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
     /// Running as configured.
     Normal,
-    /// Running with a fallback reason, or on another model than requested (SPEC §4).
+    /// Running with a fallback reason, or on another model than requested (docs/architecture.md#runtimesettings).
     Fallback,
-    /// Running with a degraded reason (SPEC §4).
+    /// Running with a degraded reason (docs/architecture.md#runtimesettings).
     Degraded,
 }
 
-/// `runtimeSettings.runtime` (SPEC §4).
+/// `runtimeSettings.runtime` (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeInfo {
     /// Always `"ctxbridge"`.
     pub host: String,
-    /// Derived from the diagnostics and the model (SPEC §4); never null.
+    /// Derived from the diagnostics and the model (docs/architecture.md#runtimesettings); never null.
     pub mode: RuntimeMode,
     /// The harness instance, when known.
     pub harness_id: Option<String>,
@@ -302,7 +302,7 @@ impl SelectionSource {
     }
 }
 
-/// `runtimeSettings.contextEngineSelection` (SPEC §4).
+/// `runtimeSettings.contextEngineSelection` (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextEngineSelection {
@@ -312,7 +312,7 @@ pub struct ContextEngineSelection {
     pub source: SelectionSource,
 }
 
-/// `runtimeSettings.executionHost` (SPEC §4).
+/// `runtimeSettings.executionHost` (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionHost {
@@ -322,7 +322,7 @@ pub struct ExecutionHost {
     pub label: Option<String>,
 }
 
-/// `runtimeSettings.model`: requested and resolved model (SPEC §4).
+/// `runtimeSettings.model`: requested and resolved model (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
@@ -336,7 +336,7 @@ pub struct ModelInfo {
     pub family: Option<String>,
 }
 
-/// `runtimeSettings.limits` (SPEC §4).
+/// `runtimeSettings.limits` (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
@@ -346,7 +346,7 @@ pub struct Limits {
     pub max_output_tokens: Option<u64>,
 }
 
-/// The closed set of fallback / degraded reasons (SPEC §4): never raw error text.
+/// The closed set of fallback / degraded reasons (docs/architecture.md#runtimesettings): never raw error text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonCode {
@@ -365,7 +365,7 @@ pub enum ReasonCode {
 }
 
 /// `runtimeSettings.diagnostics`: the reasons behind a fallback or degraded mode
-/// (SPEC §4).
+/// (docs/architecture.md#runtimesettings).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnostics {
@@ -379,13 +379,13 @@ pub struct Diagnostics {
 // Method parameters and results
 // ------------------------------------------------------------------------------------------
 
-/// `ingest` params (SPEC §1.3): one message of the session.
+/// `ingest` params (docs/architecture.md#method-parameters-and-results): one message of the session.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
     /// The message to ingest.
@@ -395,7 +395,7 @@ pub struct IngestParams {
     pub is_heartbeat: Option<bool>,
 }
 
-/// `ingest` result (SPEC §1.3).
+/// `ingest` result (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestResult {
@@ -403,13 +403,13 @@ pub struct IngestResult {
     pub ingested: bool,
 }
 
-/// `ingestBatch` params (SPEC §1.3): several messages at once.
+/// `ingestBatch` params (docs/architecture.md#method-parameters-and-results): several messages at once.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
     /// The messages to ingest, in order.
@@ -419,7 +419,7 @@ pub struct IngestBatchParams {
     pub is_heartbeat: Option<bool>,
 }
 
-/// `ingestBatch` result (SPEC §1.3).
+/// `ingestBatch` result (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IngestBatchResult {
@@ -427,30 +427,30 @@ pub struct IngestBatchResult {
     pub ingested_count: u64,
 }
 
-/// `bootstrap` params (SPEC §1.3): the engine may import an existing session.
+/// `bootstrap` params (docs/architecture.md#method-parameters-and-results): the engine may import an existing session.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    /// The path of the session's OpenClaw-format JSONL transcript (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_file: Option<String>,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
 
-/// `bootstrap` result (SPEC §1.3).
+/// `bootstrap` result (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapResult {
@@ -464,13 +464,13 @@ pub struct BootstrapResult {
     pub reason: Option<String>,
 }
 
-/// `assemble` params (SPEC §1.3): build what the model sees this turn.
+/// `assemble` params (docs/architecture.md#method-parameters-and-results): build what the model sees this turn.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
     /// The session's messages (the host's transcript), shared: cloning them is O(1).
@@ -487,18 +487,18 @@ pub struct AssembleParams {
     /// The model the turn runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// The user's prompt of this turn (a host param, SPEC §5).
+    /// The user's prompt of this turn (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
 
-/// `promptAuthority` (SPEC §1.3).
+/// `promptAuthority` (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptAuthority {
@@ -506,7 +506,7 @@ pub enum PromptAuthority {
     #[default]
     Assembled,
     /// The overflow pre-check uses the larger of the assembled estimate and the
-    /// whole un-windowed history; what the model sees is unchanged (SPEC §1.3).
+    /// whole un-windowed history; what the model sees is unchanged (docs/architecture.md#method-parameters-and-results).
     PreassemblyMayOverflow,
 }
 
@@ -516,7 +516,7 @@ pub enum PromptAuthority {
 pub enum ProjectionMode {
     /// Render the assembled context into every turn's input.
     PerTurn,
-    /// Render it once into a new backend thread, which then carries it (SPEC §9.5).
+    /// Render it once into a new backend thread, which then carries it (docs/architecture.md#the-project-or-reuse-decision).
     ThreadBootstrap,
 }
 
@@ -530,13 +530,13 @@ impl ProjectionMode {
     }
 }
 
-/// `contextProjection` (SPEC §1.3, §9.5).
+/// `contextProjection` (docs/architecture.md#method-parameters-and-results, §9.5).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextProjection {
     /// Per turn or thread bootstrap.
     pub mode: ProjectionMode,
-    /// The bootstrap epoch: a new epoch asks for a new thread (SPEC §9.5).
+    /// The bootstrap epoch: a new epoch asks for a new thread (docs/architecture.md#the-project-or-reuse-decision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
     /// The engine's fingerprint of the projected context, if it gives one.
@@ -564,7 +564,7 @@ impl ContextProjection {
     }
 }
 
-/// `AssembleResult` (SPEC §1.3).
+/// `AssembleResult` (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AssembleResult {
@@ -574,13 +574,13 @@ pub struct AssembleResult {
     /// The engine's token estimate of `messages`.
     pub estimated_tokens: f64,
     /// Text prepended to the system prompt; on threaded backends it goes into the
-    /// developer instructions (SPEC §9.6).
+    /// developer instructions (docs/architecture.md#developer-instruction-delivery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt_addition: Option<String>,
     /// Which estimate the overflow pre-check trusts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_authority: Option<PromptAuthority>,
-    /// How the context reaches a threaded backend (SPEC §9).
+    /// How the context reaches a threaded backend (docs/architecture.md#projection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_projection: Option<ContextProjection>,
 }
@@ -595,19 +595,19 @@ pub enum CompactionTarget {
     Threshold,
 }
 
-/// `compact` params (SPEC §1.3). Compared without the abort token's identity.
+/// `compact` params (docs/architecture.md#method-parameters-and-results). Compared without the abort token's identity.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    /// The path of the session's OpenClaw-format JSONL transcript (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_file: Option<String>,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
     /// The prompt token budget of the turn, when known.
@@ -625,10 +625,10 @@ pub struct CompactParams {
     /// The user's instructions for the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_instructions: Option<String>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
     /// The caller's cancellation (`abortSignal`); never serialised (out-of-process engines get
@@ -653,7 +653,7 @@ impl PartialEq for CompactParams {
     }
 }
 
-/// `CompactResult.result` (SPEC §1.3): what the compaction did.
+/// `CompactResult.result` (docs/architecture.md#method-parameters-and-results): what the compaction did.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactDetails {
@@ -676,12 +676,12 @@ pub struct CompactDetails {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// The successor session the next retry or turn must use, when compaction
-    /// changed the live session (SPEC §1.3).
+    /// changed the live session (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
 }
 
-/// `CompactResult` (SPEC §1.3).
+/// `CompactResult` (docs/architecture.md#method-parameters-and-results).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactResult {
@@ -697,26 +697,26 @@ pub struct CompactResult {
     pub result: Option<CompactDetails>,
 }
 
-/// `afterTurn` params (SPEC §1.3): the transcript after a successful turn.
+/// `afterTurn` params (docs/architecture.md#method-parameters-and-results): the transcript after a successful turn.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AfterTurnParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    /// The path of the session's OpenClaw-format JSONL transcript (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_file: Option<String>,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
     /// The whole transcript after the turn.
     pub messages: Vec<AgentMessage>,
     /// How many of `messages` existed before this turn's prompt.
     pub pre_prompt_message_count: u64,
-    /// The summary of a native compaction the backend ran during the turn (SPEC §10).
+    /// The summary of a native compaction the backend ran during the turn (docs/architecture.md#compaction-on-threaded-backends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compaction_summary: Option<String>,
     /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
@@ -725,10 +725,10 @@ pub struct AfterTurnParams {
     /// The prompt token budget of the turn, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
@@ -745,32 +745,32 @@ pub enum MaintainReason {
     Compaction,
 }
 
-/// `maintain` params (SPEC §1.3, §8).
+/// `maintain` params (docs/architecture.md#method-parameters-and-results, §8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintainParams {
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// The path of the session's OpenClaw-format JSONL transcript (SPEC §1.3).
+    /// The path of the session's OpenClaw-format JSONL transcript (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_file: Option<String>,
     /// What the maintenance follows.
     pub reason: MaintainReason,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
 }
 
-/// The result of `maintain` and of `rewriteTranscriptEntries` (same shape, SPEC §8).
+/// The result of `maintain` and of `rewriteTranscriptEntries` (same shape, docs/architecture.md#maintenance).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaintainResult {
@@ -788,7 +788,7 @@ pub struct MaintainResult {
 /// `rewriteTranscriptEntries` result.
 pub type TranscriptRewriteResult = MaintainResult;
 
-/// One entry of a `rewriteTranscriptEntries` request (SPEC §8).
+/// One entry of a `rewriteTranscriptEntries` request (docs/architecture.md#maintenance).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptReplacement {
@@ -798,7 +798,7 @@ pub struct TranscriptReplacement {
     pub message: AgentMessage,
 }
 
-/// `rewriteTranscriptEntries(request)` (SPEC §8).
+/// `rewriteTranscriptEntries(request)` (docs/architecture.md#maintenance).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TranscriptRewriteRequest {
@@ -809,7 +809,7 @@ pub struct TranscriptRewriteRequest {
     pub allowed_rewrite_suffix_entry_ids: Option<Vec<String>>,
 }
 
-/// `llm.complete(params)` (`runtime/llmComplete`, SPEC §13). Fields this host does not use
+/// `llm.complete(params)` (`runtime/llmComplete`, docs/engine-protocol.md#the-engine-process-protocol). Fields this host does not use
 /// (`temperature`, `reasoning`, `responseFormat`, `agentId`, …) are kept in `extra`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -863,11 +863,11 @@ pub struct LlmCompleteResult {
     pub usage: Option<LlmUsage>,
 }
 
-/// `commitTurn` params (SPEC §6): one accepted turn to commit durably.
+/// `commitTurn` params (docs/architecture.md#durable-turns-committurn): one accepted turn to commit durably.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommitTurnParams {
-    /// The logical turn id: the same key on a retry (SPEC §6).
+    /// The logical turn id: the same key on a retry (docs/architecture.md#durable-turns-committurn).
     pub advancement_key: String,
     /// The admitted user entry of the turn.
     pub admission: AgentMessage,
@@ -877,16 +877,16 @@ pub struct CommitTurnParams {
     pub messages: Vec<AgentMessage>,
     /// The session the call is about.
     pub session_id: String,
-    /// The host's stable key of the session (a host param, SPEC §5).
+    /// The host's stable key of the session (a host param, docs/architecture.md#host-added-parameters-acceptedhostparams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
-    /// Where the session lives (SPEC §1.3).
+    /// Where the session lives (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_target: Option<SessionTarget>,
-    /// The runtimeSettings snapshot of this call (SPEC §4).
+    /// The runtimeSettings snapshot of this call (docs/architecture.md#runtimesettings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_settings: Option<RuntimeSettings>,
-    /// Host facts and callbacks (SPEC §1.3).
+    /// Host facts and callbacks (docs/architecture.md#method-parameters-and-results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_context: Option<RuntimeContext>,
     /// Whether the turn is a heartbeat (a host-initiated keep-alive turn).
@@ -895,7 +895,7 @@ pub struct CommitTurnParams {
 }
 
 /// `commitTurn` result. The status stays a string: anything but `committed` / `duplicate` is a
-/// host error that keeps the outbox row queued (SPEC §6), not a malformed result.
+/// host error that keeps the outbox row queued (docs/architecture.md#durable-turns-committurn), not a malformed result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitTurnResult {
     /// `committed`, `duplicate`, or anything else (a host error).
@@ -931,7 +931,7 @@ pub enum SubagentContextMode {
     Fork,
 }
 
-/// `prepareSubagentSpawn` params (SPEC §7).
+/// `prepareSubagentSpawn` params (docs/architecture.md#subagents).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrepareSubagentSpawnParams {
@@ -955,7 +955,7 @@ pub struct PrepareSubagentSpawnParams {
     pub extra: Map<String, Value>,
 }
 
-/// `prepareSubagentSpawn` result (SPEC §7): an optional rollback handle.
+/// `prepareSubagentSpawn` result (docs/architecture.md#subagents): an optional rollback handle.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrepareSubagentSpawnResult {
@@ -964,7 +964,7 @@ pub struct PrepareSubagentSpawnResult {
     pub rollback_id: Option<String>,
 }
 
-/// The rollback of a prepared spawn whose launch failed (SPEC §7).
+/// The rollback of a prepared spawn whose launch failed (docs/architecture.md#subagents).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackSubagentSpawnParams {
@@ -972,7 +972,7 @@ pub struct RollbackSubagentSpawnParams {
     pub rollback_id: String,
 }
 
-/// `onSubagentEnded.reason` (SPEC §7).
+/// `onSubagentEnded.reason` (docs/architecture.md#subagents).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SubagentEndReason {
@@ -986,7 +986,7 @@ pub enum SubagentEndReason {
     Released,
 }
 
-/// `onSubagentEnded` params (SPEC §7).
+/// `onSubagentEnded` params (docs/architecture.md#subagents).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OnSubagentEndedParams {

@@ -1,4 +1,4 @@
-//! The built-in `legacy` engine (SPEC §1.4): the host's transcript is the context, and
+//! The built-in `legacy` engine (docs/architecture.md#the-legacy-engine): the host's transcript is the context, and
 //! compaction is the host runtime's.
 
 use async_trait::async_trait;

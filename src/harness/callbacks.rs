@@ -1,4 +1,4 @@
-//! The host side of `runtimeContext` callbacks (SPEC §1.3, §8): transcript rewrites over the
+//! The host side of `runtimeContext` callbacks (docs/architecture.md#method-parameters-and-results, §8): transcript rewrites over the
 //! store, completions through the backend's model, and delegated (native) compaction.
 
 use std::collections::HashSet;

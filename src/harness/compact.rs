@@ -1,4 +1,4 @@
-//! Manual compaction (SPEC §10): the engine's `compact({force: true})` first; legacy and
+//! Manual compaction (docs/architecture.md#compaction-on-threaded-backends): the engine's `compact({force: true})` first; legacy and
 //! non-owning engines end on the backend's native compactor.
 
 use std::sync::atomic::Ordering;
@@ -17,7 +17,7 @@ use crate::host::requirements::check_host_requirements;
 use crate::projection::{EffectiveMode, ThreadBinding};
 
 impl Harness {
-    /// Manual compaction of a session (`ctxbridge compact`, `/compact`; SPEC §10).
+    /// Manual compaction of a session (`ctxbridge compact`, `/compact`; docs/architecture.md#compaction-on-threaded-backends).
     pub async fn compact(&self, session_key: &str) -> Result<CompactReport, HarnessError> {
         self.compact_on(session_key, None).await
     }

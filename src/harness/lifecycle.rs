@@ -1,6 +1,6 @@
 //! Engine lifecycle calls around a turn: telling the engine about a finished turn (durable
-//! commits and their outbox, SPEC §6; afterTurn / ingest otherwise), maintenance in the
-//! foreground or deferred (SPEC §8), quarantine records for `doctor`.
+//! commits and their outbox, docs/architecture.md#durable-turns-committurn; afterTurn / ingest otherwise), maintenance in the
+//! foreground or deferred (docs/architecture.md#maintenance), quarantine records for `doctor`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use crate::quarantine::QuarantineEngine;
 use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
 
 impl Harness {
-    /// A durable engine's commit of this turn (SPEC §6): its `commitTurn` params and the
+    /// A durable engine's commit of this turn (docs/architecture.md#durable-turns-committurn): its `commitTurn` params and the
     /// outbox row that queues them, written in the same transaction as the recorded turn so a
     /// crash cannot leave the turn recorded without its commit. `None` for other engines.
     pub(super) fn durable_commit(

@@ -1,5 +1,5 @@
 //! The harness: the engine's whole lifecycle around every turn on a threaded backend
-//! (SPEC §11), with the projection rules of §9, the compaction rules of §10, durable turns (§6),
+//! (docs/architecture.md#the-turn-algorithm), with the projection rules of §9, the compaction rules of §10, durable turns (§6),
 //! subagent hooks (§7) and maintenance (§8).
 //!
 //! I/O lives here; every decision is delegated to the pure functions of
@@ -77,13 +77,13 @@ pub struct HarnessConfig {
     pub developer_instructions: Option<String>,
     /// The model requested from the backend.
     pub model: Option<String>,
-    /// What to do when the developer instructions drift from a thread's (SPEC §9.6).
+    /// What to do when the developer instructions drift from a thread's (docs/architecture.md#developer-instruction-delivery).
     pub drift_policy: DriftPolicy,
     /// The tool catalogue offered to the model (names).
     pub tools: Vec<String>,
     /// The host's citations mode, passed to the engine.
     pub citations_mode: Option<String>,
-    /// The host's transcript byte limit for a projected view (SPEC §9.3).
+    /// The host's transcript byte limit for a projected view (docs/architecture.md#bounding).
     pub transcript_byte_limit: usize,
     /// How long a session lease lives without being renewed or released. A running turn
     /// renews it every third of this; a holder that died on this host is taken over at once,
@@ -97,8 +97,8 @@ pub struct HarnessConfig {
     pub selection_source: SelectionSource,
     /// The working directory reported to engines.
     pub cwd: Option<String>,
-    /// Where each session's OpenClaw-format transcript file is kept (`sessionFile`, SPEC
-    /// §1.3); `None` keeps none.
+    /// Where each session's OpenClaw-format transcript file is kept (`sessionFile`,
+    /// docs/architecture.md#method-parameters-and-results); `None` keeps none.
     pub session_dir: Option<std::path::PathBuf>,
     /// Where a projecting turn puts its rendered context (`projection.codexContextDelivery`);
     /// `None`: additional context when the backend keeps it across compaction, else the turn
@@ -331,7 +331,7 @@ impl ThreadAction {
     }
 }
 
-/// The report of one turn: exactly the `turn --json` object of SPEC §14, plus metrics that are
+/// The report of one turn: exactly the `turn --json` object of docs/config.md#configuration-reference, plus metrics that are
 /// not serialised.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -352,7 +352,7 @@ pub struct TurnReport {
     pub thread_action: ThreadAction,
     /// Whether the turn input carried the rendered context.
     pub projected: bool,
-    /// The decision's reason (SPEC §9.5).
+    /// The decision's reason (docs/architecture.md#the-project-or-reuse-decision).
     pub reason: String,
     /// Characters of the turn input.
     pub prompt_chars: usize,
@@ -400,7 +400,7 @@ pub struct CompactReport {
     pub native_compaction: bool,
 }
 
-/// A subagent spawn request (SPEC §7).
+/// A subagent spawn request (docs/architecture.md#subagents).
 #[derive(Debug, Clone)]
 pub struct SubagentSpawn {
     /// The spawning session.

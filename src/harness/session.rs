@@ -1,5 +1,5 @@
 //! Serialising the turns of one session: an in-process async mutex per session, and a lease in
-//! the store so that processes sharing one store serialise too (SPEC §9.4).
+//! the store so that processes sharing one store serialise too (docs/architecture.md#the-thread-binding-and-its-fingerprints).
 //!
 //! A lease names its holder as `ctxbridge@HOST:PID:START:NONCE` (START: the process's start
 //! time in clock ticks since boot, which tells a reused PID from the original process). A lease

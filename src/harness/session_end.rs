@@ -1,4 +1,4 @@
-//! Ending sessions and running engine commands (SPEC §13, §14): `ctxbridge reset` / `/reset`
+//! Ending sessions and running engine commands (docs/engine-protocol.md#the-engine-process-protocol, §14): `ctxbridge reset` / `/reset`
 //! fire `before_reset` then `session_end`, archive the session file as OpenClaw does
 //! (`<file>.reset.<timestamp>`) and drop the binding and the transcript, so the next turn
 //! starts a new session id on a new thread (and `session_start` fires again); the retention

@@ -1,4 +1,4 @@
-//! The session's OpenClaw-format transcript file (`sessionFile`, SPEC §1.3): created with the
+//! The session's OpenClaw-format transcript file (`sessionFile`, docs/architecture.md#method-parameters-and-results): created with the
 //! session's transcript so far, appended each turn, rewritten after a transcript rewrite. The
 //! store stays the source of truth: a file that cannot be written is logged and skipped, never
 //! a failed turn. The formatting is [`crate::host::session_file`].

@@ -1,4 +1,4 @@
-//! Subagent hooks (SPEC §7).
+//! Subagent hooks (docs/architecture.md#subagents).
 
 use super::{Harness, HarnessError, SubagentSpawn};
 use crate::contract::{
@@ -8,7 +8,7 @@ use crate::contract::{
 use crate::host::requirements::check_host_requirements;
 
 impl Harness {
-    /// Spawns a subagent (SPEC §7): `prepareSubagentSpawn` (skipped for a light isolated spawn),
+    /// Spawns a subagent (docs/architecture.md#subagents): `prepareSubagentSpawn` (skipped for a light isolated spawn),
     /// then `launch`; if the launch fails after a successful prepare, the rollback runs.
     pub async fn spawn_subagent<T, E, F, Fut>(
         &self,

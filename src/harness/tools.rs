@@ -1,4 +1,4 @@
-//! Engine tools in a turn (SPEC §13): the serving engine's tools offered to the model, and the
+//! Engine tools in a turn (docs/engine-protocol.md#the-engine-process-protocol): the serving engine's tools offered to the model, and the
 //! executor that runs the model's calls through the engine (`tools/call`).
 
 use std::sync::Arc;

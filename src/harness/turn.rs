@@ -1,4 +1,4 @@
-//! One turn of one session (SPEC §11): lock, bootstrap, assemble, plan (the pure
+//! One turn of one session (docs/architecture.md#the-turn-algorithm): lock, bootstrap, assemble, plan (the pure
 //! [`plan_turn`]), the backend turn with its one retry on a fresh thread, then record the turn
 //! (transcript and binding together), notify the engine (`lifecycle`: commit or afterTurn,
 //! maintenance) and report.
@@ -103,7 +103,7 @@ pub(super) struct RecordedTurn {
 }
 
 impl Harness {
-    /// Runs one turn of one session (SPEC §11).
+    /// Runs one turn of one session (docs/architecture.md#the-turn-algorithm).
     pub async fn turn(&self, spec: TurnSpec) -> Result<TurnReport, HarnessError> {
         self.turn_streaming(spec, None).await
     }
@@ -199,7 +199,7 @@ impl Harness {
             .await;
         let engine_active = serving.active_engine_id() != LEGACY_ENGINE_ID;
         let serving_info = serving.info();
-        // The engine's tools (SPEC §13): only an active engine offers any (legacy has none, a
+        // The engine's tools (docs/engine-protocol.md#the-engine-process-protocol): only an active engine offers any (legacy has none, a
         // quarantined engine lists none); they go into the catalogue fingerprint, so a changed
         // tool list starts a new thread (`dynamic-tools-mismatch`).
         let engine_tool_specs = if engine_active {
@@ -298,7 +298,7 @@ impl Harness {
         Ok(report)
     }
 
-    /// Why this turn must run on legacy (SPEC §6), if it must.
+    /// Why this turn must run on legacy (docs/architecture.md#durable-turns-committurn), if it must.
     pub(super) fn durable_degradation(&self, info: &EngineInfo) -> Option<String> {
         if self.engine.is_quarantined() {
             return None;
@@ -474,7 +474,7 @@ impl Harness {
         }
     }
 
-    /// SPEC §10 pre-turn overflow check: only on backends without native auto-compaction.
+    /// docs/architecture.md#compaction-on-threaded-backends pre-turn overflow check: only on backends without native auto-compaction.
     pub(super) fn overflow_precheck(
         &self,
         serving: &QuarantineEngine,

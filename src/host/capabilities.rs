@@ -1,4 +1,4 @@
-//! Host capabilities (SPEC §3).
+//! Host capabilities (docs/architecture.md#host-capabilities-and-requirements).
 
 use std::fmt;
 
@@ -18,7 +18,7 @@ pub enum Capability {
 }
 
 impl Capability {
-    /// Every capability, in the SPEC's order.
+    /// Every capability, in the documented order.
     pub const ALL: [Capability; 7] = [
         Capability::Bootstrap,
         Capability::AssembleBeforePrompt,
@@ -55,7 +55,7 @@ impl fmt::Display for Capability {
     }
 }
 
-/// The kinds of host ctxbridge knows, each with its advertised capabilities (SPEC §3).
+/// The kinds of host ctxbridge knows, each with its advertised capabilities (docs/architecture.md#host-capabilities-and-requirements).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HostKind {

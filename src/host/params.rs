@@ -1,4 +1,4 @@
-//! Accepted host params (SPEC §5).
+//! Accepted host params (docs/architecture.md#host-added-parameters-acceptedhostparams).
 //!
 //! The host adds `sessionKey`, `prompt`, `runtimeSettings`, `sessionTarget`, `runtimeContext` and
 //! `abortSignal` to the parameters it passes. An engine that declares `acceptedHostParams` gets
@@ -92,7 +92,7 @@ pub trait HostParams {
     fn retain_host_params(&mut self, accepted: &AcceptedHostParams);
 }
 
-/// Returns `params` with only the host keys `info` accepts (SPEC §5).
+/// Returns `params` with only the host keys `info` accepts (docs/architecture.md#host-added-parameters-acceptedhostparams).
 pub fn project_host_params<P: HostParams>(mut params: P, info: &EngineInfo) -> P {
     params.retain_host_params(&AcceptedHostParams::from_info(info));
     params
@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(keys(&p), vec!["isHeartbeat", "message", "sessionId"]);
     }
 
-    /// Every host key the params types name is one of the SPEC's six.
+    /// Every host key the params types name is one of the documented six.
     #[test]
     fn host_keys_are_the_spec_set() {
         let names: Vec<&str> = HostParamKey::ALL.iter().map(|k| k.as_str()).collect();

@@ -1,11 +1,11 @@
-//! Host requirement checks (SPEC §3): before an operation starts, the engine's
+//! Host requirement checks (docs/architecture.md#host-capabilities-and-requirements): before an operation starts, the engine's
 //! `hostRequirements[operation]` are compared with what the host advertises. A miss fails closed
 //! before anything runs, and is not a quarantine.
 
 use crate::contract::{EngineInfo, HostOperation};
 use crate::host::capabilities::Capability;
 
-/// An engine requires host capabilities this host does not have. `Display` is the SPEC §3 text.
+/// An engine requires host capabilities this host does not have. `Display` is the docs/architecture.md#host-capabilities-and-requirements text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", self.message())]
 #[non_exhaustive]
@@ -132,7 +132,7 @@ mod tests {
         info
     }
 
-    /// The CLI host lacks prompt control: the miss produces the SPEC's exact text with the
+    /// The CLI host lacks prompt control: the miss produces the documented exact text with the
     /// engine's unsupportedMessage appended.
     #[test]
     fn cli_host_miss_has_exact_text() {

@@ -1,4 +1,4 @@
-//! OpenClaw's session transcript file (SPEC §1.3 `sessionFile`): JSONL, version 4. The first
+//! OpenClaw's session transcript file (docs/architecture.md#method-parameters-and-results `sessionFile`): JSONL, version 4. The first
 //! line is the header `{"type":"session","version":4,"id","timestamp","cwd"}`; each message is
 //! `{"type":"message","id","parentId","timestamp","message"}`, `parentId` chaining to the
 //! previous entry (`null` for the first). Pure formatting; the harness does the file I/O.

@@ -1,7 +1,7 @@
-//! The thread binding (SPEC §9.4): what a session's backend thread has received, and the keys
+//! The thread binding (docs/architecture.md#the-thread-binding-and-its-fingerprints): what a session's backend thread has received, and the keys
 //! and fingerprints it is matched by.
 //!
-//! The JSON record is the SPEC's shape plus one optional field, `engine.projectionMode`:
+//! The JSON record is the documented shape plus one optional field, `engine.projectionMode`:
 //! ```text
 //! { schemaVersion: 1, bindingKey, backend, threadId,
 //!   engine: { engineId, policyFingerprint,
@@ -13,7 +13,7 @@
 //! `developerInstructions` (an extension) is the text whose hash `developerInstructionsSha256`
 //! is: the backend needs the text itself to re-send it when it resumes the thread.
 //! `projectionMode` records how the thread was fed (bare prompts, per-turn projections, or a
-//! bootstrap), so that a switch between per-turn and thread_bootstrap — which the SPEC's shape
+//! bootstrap), so that a switch between per-turn and thread_bootstrap — which the documented shape
 //! cannot tell from "no projection yet" — starts a new thread. A record without it (written by
 //! another implementation) is read as "unknown" and handled conservatively by
 //! [`super::decision::decide`]. `updatedAt` is milliseconds since the Unix epoch, set by the
@@ -36,7 +36,7 @@ pub const BINDING_SCHEMA_VERSION: u32 = 1;
 /// The policy fingerprint's schema version (part of the fingerprinted JSON).
 pub const POLICY_SCHEMA_VERSION: u32 = 1;
 
-/// A session's thread binding (SPEC §9.4).
+/// A session's thread binding (docs/architecture.md#the-thread-binding-and-its-fingerprints).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadBinding {
@@ -58,12 +58,12 @@ pub struct ThreadBinding {
     /// instructions last delivered (on thread start or injected as drift), whose hash is
     /// `developerInstructionsSha256`. Re-sent on every resume of the thread (a Codex thread
     /// resumed without them loses them at its next compaction). `None` when the thread has
-    /// none, or the record predates this field (extension of the SPEC's shape).
+    /// none, or the record predates this field (extension of the documented shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub developer_instructions: Option<String>,
     /// The thread was compacted after its bootstrap context went as additional context (a
     /// developer item, which Codex's compaction drops unless the turn re-sends it): the next
-    /// reused turn re-sends the rendered context (extension of the SPEC's shape).
+    /// reused turn re-sends the rendered context (extension of the documented shape).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub context_refresh: bool,
     /// The session lease generation that wrote the record.
@@ -83,7 +83,7 @@ pub struct EngineBinding {
     /// The bootstrap projection the thread received (thread_bootstrap mode only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<BindingProjection>,
-    /// How the thread was fed; `None` when the record does not say (extension of the SPEC's
+    /// How the thread was fed; `None` when the record does not say (extension of the documented
     /// shape, see the module documentation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection_mode: Option<EffectiveMode>,
@@ -115,7 +115,7 @@ impl ThreadBinding {
     }
 }
 
-/// The binding key of a session (SPEC §9.4): `session-key:<agentId>:<base64url(sha256(
+/// The binding key of a session (docs/architecture.md#the-thread-binding-and-its-fingerprints): `session-key:<agentId>:<base64url(sha256(
 /// sessionKey))>` (unpadded URL-safe base64), or `session:<agentId>:<sessionId>` when there is
 /// no session key. A blank session key counts as none.
 pub fn binding_key(agent_id: &str, session_key: Option<&str>, session_id: &str) -> String {
@@ -128,7 +128,7 @@ pub fn binding_key(agent_id: &str, session_key: Option<&str>, session_id: &str) 
     }
 }
 
-/// What the policy fingerprint covers (SPEC §9.4).
+/// What the policy fingerprint covers (docs/architecture.md#the-thread-binding-and-its-fingerprints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyInputs<'a> {
     /// The engine's id.
@@ -214,7 +214,7 @@ pub fn tools_fingerprint<S: AsRef<str>>(tool_names: &[S]) -> String {
     sha256_hex_bytes(json.as_bytes())
 }
 
-/// The catalogue entry of a tool offered with its schema (an engine tool, SPEC §13) for
+/// The catalogue entry of a tool offered with its schema (an engine tool, docs/engine-protocol.md#the-engine-process-protocol) for
 /// [`tools_fingerprint`]: `<name>#<sha256 of the canonical JSON of {description, parameters}>`,
 /// so a changed description or schema changes the catalogue as a changed name does. The tool
 /// declaration is the engine's static catalogue, not engine output (no turn result goes in).
@@ -263,7 +263,7 @@ mod tests {
         }
     }
 
-    /// The record serialises to exactly the SPEC's field names and nesting.
+    /// The record serialises to exactly the documented field names and nesting.
     #[test]
     fn binding_json_shape_is_the_spec_shape() {
         let value = serde_json::to_value(sample_binding()).unwrap();

@@ -1,4 +1,4 @@
-//! Bounding an assembled result to the host's transcript byte limit (SPEC §9.3).
+//! Bounding an assembled result to the host's transcript byte limit (docs/architecture.md#bounding).
 //!
 //! Sizes are JSON sizes measured without serialising: a message's size is the length of its
 //! compact JSON form (as `serde_json` writes an [`AgentMessage`]) with every string counted as
@@ -47,7 +47,7 @@ impl Bounded<'_> {
     }
 }
 
-/// Bounds `result` to `transcript_byte_limit` bytes (SPEC §9.3): the oldest messages are
+/// Bounds `result` to `transcript_byte_limit` bytes (docs/architecture.md#bounding): the oldest messages are
 /// dropped at user-turn boundaries (a boundary between a tool call and its result does not
 /// count), an oversized latest turn is omitted whole, and the projection becomes
 /// `{mode: thread_bootstrap, epoch: "bounded:<sha256>", fingerprint: "<sha256>"}` where the

@@ -1,4 +1,4 @@
-//! The project-or-reuse decision (SPEC §9.5): one function, [`decide`].
+//! The project-or-reuse decision (docs/architecture.md#the-project-or-reuse-decision): one function, [`decide`].
 //!
 //! # Reasons
 //! | reason | when | action | thread |
@@ -60,7 +60,7 @@ pub enum ThreadChoice {
     New,
 }
 
-/// Why (SPEC §9.5); the strings are the contract's.
+/// Why (docs/architecture.md#the-project-or-reuse-decision); the strings are the contract's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecisionReason {
@@ -300,7 +300,7 @@ pub fn decide(input: &DecisionInput<'_>) -> ProjectionDecision {
     decision
 }
 
-/// Rows 1–6 of SPEC §9.5, in order.
+/// Rows 1–6 of docs/architecture.md#the-project-or-reuse-decision, in order.
 fn bootstrap_rule(
     input: &DecisionInput<'_>,
     stored: Option<&ThreadBinding>,
@@ -597,7 +597,7 @@ mod tests {
             decide(&input(Some(&blank_fp), Some(&no_fp))).action,
             ProjectionAction::Reuse
         );
-        // A record without projectionMode (the SPEC's shape) but with a projection matches too.
+        // A record without projectionMode (the documented shape) but with a projection matches too.
         let mut spec_shape = bootstrap_binding();
         spec_shape.engine.projection_mode = None;
         let req = bootstrap_request("e1");
@@ -625,7 +625,7 @@ mod tests {
         stored.engine.policy_fingerprint = "policy-2".into();
         stored.tools_fingerprint = "tools-2".into();
         assert_eq!(decide(&input(None, Some(&stored))).thread, old_thread());
-        // A SPEC-shaped record (no projectionMode, no projection) of the same engine is per-turn.
+        // A documented-shape record (no projectionMode, no projection) of the same engine is per-turn.
         let spec_shape = binding(ENGINE, None, None);
         assert_eq!(decide(&input(None, Some(&spec_shape))).thread, old_thread());
     }

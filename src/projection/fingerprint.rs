@@ -1,4 +1,4 @@
-//! Hashing and canonical JSON: the building blocks of every fingerprint (SPEC §9.3, §9.4).
+//! Hashing and canonical JSON: the building blocks of every fingerprint (docs/architecture.md#bounding, §9.4).
 //!
 //! Canonical JSON here means: object keys sorted by their UTF-8 bytes, no whitespace, strings
 //! escaped exactly as `serde_json` escapes them (`"`, `\`, control characters; nothing else),

@@ -1,4 +1,4 @@
-//! Thread-level developer instructions (SPEC §9.6).
+//! Thread-level developer instructions (docs/architecture.md#developer-instruction-delivery).
 //!
 //! The effective instructions are the configured base plus the engine's
 //! `systemPromptAddition`. A thread receives them when it starts; the Codex app-server ignores

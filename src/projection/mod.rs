@@ -1,4 +1,4 @@
-//! Projection onto threaded backends (SPEC §9), as pure functions: no I/O, no clock, no
+//! Projection onto threaded backends (docs/architecture.md#projection), as pure functions: no I/O, no clock, no
 //! randomness. The harness calls [`plan_turn`] once per turn, which runs, in this order:
 //!
 //! 1. [`bound_assembled`] — fit the assembled result to the transcript byte limit (§9.3);

@@ -1,4 +1,4 @@
-//! The whole projection plan of one turn (SPEC §9), as one pure function: [`plan_turn`].
+//! The whole projection plan of one turn (docs/architecture.md#projection), as one pure function: [`plan_turn`].
 //!
 //! It composes the steps the harness runs before it touches the backend: bound the assembled
 //! result (§9.3), decide project-or-reuse and the thread (§9.4, §9.5), plan the delivery of
@@ -39,7 +39,7 @@ pub struct PlanInput<'a> {
     pub stored: Option<&'a ThreadBinding>,
     /// The backend the turn runs on.
     pub backend: BackendKind,
-    /// The host's transcript byte limit for a projected view (SPEC §9.3).
+    /// The host's transcript byte limit for a projected view (docs/architecture.md#bounding).
     pub transcript_byte_limit: usize,
     /// The configured developer instructions (the engine's `systemPromptAddition` is added).
     pub developer_instructions: Option<&'a str>,

@@ -1,4 +1,4 @@
-//! Hand-written scanners that make quoted history safe to put in a turn input (SPEC §9.2):
+//! Hand-written scanners that make quoted history safe to put in a turn input (docs/architecture.md#rendering):
 //! defusing of framing and command sigils, and secret redaction. Both run in one pass over the
 //! bytes, copy clean runs in bulk and only look closer at a few trigger bytes, so they cost
 //! little more than a copy. Every trigger is ASCII, so every cut is on a char boundary.

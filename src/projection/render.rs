@@ -1,4 +1,4 @@
-//! Rendering the assembled context into a turn input (SPEC §9.2).
+//! Rendering the assembled context into a turn input (docs/architecture.md#rendering).
 //!
 //! The output is byte-stable: it depends only on the messages, the prompt and the options (no
 //! timestamps, ids the caller did not give, or map ordering — JSON is written with sorted keys).
@@ -160,7 +160,7 @@ pub fn split_framed_input(text: &str) -> Option<(&str, &str)> {
     Some((&text[..fragment_end], &text[at + FRAME_TAIL.len()..]))
 }
 
-/// The context cap in chars for a token budget (SPEC §9.2).
+/// The context cap in chars for a token budget (docs/architecture.md#rendering).
 pub fn context_cap_chars(token_budget: Option<u64>) -> usize {
     let Some(budget) = token_budget else {
         return DEFAULT_CONTEXT_CAP_CHARS;
@@ -720,7 +720,7 @@ mod tests {
         ]
     }
 
-    /// The frame is exactly SPEC §9.2's, with `[role]` headers and blank lines between messages.
+    /// The frame is exactly docs/architecture.md#rendering's, with `[role]` headers and blank lines between messages.
     #[test]
     fn exact_frame() {
         let messages = [
@@ -946,7 +946,7 @@ mod tests {
         assert!(out.text.contains("[\u{2060}@x part omitted]"));
     }
 
-    /// The context cap follows SPEC §9.2's formula, saturating.
+    /// The context cap follows docs/architecture.md#rendering's formula, saturating.
     #[test]
     fn context_cap_formula() {
         assert_eq!(context_cap_chars(None), 24_000);

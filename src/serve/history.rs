@@ -1,4 +1,4 @@
-//! A session's conversation as its client had it (SPEC §16 "Rewriting"): `thread/read`,
+//! A session's conversation as its client had it (docs/serve.md#the-serve-command "Rewriting"): `thread/read`,
 //! `thread/resume` (its turns, `initialTurnsPage` and backwards cursors), `thread/turns/list`
 //! and `thread/items/list` of a client thread id show the turns (items) of the session's
 //! earlier backend threads rebuilt from ctxbridge's transcript, then the current backend
@@ -17,7 +17,7 @@ use crate::projection::render::split_framed_input;
 const CURSOR_PREFIX: &str = "ctxbridge:";
 
 /// Replaces a projected turn input in a turn's `userMessage` items by the user's own request
-/// (the prompt after the projection frame, SPEC §9.2); other content is kept.
+/// (the prompt after the projection frame, docs/architecture.md#rendering); other content is kept.
 pub fn show_own_input(turn: &mut Value) {
     let Some(items) = turn.get_mut("items").and_then(Value::as_array_mut) else {
         return;

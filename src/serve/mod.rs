@@ -1,4 +1,4 @@
-//! `ctxbridge serve`: ctxbridge as a Codex app-server (SPEC §16). Clients speak the app-server
+//! `ctxbridge serve`: ctxbridge as a Codex app-server (docs/serve.md#the-serve-command). Clients speak the app-server
 //! protocol to ctxbridge; ctxbridge speaks it to one real `codex app-server` shared by all of
 //! them: a child it starts, or one that already runs (`backend.url`).
 //!

@@ -1,6 +1,6 @@
-//! Engine-backed sessions (SPEC §16 "Turns", "Compaction"): a client's `turn/start` on a
-//! session runs one harness turn (SPEC §11) and `thread/compact/start` the harness's manual
-//! compaction (SPEC §10), on the serve's shared upstream.
+//! Engine-backed sessions (docs/serve.md#the-serve-command "Turns", "Compaction"): a client's `turn/start` on a
+//! session runs one harness turn (docs/architecture.md#the-turn-algorithm) and `thread/compact/start` the harness's manual
+//! compaction (docs/architecture.md#compaction-on-threaded-backends), on the serve's shared upstream.
 //!
 //! The harness runs unchanged, with the one Codex backend (`backend::codex`): its own backend
 //! is a [`CodexBackend`] over the shared upstream ([`crate::serve::codex_link::HubConnect`]),
@@ -47,7 +47,7 @@ use crate::serve::route::SessionOp;
 use crate::serve::seam::{SessionAnswer, SessionRequest, SessionTurns, TurnEnd, UpstreamHandle};
 use crate::serve::RpcError;
 
-/// Session requests served by the harness (SPEC §16): used when an engine other than
+/// Session requests served by the harness (docs/serve.md#the-serve-command): used when an engine other than
 /// `legacy` is selected, or `serve.engineThreads` is `"all"`.
 pub struct EngineSessions {
     harness: Arc<Harness>,

@@ -139,7 +139,7 @@ pub struct TranscriptEntry {
     pub message: AgentMessage,
 }
 
-/// A queued durable-turn commit (SPEC §6): the serialised `commitTurn` params.
+/// A queued durable-turn commit (docs/architecture.md#durable-turns-committurn): the serialised `commitTurn` params.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxRow {
     pub session_id: String,
@@ -491,7 +491,7 @@ pub trait StateStore: Send + Sync {
         lease_generation: u64,
     ) -> Result<(), StoreError>;
 
-    /// As [`StateStore::record_turn`], and queues the turn's durable commit (`commit`, SPEC §6)
+    /// As [`StateStore::record_turn`], and queues the turn's durable commit (`commit`, docs/architecture.md#durable-turns-committurn)
     /// in the same atomic, fenced step: a crash cannot leave a recorded turn without its queued
     /// commit, and a fenced holder queues nothing. A duplicate advancement key keeps the queued
     /// row. The default runs the two steps one after the other, for stores that cannot do

@@ -174,7 +174,7 @@ pub async fn legacy_answer(
     call(&stand_in, method, tool).await
 }
 
-/// The methods that fail closed (SPEC §2): their error reaches the caller.
+/// The methods that fail closed (docs/architecture.md#selection-fault-isolation-and-quarantine): their error reaches the caller.
 pub fn fails_closed(method: EngineMethod) -> bool {
     matches!(
         method,

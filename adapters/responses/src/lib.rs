@@ -1,7 +1,7 @@
 //! # responses-client
 //!
 //! A streaming client for the OpenAI Responses API (`POST {base_url}/responses`, always
-//! `stream: true`), the wire layer of ctxbridge's Responses backend (SPEC §12). A conversation
+//! `stream: true`), the wire layer of ctxbridge's Responses backend (docs/architecture.md#backends). A conversation
 //! thread on this API is either a chain of `previous_response_id`s with `store: true`, or a
 //! durable conversation (`POST {base_url}/conversations`, then `conversation: <id>` on each
 //! response); the API does not carry `instructions` over, so callers send them with every

@@ -1,6 +1,6 @@
 // The `api` object a plugin's `register(api)` receives, shaped like `OpenClawPluginApi` of the
 // published `openclaw` package's plugin SDK. Served members either work locally (registries,
-// config, paths, logging) or become engine -> host requests to ctxbridge (SPEC §13); every
+// config, paths, logging) or become engine -> host requests to ctxbridge (docs/engine-protocol.md#the-engine-process-protocol); every
 // other member the SDK declares is present and throws "not supported by this host: <member>"
 // when called. README.md lists which is which.
 

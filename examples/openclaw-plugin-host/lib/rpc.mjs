@@ -1,4 +1,4 @@
-// JSON-RPC 2.0 over stdio, one object per line (SPEC §13): sending, engine -> host requests,
+// JSON-RPC 2.0 over stdio, one object per line (docs/engine-protocol.md#the-engine-process-protocol): sending, engine -> host requests,
 // and the error type whose code reaches ctxbridge.
 
 import { AsyncLocalStorage } from "node:async_hooks";

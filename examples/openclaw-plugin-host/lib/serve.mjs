@@ -1,4 +1,4 @@
-// Serving a loaded plugin over the engine process protocol (SPEC §13): `initialize`, the
+// Serving a loaded plugin over the engine process protocol (docs/engine-protocol.md#the-engine-process-protocol): `initialize`, the
 // lifecycle methods, `rollbackSubagentSpawn`, `tools/call`, `hooks/<name>` and
 // `commands/call`.
 
@@ -12,7 +12,7 @@ import { callHost, currentCall, ErrorCode, log, RpcError } from "./rpc.mjs";
 import { appendSessionMessages, ensureSessionFile, readSessionFile } from "./session-file.mjs";
 import { setUpStateDir } from "./state-dir.mjs";
 
-/** Contract members (SPEC §1) the host forwards to the engine object. */
+/** Contract members (docs/architecture.md#the-engine-contract) the host forwards to the engine object. */
 export const CONTRACT_METHODS = [
   "ingest", "assemble", "compact", "bootstrap", "maintain", "ingestBatch", "afterTurn",
   "commitTurn", "prepareSubagentSpawn", "rollbackSubagentSpawn", "onSubagentEnded", "dispose",

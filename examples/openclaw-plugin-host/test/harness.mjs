@@ -1,4 +1,4 @@
-// Drives host.mjs over stdio the way ctxbridge does (SPEC §13): JSON-RPC requests in, results
+// Drives host.mjs over stdio the way ctxbridge does (docs/engine-protocol.md#the-engine-process-protocol): JSON-RPC requests in, results
 // and engine -> host requests out. Engine -> host requests are answered by a handler the test
 // gives and recorded.
 

@@ -1,15 +1,15 @@
 //! Engines that run as a child process, in any language, over the engine process protocol
-//! (SPEC §13).
+//! (docs/engine-protocol.md#the-engine-process-protocol).
 //!
 //! [`ProcessEngine::spawn`] starts the command, sends `initialize` and keeps what it answered:
 //! [`ContextEngine::info`] is the engine's `info`, [`ContextEngine::methods`] is exactly what it
 //! declared (see [`protocol::decode_initialize`] for the rule about required members). Every
 //! lifecycle call is then one JSON-RPC request with the contract's camelCase params, serialised
-//! straight from the params struct it was given, so whatever the host left out (SPEC §5) is
+//! straight from the params struct it was given, so whatever the host left out (docs/architecture.md#host-added-parameters-acceptedhostparams) is
 //! absent from the JSON. Calls from different sessions run concurrently; replies are matched
 //! by id.
 //!
-//! How failures map onto [`EngineError`] (the quarantine wrapper does the rest, SPEC §2):
+//! How failures map onto [`EngineError`] (the quarantine wrapper does the rest, docs/architecture.md#selection-fault-isolation-and-quarantine):
 //!
 //! | what happened | error |
 //! |---|---|

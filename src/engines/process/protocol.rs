@@ -1,4 +1,4 @@
-//! The wire side of the engine process protocol (SPEC §13): JSON-RPC message encoding and
+//! The wire side of the engine process protocol (docs/engine-protocol.md#the-engine-process-protocol): JSON-RPC message encoding and
 //! classification (the line framing is the shared `ctxbridge_jsonrpc` codec), the `initialize` exchange and the rule that turns its
 //! `methods` list into a [`MethodSet`]. Pure: no I/O here.
 
@@ -184,7 +184,7 @@ pub struct InitializeOutcome {
 /// commands?}`.
 ///
 /// The `methods` rule: if the list names none of the required members (`ingest`,
-/// `assemble`, `compact`) it is the SPEC's form — the optional members the engine implements —
+/// `assemble`, `compact`) it is the documented form — the optional members the engine implements —
 /// and the required members are assumed present. If it names at least one required member it
 /// is a complete listing and is taken exactly, so a missing required member shows up in the
 /// registry's contract validation. `info` is always present (`initialize` returned it); an
@@ -360,7 +360,7 @@ mod tests {
         );
     }
 
-    /// The SPEC form (optional names only) implies the required members.
+    /// The documented form (optional names only) implies the required members.
     #[test]
     fn methods_listing_only_optional_members_implies_required_ones() {
         let (set, unknown) =

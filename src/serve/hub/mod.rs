@@ -7,7 +7,7 @@
 //! Every client request is routed one of two ways:
 //! - **Session requests** — `turn/start`, `thread/compact/start`, `thread/resume`,
 //!   `thread/read`, `thread/turns/list` and `thread/items/list` on a non-ephemeral thread — go through the [`SessionTurns`] seam, run as their own task with an
-//!   [`UpstreamHandle`]. [`PassThroughSessions`] relays them unchanged (SPEC §16: every thread
+//!   [`UpstreamHandle`]. [`PassThroughSessions`] relays them unchanged (docs/serve.md#the-serve-command: every thread
 //!   is pure pass-through when only `legacy` is selected and `serve.engineThreads` is `none`);
 //!   an engine-driven implementation runs the harness turn there instead.
 //! - **Everything else** passes through: a fresh upstream id, the answer relayed back under the

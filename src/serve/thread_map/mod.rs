@@ -1,4 +1,4 @@
-//! The thread-id map: client thread id ↔ current backend thread id (SPEC §16 "Sessions",
+//! The thread-id map: client thread id ↔ current backend thread id (docs/serve.md#the-serve-command "Sessions",
 //! "Rewriting").
 //!
 //! A session's client thread id is the id of its first backend thread and never changes; when
