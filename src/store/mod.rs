@@ -7,7 +7,6 @@
 //! are synchronous: every statement is a short write or an indexed read, so the harness calls
 //! them directly (the PostgreSQL store hands each call to its own worker thread).
 
-mod checkpointer;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod postgres;

@@ -1,0 +1,386 @@
+//! The SQLite store's write queue (group commit): a turn's writes are queued, and the thread
+//! that finds the queue free runs what is queued as one transaction, each write in a savepoint
+//! of its own, and answers each; `classify` names what a SQLite failure means.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
+
+use super::queries::{acquire_lease, insert_entries, insert_outbox, upsert_binding};
+use super::schema::{touch, SESSION_SCOPE};
+use super::SqliteStore;
+use crate::store::{
+    Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
+};
+
+impl SqliteStore {
+    /// `record_turn`, queueing `commit` too when given: one fenced transaction.
+    pub(super) fn record_turn_fenced(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> Result<(), StoreError> {
+        let op = Op {
+            encoded: self.encode_entries("record turn", entries)?,
+            write: TurnWrite::RecordTurn {
+                session_id: session_id.to_owned(),
+                // Encoded above; the writer needs only their JSON.
+                entries: Vec::new(),
+                binding_key: binding_key.to_owned(),
+                binding_json: binding_json.to_owned(),
+                lease_generation,
+                commit: commit.cloned(),
+            },
+        };
+        self.run_now(&op).map(|_| ())
+    }
+
+    /// Runs one turn write in a transaction of its own, at once.
+    pub(super) fn run_now(&self, op: &Op) -> Result<WriteOutcome, StoreError> {
+        let applied = self.write_tx(op.operation(), |tx| op.run(tx))?;
+        op.finish(applied)
+    }
+
+    /// Turns a submitted write into what the writer runs (encoding transcript entries here,
+    /// on the submitting thread, not under the writer).
+    pub(super) fn prepare(&self, mut write: TurnWrite) -> Result<Op, StoreError> {
+        let encoded = match &mut write {
+            TurnWrite::RecordTurn { entries, .. } => {
+                self.encode_entries("record turn", &std::mem::take(entries))?
+            }
+            _ => Vec::new(),
+        };
+        Ok(Op { write, encoded })
+    }
+
+    /// Queues a write and, unless another thread is running the queue, runs it (with whatever
+    /// else is queued) on this thread.
+    pub(super) fn enqueue(&self, op: Op, reply: Option<tokio::sync::oneshot::Sender<WriteResult>>) {
+        lock_queue(&self.queue).push(QueuedWrite { op, reply });
+        self.combine();
+    }
+
+    /// Runs the queued writes until the queue is empty, unless another thread already does.
+    /// A submitter that finds the queue being run leaves its write there and goes on; the
+    /// running thread picks it up in its next batch. After giving up the role, the queue is
+    /// looked at once more: a write queued just before then would otherwise wait for the
+    /// next submitter.
+    pub(super) fn combine(&self) {
+        loop {
+            if self
+                .combining
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return;
+            }
+            // Given up on the way out, also if a batch panics (its writes' submitters then get
+            // an error instead of an answer), so the queue never stays claimed.
+            let role = CombinerRole(&self.combining);
+            loop {
+                let batch = std::mem::take(&mut *lock_queue(&self.queue));
+                if batch.is_empty() {
+                    break;
+                }
+                self.run_batch(batch);
+            }
+            drop(role);
+            if lock_queue(&self.queue).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Runs a batch of queued writes in one transaction, each in a savepoint of its own, and
+    /// answers each. When the transaction itself fails (it cannot begin or commit), each write
+    /// runs again alone, so each gets its own answer.
+    fn run_batch(&self, batch: Vec<QueuedWrite>) {
+        let mut orphans = Vec::new();
+        self.answer_batch(batch, &mut orphans);
+        // Leases acquired for cancelled turns: released by the queue's next batch.
+        if !orphans.is_empty() {
+            tracing::debug!(
+                leases = orphans.len(),
+                "releasing leases acquired for cancelled turns"
+            );
+            lock_queue(&self.queue).extend(orphans.into_iter().map(|lease| QueuedWrite {
+                op: TurnWrite::ReleaseLease(lease).into(),
+                reply: None,
+            }));
+        }
+    }
+
+    /// Runs a batch (see [`SqliteStore::run_batch`]), answering each write; leases nobody
+    /// waits for any more go to `orphans`.
+    fn answer_batch(&self, batch: Vec<QueuedWrite>, orphans: &mut Vec<Lease>) {
+        if batch.len() == 1 {
+            for queued in batch {
+                let result = self.run_now(&queued.op);
+                orphans.extend(queued.answer_with(result));
+            }
+            return;
+        }
+        let results = self.with_conn("run queued writes", |conn| {
+            let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut results = Vec::with_capacity(batch.len());
+            for queued in &batch {
+                let savepoint = tx.savepoint()?;
+                match queued.op.run(&savepoint) {
+                    Ok((applied, true)) => {
+                        savepoint.commit()?;
+                        results.push(Ok(applied));
+                    }
+                    // Dropping a savepoint rolls it back.
+                    Ok((applied, false)) => results.push(Ok(applied)),
+                    Err(e) => results.push(Err(e)),
+                }
+            }
+            tx.commit()?;
+            Ok(results)
+        });
+        match results {
+            Ok(results) => {
+                for (queued, result) in batch.into_iter().zip(results) {
+                    let answer = result
+                        .map_err(|e| {
+                            classify(&self.path, queued.op.operation(), e, self.busy_timeout)
+                        })
+                        .and_then(|applied| queued.op.finish(applied));
+                    orphans.extend(queued.answer_with(answer));
+                }
+            }
+            // Another process kept the database locked past the busy timeout: each write
+            // would wait as long again.
+            Err(StoreError::Locked { waited_ms, .. }) => {
+                for queued in batch {
+                    let locked = StoreError::Locked {
+                        path: self.path.clone(),
+                        operation: queued.op.operation(),
+                        waited_ms,
+                    };
+                    orphans.extend(queued.answer_with(Err(locked)));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, writes = batch.len(), "a batch of queued writes failed; running each alone");
+                for queued in batch {
+                    let result = self.run_now(&queued.op);
+                    orphans.extend(queued.answer_with(result));
+                }
+            }
+        }
+    }
+}
+
+/// What a queued write is answered with.
+type WriteResult = Result<WriteOutcome, StoreError>;
+
+/// A write waiting in the queue, and where its answer goes (nowhere for a detached write).
+pub(super) struct QueuedWrite {
+    op: Op,
+    reply: Option<tokio::sync::oneshot::Sender<WriteResult>>,
+}
+
+impl QueuedWrite {
+    /// Hands the write its answer. A lease acquired for a submitter that stopped waiting (its
+    /// turn was cancelled) is returned, to be released: nobody holds it. (A turn cancelled
+    /// after the answer was sent and before it read it leaves its lease to expire, as a
+    /// crashed holder's.)
+    #[must_use]
+    fn answer_with(self, result: WriteResult) -> Option<Lease> {
+        match self.reply {
+            Some(reply) => match reply.send(result) {
+                Ok(()) => None,
+                Err(Ok(WriteOutcome::Lease(LeaseAttempt::Acquired(lease)))) => Some(lease),
+                // Any other answer nobody waits for any more needs nothing done.
+                Err(_) => None,
+            },
+            None => {
+                if let Err(e) = result {
+                    tracing::warn!(operation = self.op.operation(), error = %e, "a detached store write failed");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The queue-runner role of one thread; given up when dropped.
+struct CombinerRole<'a>(&'a AtomicBool);
+
+impl Drop for CombinerRole<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Locks the write queue (it only holds owned writes; a panic elsewhere cannot corrupt it).
+pub(super) fn lock_queue(queue: &Mutex<Vec<QueuedWrite>>) -> MutexGuard<'_, Vec<QueuedWrite>> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A turn write as the writer runs it: a [`TurnWrite`] whose transcript entries were taken
+/// out and encoded.
+pub(super) struct Op {
+    write: TurnWrite,
+    /// The `RecordTurn`'s entries as (entry id, message JSON).
+    encoded: Vec<(String, String)>,
+}
+
+impl From<TurnWrite> for Op {
+    /// A write without transcript entries.
+    fn from(write: TurnWrite) -> Op {
+        Op {
+            write,
+            encoded: Vec::new(),
+        }
+    }
+}
+
+/// What running an [`Op`] did: an outcome, or nothing because a newer lease generation fences
+/// the writer.
+pub(super) enum Applied {
+    Outcome(WriteOutcome),
+    Fenced(u64),
+}
+
+impl Op {
+    fn operation(&self) -> &'static str {
+        self.write.operation()
+    }
+
+    /// Runs the write inside the caller's transaction or savepoint; true when it is to be
+    /// kept (a fenced write and a refused lease are rolled back).
+    fn run(&self, conn: &Connection) -> rusqlite::Result<(Applied, bool)> {
+        let done = Applied::Outcome(WriteOutcome::Done);
+        match &self.write {
+            TurnWrite::AcquireLease {
+                session,
+                holder,
+                dead_holder,
+                now_ms,
+                ttl_ms,
+            } => acquire_lease(
+                conn,
+                session,
+                holder,
+                dead_holder.as_deref(),
+                *now_ms,
+                *ttl_ms,
+            )
+            .map(|(attempt, keep)| (Applied::Outcome(WriteOutcome::Lease(attempt)), keep)),
+            // Only the holder of this generation may release; expiry keeps the generation so a
+            // stale holder stays fenced.
+            TurnWrite::ReleaseLease(lease) => conn
+                .prepare_cached(
+                    "UPDATE leases SET expires_at_ms = 0 WHERE session = ?1 AND holder = ?2 AND generation = ?3",
+                )?
+                .execute(params![lease.session, lease.holder, lease.generation as i64])
+                .map(|_| (done, true)),
+            TurnWrite::RecordTurn {
+                session_id,
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+                ..
+            } => {
+                if let Some(current) =
+                    upsert_binding(conn, binding_key, binding_json, *lease_generation)?
+                {
+                    return Ok((Applied::Fenced(current), false));
+                }
+                insert_entries(conn, session_id, &self.encoded)?;
+                if let Some(commit) = commit {
+                    insert_outbox(conn, commit)?;
+                }
+                Ok((done, true))
+            }
+            TurnWrite::EnqueueOutbox(row) => insert_outbox(conn, row).map(|()| (done, true)),
+            TurnWrite::CompleteOutbox {
+                session_id,
+                advancement_key,
+            } => {
+                let deleted = conn
+                    .prepare_cached(
+                        "DELETE FROM outbox WHERE session_id = ?1 AND advancement_key = ?2",
+                    )?
+                    .execute(params![session_id, advancement_key])?;
+                // Delivered: the session's idle time starts now.
+                if deleted > 0 {
+                    touch(conn, SESSION_SCOPE, session_id)?;
+                }
+                Ok((done, true))
+            }
+            TurnWrite::FailOutbox {
+                session_id,
+                advancement_key,
+                error,
+            } => conn
+                .prepare_cached(
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = ?3
+                     WHERE session_id = ?1 AND advancement_key = ?2",
+                )?
+                .execute(params![session_id, advancement_key, error])
+                .map(|_| (done, true)),
+        }
+    }
+
+    /// The write's answer: a fenced write is refused as stale.
+    fn finish(&self, applied: Applied) -> Result<WriteOutcome, StoreError> {
+        match (applied, &self.write) {
+            (Applied::Outcome(outcome), _) => Ok(outcome),
+            (
+                Applied::Fenced(current),
+                TurnWrite::RecordTurn {
+                    binding_key,
+                    lease_generation,
+                    ..
+                },
+            ) => Err(StoreError::StaleGeneration {
+                operation: "record turn",
+                key: binding_key.clone(),
+                held: *lease_generation,
+                current,
+            }),
+            (Applied::Fenced(current), _) => Err(StoreError::StaleGeneration {
+                operation: self.operation(),
+                key: String::new(),
+                held: 0,
+                current,
+            }),
+        }
+    }
+}
+
+pub(super) fn classify(
+    path: &Path,
+    operation: &'static str,
+    e: rusqlite::Error,
+    waited: Duration,
+) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Locked {
+            path: path.to_path_buf(),
+            operation,
+            waited_ms: waited.as_millis() as u64,
+        },
+        Some(ErrorCode::NotADatabase) | Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            operation,
+            message: e.to_string(),
+        },
+        _ => StoreError::Sqlite {
+            path: path.to_path_buf(),
+            operation,
+            source: e,
+        },
+    }
+}

@@ -1,0 +1,721 @@
+//! The embedded SQLite state store (WAL mode).
+//!
+//! One writer connection and a small pool of reader connections: in WAL mode readers never
+//! wait for the writer, so store reads of concurrent turns run on every core while writes
+//! queue on the writer. A turn's writes ([`StateStore::submit`]) go through a queue: the
+//! submitting thread runs it unless another thread already does, and writes queued meanwhile
+//! run as one transaction (group commit), each in a savepoint of its own — no thread sleeps
+//! waiting for the writer. Every write transaction takes SQLite's write lock up front
+//! (`BEGIN IMMEDIATE`), so a busy database makes it wait up to the busy timeout instead of
+//! failing at once when a read transaction would have to be upgraded. A file store's WAL is
+//! checkpointed by a thread of its own ([`checkpointer`]), not under the write lock.
+//! The in-memory store is a named database of SQLite's `memdb` VFS shared by the same
+//! connections (there, readers and the writer exclude each other: `memdb` has no WAL).
+
+mod checkpointer;
+mod group_commit;
+mod pool;
+mod queries;
+mod schema;
+mod sweep;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
+    StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
+    TurnWrite, WriteFuture, WriteOutcome,
+};
+use checkpointer::{Checkpointer, CHECKPOINT_IDLE};
+use group_commit::{classify, QueuedWrite};
+use pool::{Target, READERS};
+use queries::{insert_entries, stale_check, stats_of, upsert_binding};
+use schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
+
+/// How long a statement waits for another process's write lock before failing as `Locked`.
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    busy_timeout: Duration,
+    /// Nanoseconds the writer connection was held (what concurrent writes queue on).
+    writer_held_nanos: AtomicU64,
+    /// Nanoseconds reader connections were held, summed over the readers.
+    readers_held_nanos: AtomicU64,
+    /// Turn writes waiting for the writer ([`StateStore::submit`]).
+    queue: Mutex<Vec<QueuedWrite>>,
+    /// A thread is running the queued writes (the combiner).
+    combining: AtomicBool,
+    /// The background WAL checkpointer (file stores).
+    checkpointer: Option<Checkpointer>,
+    /// In-memory stores: readers share it, the writer holds it alone. `memdb` has no WAL, so
+    /// a reader and the writer exclude each other anyway; SQLite's own exclusion makes the one
+    /// that comes second sleep in the busy handler (1 ms and more, for writes of tens of µs),
+    /// while this lock wakes it the moment the other is done.
+    memory_lock: Option<RwLock<()>>,
+}
+
+/// How long a store's connections were held since it was opened (see
+/// [`SqliteStore::held_times`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldTimes {
+    /// The writer connection: every write, one at a time.
+    pub writer: Duration,
+    /// The reader connections, summed (readers run side by side on a file; in memory they
+    /// exclude the writer).
+    pub readers: Duration,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`. A file that is not a SQLite database,
+    /// or fails its integrity check, is an error naming the file — never silently replaced.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with_timeout(path, DEFAULT_BUSY_TIMEOUT)
+    }
+
+    /// As [`SqliteStore::open`] with a custom lock wait.
+    pub fn open_with_timeout(
+        path: impl AsRef<Path>,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: path.clone(),
+                operation: "open",
+                source,
+            })?;
+        }
+        Self::open_target(path.clone(), Target::File(path), busy_timeout)
+    }
+
+    /// A private in-memory database (tests, benchmarks, the embedded demo).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let name = format!(
+            "file:/ctxbridge-{}?vfs=memdb",
+            uuid::Uuid::new_v4().simple()
+        );
+        Self::open_target(
+            PathBuf::from(":memory:"),
+            Target::Memory(name),
+            DEFAULT_BUSY_TIMEOUT,
+        )
+    }
+
+    fn open_target(
+        path: PathBuf,
+        target: Target,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let connect = |operation: &'static str| {
+            let conn = target
+                .connect()
+                .map_err(|e| classify(&path, operation, e, busy_timeout))?;
+            conn.busy_timeout(busy_timeout)
+                .map_err(|e| classify(&path, operation, e, busy_timeout))?;
+            Ok::<_, StoreError>(conn)
+        };
+        let writer = connect("open")?;
+        let store = SqliteStore {
+            path: path.clone(),
+            writer: Mutex::new(writer),
+            readers: Vec::new(),
+            next_reader: AtomicUsize::new(0),
+            writer_held_nanos: AtomicU64::new(0),
+            readers_held_nanos: AtomicU64::new(0),
+            busy_timeout,
+            queue: Mutex::new(Vec::new()),
+            combining: AtomicBool::new(false),
+            checkpointer: None,
+            memory_lock: match target {
+                Target::File(_) => None,
+                Target::Memory(_) => Some(RwLock::new(())),
+            },
+        };
+        store.init_retrying(&target)?;
+        let mut readers = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            let conn = connect("open a reader")?;
+            conn.execute_batch("PRAGMA query_only=ON;")
+                .map_err(|e| classify(&path, "open a reader", e, busy_timeout))?;
+            readers.push(Mutex::new(conn));
+        }
+        let checkpointer = match target {
+            Target::File(_) => {
+                let name = path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                let conn = connect("open the checkpointer")?;
+                let started =
+                    Checkpointer::start(conn, &name, CHECKPOINT_IDLE).map_err(|source| {
+                        StoreError::Io {
+                            path: path.clone(),
+                            operation: "start the WAL checkpointer",
+                            source,
+                        }
+                    })?;
+                Some(started)
+            }
+            // No WAL in memory: nothing to checkpoint.
+            Target::Memory(_) => None,
+        };
+        Ok(SqliteStore {
+            readers,
+            checkpointer,
+            ..store
+        })
+    }
+
+    /// How long the writer and the readers were held since the store was opened: the
+    /// writer's share of a run's wall time is the part of the store's work that concurrent
+    /// turns cannot overlap (wall time: a writer preempted by other work keeps the lock, so
+    /// machine load inflates it too).
+    pub fn held_times(&self) -> HeldTimes {
+        HeldTimes {
+            writer: Duration::from_nanos(self.writer_held_nanos.load(Ordering::Relaxed)),
+            readers: Duration::from_nanos(self.readers_held_nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shard count recorded in this database when it became shard 0 of a sharded store
+    /// ([`super::ShardedSqliteStore`]); `None` for a database never sharded.
+    pub fn recorded_shards(&self) -> Result<Option<usize>, StoreError> {
+        self.with_conn("read the shard layout", |conn| {
+            let exists: i64 = conn.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'store_layout'",
+                [],
+                |r| r.get(0),
+            )?;
+            if exists == 0 {
+                return Ok(None);
+            }
+            let shards: Option<i64> = conn
+                .query_row(
+                    "SELECT value FROM store_layout WHERE key = 'shards'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(shards.map(|n| usize::try_from(n).unwrap_or(0)))
+        })
+    }
+
+    /// Records `shards` as this database's shard layout unless one is recorded already, in one
+    /// transaction; returns the layout recorded after the call (`shards`, or the earlier one).
+    /// `may_record` decides, inside the transaction, whether the database may take the layout
+    /// (it is refused when the database already holds an unsharded store's state).
+    pub(crate) fn record_shards(
+        &self,
+        shards: usize,
+        may_record: impl FnOnce(&StoreStats) -> bool,
+    ) -> Result<Option<usize>, StoreError> {
+        self.write_tx("record the shard layout", |tx| {
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS store_layout (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+            )?;
+            let recorded: Option<i64> = tx
+                .query_row(
+                    "SELECT value FROM store_layout WHERE key = 'shards'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(n) = recorded {
+                return Ok((Some(usize::try_from(n).unwrap_or(0)), false));
+            }
+            let stats = stats_of(tx)?;
+            if !may_record(&stats) {
+                return Ok((None, false));
+            }
+            tx.execute(
+                "INSERT INTO store_layout (key, value) VALUES ('shards', ?1)",
+                params![i64::try_from(shards).unwrap_or(i64::MAX)],
+            )?;
+            Ok((Some(shards), true))
+        })
+    }
+}
+
+impl StateStore for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
+        self.with_reader("load binding", |conn| {
+            conn.prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
+                .query_row(params![binding_key], |r| {
+                    Ok(StoredBinding {
+                        binding_key: binding_key.to_string(),
+                        json: r.get(0)?,
+                        generation: r.get::<_, i64>(1)? as u64,
+                    })
+                })
+                .optional()
+        })
+    }
+
+    fn save_binding(
+        &self,
+        binding_key: &str,
+        json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError> {
+        let fenced = self.write_tx("save binding", |tx| {
+            let fenced = upsert_binding(tx, binding_key, json, lease_generation)?;
+            Ok((fenced, fenced.is_none()))
+        })?;
+        stale_check("save binding", binding_key, lease_generation, fenced)
+    }
+
+    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
+        self.with_conn("delete binding", |conn| {
+            conn.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
+                .execute(params![binding_key])
+                .map(|_| ())
+        })
+    }
+
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
+        self.with_conn("delete session", |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let entries = tx
+                .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
+                .execute(params![session_id])? as u64;
+            tx.prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
+                .execute(params![session_id])?;
+            tx.prepare_cached("DELETE FROM activity WHERE scope = 's' AND key = ?1")?
+                .execute(params![session_id])?;
+            tx.commit()?;
+            Ok(entries)
+        })
+    }
+
+    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let rows: Vec<(String, String)> = self.with_reader("load transcript", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT entry_id, message FROM transcript WHERE session_id = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![session_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect()
+        })?;
+        self.decode_entries(session_id, rows)
+    }
+
+    fn transcript_since(
+        &self,
+        session_id: &str,
+        cursor: Option<TranscriptCursor>,
+    ) -> Result<TranscriptRead, StoreError> {
+        // One read transaction: the version, the rows and the last sequence number agree.
+        let (version, appended, rows, next_seq) = self.with_reader("load transcript", |conn| {
+            let tx = conn.transaction()?;
+            let version: i64 = tx
+                .prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
+                .query_row(params![session_id], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            let (mut appended, mut from) = match cursor {
+                Some(c) if c.version == version as u64 => (true, c.next_seq as i64),
+                _ => (false, 0),
+            };
+            // Entries the copy has are gone (a reset or a retention sweep removed them, and
+            // numbering started again): the copy is stale.
+            if appended {
+                let end: i64 = tx
+                    .prepare_cached(
+                        "SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1",
+                    )?
+                    .query_row(params![session_id], |r| r.get(0))?;
+                if end < from {
+                    (appended, from) = (false, 0);
+                }
+            }
+            let mut stmt = tx.prepare_cached(
+                "SELECT seq, entry_id, message FROM transcript WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq",
+            )?;
+            let mut next_seq = from;
+            let mut rows = Vec::new();
+            let mut query = stmt.query(params![session_id, from])?;
+            while let Some(r) = query.next()? {
+                let seq: i64 = r.get(0)?;
+                next_seq = seq + 1;
+                rows.push((r.get(1)?, r.get(2)?));
+            }
+            drop(query);
+            drop(stmt);
+            tx.finish()?;
+            Ok((version as u64, appended, rows, next_seq as u64))
+        })?;
+        Ok(TranscriptRead {
+            entries: self.decode_entries(session_id, rows)?,
+            appended,
+            cursor: Some(TranscriptCursor { version, next_seq }),
+        })
+    }
+
+    fn append_transcript(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+    ) -> Result<(), StoreError> {
+        let encoded = self.encode_entries("append transcript", entries)?;
+        self.write_tx("append transcript", |tx| {
+            insert_entries(tx, session_id, &encoded)?;
+            Ok(((), true))
+        })
+    }
+
+    fn record_turn(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError> {
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            None,
+        )
+    }
+
+    fn record_turn_with_commit(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: &OutboxRow,
+    ) -> Result<(), StoreError> {
+        self.record_turn_fenced(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(commit),
+        )
+    }
+
+    fn replace_transcript_entries(
+        &self,
+        session_id: &str,
+        replacements: &[TranscriptEntry],
+    ) -> Result<(), StoreError> {
+        let encoded = replacements
+            .iter()
+            .map(|e| {
+                serde_json::to_string(&e.message)
+                    .map(|json| (e.entry_id.as_str(), json))
+                    .map_err(|err| {
+                        self.record_error("rewrite transcript", &e.entry_id, err.to_string())
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let missing = self.write_tx("rewrite transcript", |tx| {
+            for (entry_id, json) in &encoded {
+                let n = tx
+                    .prepare_cached(
+                        "UPDATE transcript SET message = ?3 WHERE session_id = ?1 AND entry_id = ?2",
+                    )?
+                    .execute(params![session_id, entry_id, json])?;
+                if n == 0 {
+                    // Not committing rolls back every earlier replacement.
+                    return Ok((Some(entry_id.to_string()), false));
+                }
+            }
+            // Readers holding a copy of this transcript see the new version and reload it.
+            tx.prepare_cached(
+                "INSERT INTO transcript_versions (session_id, version) VALUES (?1, 1)
+                 ON CONFLICT(session_id) DO UPDATE SET version = version + 1",
+            )?
+            .execute(params![session_id])?;
+            if !encoded.is_empty() {
+                touch(tx, SESSION_SCOPE, session_id)?;
+            }
+            Ok((None, true))
+        })?;
+        match missing {
+            Some(entry_id) => Err(self.record_error(
+                "rewrite transcript",
+                &format!("{session_id}/{entry_id}"),
+                "no such transcript entry".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
+        self.run_now(&TurnWrite::EnqueueOutbox(row.clone()).into())
+            .map(|_| ())
+    }
+    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        self.with_reader("read outbox", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
+                 FROM outbox WHERE session_id = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![session_id], |r| {
+                Ok(OutboxRow {
+                    session_id: r.get(0)?,
+                    advancement_key: r.get(1)?,
+                    engine_id: r.get(2)?,
+                    params_json: r.get(3)?,
+                    attempts: r.get(4)?,
+                    last_error: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
+        self.run_now(
+            &TurnWrite::CompleteOutbox {
+                session_id: session_id.to_owned(),
+                advancement_key: advancement_key.to_owned(),
+            }
+            .into(),
+        )
+        .map(|_| ())
+    }
+    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        self.write_tx("move outbox rows", |tx| {
+            let moved = tx
+                .prepare_cached(
+                    "UPDATE OR IGNORE outbox SET session_id = ?2 WHERE session_id = ?1",
+                )?
+                .execute(params![from, to])? as u64;
+            if moved > 0 {
+                touch(tx, SESSION_SCOPE, to)?;
+            }
+            Ok((moved, true))
+        })
+    }
+    fn fail_outbox(
+        &self,
+        session_id: &str,
+        advancement_key: &str,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        self.run_now(
+            &TurnWrite::FailOutbox {
+                session_id: session_id.to_owned(),
+                advancement_key: advancement_key.to_owned(),
+                error: error.to_owned(),
+            }
+            .into(),
+        )
+        .map(|_| ())
+    }
+    fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
+        self.with_conn("record quarantine", |conn| {
+            conn.prepare_cached("INSERT INTO quarantine (engine_id, operation, reason, at_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(engine_id) DO UPDATE SET operation = excluded.operation,
+                   reason = excluded.reason, at_ms = excluded.at_ms")?
+                .execute(params![record.engine_id, record.operation, record.reason, record.at_ms as i64],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError> {
+        self.with_conn("clear quarantine", |conn| {
+            conn.prepare_cached("DELETE FROM quarantine WHERE engine_id = ?1")?
+                .execute(params![engine_id])
+                .map(|_| ())
+        })
+    }
+
+    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
+        self.with_reader("read quarantines", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT engine_id, operation, reason, at_ms FROM quarantine ORDER BY engine_id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(QuarantineRecord {
+                    engine_id: r.get(0)?,
+                    operation: r.get(1)?,
+                    reason: r.get(2)?,
+                    at_ms: r.get::<_, i64>(3)? as u64,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.with_reader("read bootstrap mark", |conn| {
+            conn.prepare_cached(
+                "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
+            )?
+            .query_row(params![session_id, engine_id], |r| r.get::<_, i64>(0))
+            .map(|n| n > 0)
+        })
+    }
+
+    fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.write_tx("mark bootstrapped", |tx| {
+            let new = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO bootstrapped (session_id, engine_id) VALUES (?1, ?2)",
+                )?
+                .execute(params![session_id, engine_id])?
+                == 1;
+            if new {
+                touch(tx, SESSION_SCOPE, session_id)?;
+            }
+            Ok((new, new))
+        })
+    }
+
+    fn try_acquire_lease(
+        &self,
+        session: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        self.run_now(
+            &TurnWrite::AcquireLease {
+                session: session.to_owned(),
+                holder: holder.to_owned(),
+                dead_holder: None,
+                now_ms,
+                ttl_ms,
+            }
+            .into(),
+        )
+        .map(WriteOutcome::into_lease)
+    }
+    fn take_over_lease(
+        &self,
+        session: &str,
+        dead_holder: &str,
+        holder: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<LeaseAttempt, StoreError> {
+        self.run_now(
+            &TurnWrite::AcquireLease {
+                session: session.to_owned(),
+                holder: holder.to_owned(),
+                dead_holder: Some(dead_holder.to_owned()),
+                now_ms,
+                ttl_ms,
+            }
+            .into(),
+        )
+        .map(WriteOutcome::into_lease)
+    }
+    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.run_now(&TurnWrite::ReleaseLease(lease.clone()).into())
+            .map(|_| ())
+    }
+    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
+        self.write_tx("renew session lease", |tx| {
+            let renewed =
+                tx.prepare_cached(
+                    "UPDATE leases SET expires_at_ms = ?4
+                     WHERE session = ?1 AND holder = ?2 AND generation = ?3",
+                )?
+                .execute(params![
+                    lease.session,
+                    lease.holder,
+                    lease.generation as i64,
+                    now_ms.saturating_add(ttl_ms) as i64
+                ])? == 1;
+            if renewed {
+                touch(tx, BINDING_SCOPE, &lease.session)?;
+            }
+            Ok((renewed, renewed))
+        })
+    }
+
+    fn submit(&self, write: TurnWrite) -> WriteFuture {
+        let op = match self.prepare(write) {
+            Ok(op) => op,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.enqueue(op, Some(reply));
+        let path = self.path.clone();
+        Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::Io {
+                    path,
+                    operation: "wait for a queued write",
+                    source: std::io::Error::other(
+                        "the write was abandoned unanswered (the thread running it panicked)",
+                    ),
+                })
+            })
+        })
+    }
+
+    fn submit_detached(&self, write: TurnWrite) {
+        match self.prepare(write) {
+            Ok(op) => self.enqueue(op, None),
+            Err(e) => tracing::warn!(error = %e, "a detached store write could not be prepared"),
+        }
+    }
+
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.with_reader("load document", |conn| {
+            conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
+                .query_row(params![namespace, key], |r| r.get(0))
+                .optional()
+        })
+    }
+
+    fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
+        self.write_tx("save document", |tx| {
+            tx.prepare_cached(
+                "INSERT INTO documents (namespace, key, json) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(namespace, key) DO UPDATE SET json = excluded.json",
+            )?
+            .execute(params![namespace, key, json])?;
+            touch(tx, &format!("d:{namespace}"), key)?;
+            Ok(((), true))
+        })
+    }
+
+    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
+        self.sweep(request)
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.with_reader("count rows", |conn| stats_of(conn))
+    }
+}

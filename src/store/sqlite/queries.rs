@@ -1,0 +1,226 @@
+//! The SQLite store's SQL helpers run inside a caller's transaction (transcript entries, outbox
+//! rows, the fenced binding upsert, leases and the lease floor, the stale-generation check,
+//! row counts) and the encoding of transcript entries.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
+use super::SqliteStore;
+use crate::store::{
+    decode_transcript_rows, reborn_generation, Lease, LeaseAttempt, OutboxRow, StoreError,
+    StoreStats, TranscriptEntry,
+};
+
+impl SqliteStore {
+    pub(super) fn decode_entries(
+        &self,
+        session_id: &str,
+        rows: Vec<(String, String)>,
+    ) -> Result<Vec<TranscriptEntry>, StoreError> {
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
+    }
+
+    pub(super) fn encode_entries(
+        &self,
+        operation: &'static str,
+        entries: &[TranscriptEntry],
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        entries
+            .iter()
+            .map(|e| {
+                serde_json::to_string(&e.message)
+                    .map(|json| (e.entry_id.clone(), json))
+                    .map_err(|err| self.record_error(operation, &e.entry_id, err.to_string()))
+            })
+            .collect()
+    }
+
+    pub(super) fn record_error(
+        &self,
+        operation: &'static str,
+        key: &str,
+        message: String,
+    ) -> StoreError {
+        StoreError::Record {
+            path: self.path.clone(),
+            operation,
+            key: key.to_string(),
+            message,
+        }
+    }
+}
+
+/// Appends encoded transcript entries after the session's last one (inside the caller's
+/// transaction).
+pub(super) fn insert_entries(
+    conn: &Connection,
+    session_id: &str,
+    encoded: &[(String, String)],
+) -> rusqlite::Result<()> {
+    let next: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), -1) + 1 FROM transcript WHERE session_id = ?1")?
+        .query_row(params![session_id], |r| r.get(0))?;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO transcript (session_id, seq, entry_id, message) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (i, (entry_id, json)) in encoded.iter().enumerate() {
+        stmt.execute(params![session_id, next + i as i64, entry_id, json])?;
+    }
+    if !encoded.is_empty() {
+        touch(conn, SESSION_SCOPE, session_id)?;
+    }
+    Ok(())
+}
+
+/// Queues an outbox row (a duplicate advancement key keeps the queued row).
+pub(super) fn insert_outbox(conn: &Connection, row: &OutboxRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (session_id, advancement_key, engine_id, params, attempts, last_error, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))
+         ON CONFLICT(session_id, advancement_key) DO NOTHING",
+    )?
+    .execute(params![
+        row.session_id,
+        row.advancement_key,
+        row.engine_id,
+        row.params_json,
+        row.attempts,
+        row.last_error
+    ])?;
+    touch(conn, SESSION_SCOPE, &row.session_id)
+}
+
+/// Writes a binding unless a newer lease generation fences the writer; returns that newer
+/// generation when fenced (inside the caller's transaction, which must then not commit).
+pub(super) fn upsert_binding(
+    conn: &Connection,
+    binding_key: &str,
+    json: &str,
+    lease_generation: u64,
+) -> rusqlite::Result<Option<u64>> {
+    let current: Option<i64> = conn
+        .prepare_cached("SELECT generation FROM leases WHERE session = ?1")?
+        .query_row(params![binding_key], |r| r.get(0))
+        .optional()?;
+    if let Some(current) = current.filter(|c| (*c as u64) > lease_generation) {
+        return Ok(Some(current as u64));
+    }
+    if current.is_none() && lease_generation > 0 {
+        // Leased once, and the lease has since been swept: the writer's generation is not
+        // above the floor the sweep left, so the writer is a holder from before the sweep.
+        if let Some(floor) = lease_floor(conn)?.filter(|floor| *floor >= lease_generation) {
+            return Ok(Some(floor));
+        }
+    }
+    conn.prepare_cached(
+        "INSERT INTO bindings (binding_key, json, generation) VALUES (?1, ?2, ?3)
+         ON CONFLICT(binding_key) DO UPDATE SET json = excluded.json, generation = excluded.generation",
+    )?
+    .execute(params![binding_key, json, lease_generation as i64])?;
+    touch(conn, BINDING_SCOPE, binding_key)?;
+    Ok(None)
+}
+
+/// The highest generation of any lease the retention sweep removed, if it removed one.
+fn lease_floor(conn: &Connection) -> rusqlite::Result<Option<u64>> {
+    conn.prepare_cached("SELECT generation FROM lease_floor WHERE id = 1")?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|floor| floor.map(|f| f.max(0) as u64))
+}
+
+/// Takes the session's lease for `holder` when it is free, expired, already `holder`'s, or
+/// held by `dead_holder`; the new generation is one above the last (inside the caller's
+/// write transaction, which commits only when the lease was taken).
+pub(super) fn acquire_lease(
+    tx: &Connection,
+    session: &str,
+    holder: &str,
+    dead_holder: Option<&str>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> rusqlite::Result<(LeaseAttempt, bool)> {
+    let existing: Option<(String, i64, i64)> = tx
+        .prepare_cached("SELECT holder, generation, expires_at_ms FROM leases WHERE session = ?1")?
+        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let generation = match &existing {
+        Some((other, _, expires))
+            if other != holder
+                && Some(other.as_str()) != dead_holder
+                && (*expires as u64) > now_ms =>
+        {
+            let busy = LeaseAttempt::Busy {
+                holder: other.clone(),
+                expires_at_ms: *expires as u64,
+            };
+            return Ok((busy, false));
+        }
+        Some((_, generation, _)) => *generation as u64 + 1,
+        None => reborn_generation(lease_floor(tx)?),
+    };
+    let expires_at_ms = now_ms.saturating_add(ttl_ms);
+    tx.prepare_cached(
+        "INSERT INTO leases (session, holder, generation, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(session) DO UPDATE SET holder = excluded.holder,
+           generation = excluded.generation, expires_at_ms = excluded.expires_at_ms",
+    )?
+    .execute(params![
+        session,
+        holder,
+        generation as i64,
+        expires_at_ms as i64
+    ])?;
+    touch(tx, BINDING_SCOPE, session)?;
+    let lease = Lease {
+        session: session.to_string(),
+        holder: holder.to_string(),
+        generation,
+        expires_at_ms,
+    };
+    Ok((LeaseAttempt::Acquired(lease), true))
+}
+
+pub(super) fn stale_check(
+    operation: &'static str,
+    binding_key: &str,
+    held: u64,
+    fenced: Option<u64>,
+) -> Result<(), StoreError> {
+    match fenced {
+        Some(current) => Err(StoreError::StaleGeneration {
+            operation,
+            key: binding_key.to_string(),
+            held,
+            current,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Row counts and the oldest session's last activity, read on `conn`.
+pub(super) fn stats_of(conn: &Connection) -> rusqlite::Result<StoreStats> {
+    conn.query_row(
+        "SELECT
+           (SELECT count(*) FROM activity WHERE scope = 's'),
+           (SELECT count(*) FROM bindings),
+           (SELECT count(*) FROM transcript),
+           (SELECT count(*) FROM outbox),
+           (SELECT count(*) FROM documents),
+           (SELECT min(last_active_ms) FROM activity WHERE scope IN ('s', 'b'))",
+        [],
+        |r| {
+            let count = |i: usize| r.get::<_, i64>(i).map(|n| n.max(0) as u64);
+            Ok(StoreStats {
+                sessions: count(0)?,
+                bindings: count(1)?,
+                transcript_entries: count(2)?,
+                outbox_pending: count(3)?,
+                documents: count(4)?,
+                oldest_session_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
+            })
+        },
+    )
+}

@@ -1,0 +1,440 @@
+//! Tests of the SQLite store's own behaviour: durability, schema upgrades, corrupt and locked
+//! files, incremental transcript reads, leases, concurrent opens, the write queue and the
+//! activity dates.
+
+use super::group_commit::lock_queue;
+use super::schema::SCHEMA_VERSION;
+use super::*;
+use crate::contract::AgentMessage;
+
+/// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
+fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
+    TurnWrite::AcquireLease {
+        session: "k".into(),
+        holder: holder.into(),
+        dead_holder: None,
+        now_ms,
+        ttl_ms: 60_000,
+    }
+}
+
+fn entry(id: &str, text: &str) -> TranscriptEntry {
+    TranscriptEntry {
+        entry_id: id.into(),
+        message: AgentMessage::user(text),
+    }
+}
+
+// The store-generic checks (transcript, rewrite, leases and fencing, record_turn, outbox)
+// are in the shared conformance suite, `store::conformance`, run on every store.
+
+/// State survives reopening the file.
+#[test]
+fn durable_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/state.db");
+    {
+        let s = SqliteStore::open(&path).unwrap();
+        s.save_binding("k", "{\"a\":1}", 0).unwrap();
+        assert!(s.mark_bootstrapped("sess", "eng").unwrap());
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"a\":1}");
+    assert!(!s.mark_bootstrapped("sess", "eng").unwrap());
+}
+
+/// A file an earlier build wrote (schema 2, no lease floor) opens with its state intact,
+/// gains the (empty) lease floor table and is marked schema 3.
+#[test]
+fn schema_2_file_gains_the_lease_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    {
+        let s = SqliteStore::open(&path).unwrap();
+        s.save_binding("k", "{\"a\":1}", 0).unwrap();
+    }
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch("DROP TABLE lease_floor; PRAGMA user_version=2;")
+            .unwrap();
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    assert_eq!(s.load_binding("k").unwrap().unwrap().json, "{\"a\":1}");
+    let version: i64 = s
+        .with_reader("read version", |c| {
+            c.query_row("PRAGMA user_version", [], |r| r.get(0))
+        })
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let floor: i64 = s
+        .with_reader("count floor rows", |c| {
+            c.query_row("SELECT count(*) FROM lease_floor", [], |r| r.get(0))
+        })
+        .unwrap();
+    assert_eq!(floor, 0, "no sweep yet: no floor");
+}
+
+/// A file that is not a database is refused with an error naming it, and left untouched.
+#[test]
+fn corrupt_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let garbage = vec![b'x'; 8192];
+    std::fs::write(&path, &garbage).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("state.db"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), garbage);
+}
+
+/// A database held under an exclusive lock by another connection gives `Locked`.
+#[test]
+fn locked_database_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s = SqliteStore::open_with_timeout(&path, Duration::from_millis(50)).unwrap();
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let err = s.save_binding("k", "{}", 0).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains("locked"), "{err}");
+}
+
+/// An incremental read returns only the entries appended after the cursor; after a
+/// rewrite the old cursor is stale and the whole (rewritten) transcript comes back.
+#[test]
+fn transcript_since_reads_increments_and_notices_rewrites() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+        .unwrap();
+    let first = s.transcript_since("s", None).unwrap();
+    assert!(!first.appended);
+    assert_eq!(first.entries.len(), 2);
+    let cursor = first.cursor.unwrap();
+    let none_new = s.transcript_since("s", Some(cursor)).unwrap();
+    assert!(none_new.appended);
+    assert!(none_new.entries.is_empty());
+    s.append_transcript("s", &[entry("c", "3")]).unwrap();
+    let more = s.transcript_since("s", Some(cursor)).unwrap();
+    assert!(more.appended);
+    let ids: Vec<_> = more.entries.iter().map(|e| e.entry_id.as_str()).collect();
+    assert_eq!(ids, ["c"]);
+    let cursor = more.cursor.unwrap();
+    s.replace_transcript_entries("s", &[entry("a", "one")])
+        .unwrap();
+    let after = s.transcript_since("s", Some(cursor)).unwrap();
+    assert!(!after.appended, "a rewrite invalidates the cursor");
+    assert_eq!(after.entries.len(), 3);
+    assert_eq!(after.entries[0].message.plain_text(), "one");
+}
+
+/// A copy whose entries were removed (a reset, or a retention sweep of the idle session)
+/// is stale: the next read returns the whole new transcript, not only what follows the
+/// old cursor (numbering starts again after a removal).
+#[test]
+fn transcript_since_notices_removed_entries() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.append_transcript("s", &[entry("a", "1"), entry("b", "2")])
+        .unwrap();
+    let cursor = s.transcript_since("s", None).unwrap().cursor.unwrap();
+    assert_eq!(s.delete_session("s").unwrap(), 2);
+    s.append_transcript("s", &[entry("c", "3")]).unwrap();
+    let read = s.transcript_since("s", Some(cursor)).unwrap();
+    assert!(!read.appended, "a copy of removed entries was continued");
+    let ids: Vec<_> = read.entries.iter().map(|e| e.entry_id.as_str()).collect();
+    assert_eq!(ids, ["c"]);
+}
+
+/// A lease held by a holder known to be dead is taken over (with a higher generation);
+/// one held by anyone else is not. A renewal extends only the current holder's lease.
+#[test]
+fn leases_are_taken_over_and_renewed() {
+    let s = SqliteStore::in_memory().unwrap();
+    let LeaseAttempt::Acquired(dead) = s.try_acquire_lease("k", "dead", 0, 10_000).unwrap() else {
+        panic!("lease refused");
+    };
+    assert!(matches!(
+        s.take_over_lease("k", "someone-else", "p2", 10, 10_000)
+            .unwrap(),
+        LeaseAttempt::Busy { .. }
+    ));
+    let LeaseAttempt::Acquired(new) = s.take_over_lease("k", "dead", "p2", 10, 1_000).unwrap()
+    else {
+        panic!("dead holder's lease not taken over");
+    };
+    assert!(new.generation > dead.generation);
+    assert!(!s.renew_lease(&dead, 20, 10_000).unwrap());
+    assert!(s.renew_lease(&new, 20, 10_000).unwrap());
+    // Renewed to 20 + 10 000: still held at 5 000.
+    assert!(matches!(
+        s.try_acquire_lease("k", "p3", 5_000, 1_000).unwrap(),
+        LeaseAttempt::Busy { .. }
+    ));
+}
+
+/// Several connections opening one fresh file at once all succeed (the schema is created
+/// under the write lock, and the others wait for it).
+#[test]
+fn concurrent_opens_of_a_fresh_file_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let s = SqliteStore::open(&path)?;
+                s.save_binding(&format!("k{i}"), "{}", 0)?;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap().unwrap();
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    for i in 0..8 {
+        assert!(s.load_binding(&format!("k{i}")).unwrap().is_some());
+    }
+}
+
+/// A write transaction that must wait for another connection's write lock waits for it
+/// (instead of failing at once) and then commits.
+#[test]
+fn writes_wait_for_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s = SqliteStore::open(&path).unwrap();
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        tx.send(()).unwrap();
+        s.record_turn("sess", &[entry("a", "1")], "k", "{}", 0)
+            .map(|()| s)
+    });
+    rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    other.execute_batch("COMMIT").unwrap();
+    let s = writer.join().unwrap().unwrap();
+    assert_eq!(s.load_transcript("sess").unwrap().len(), 1);
+}
+
+/// Writes queued while another thread runs the queue wait for it (their submitters go on
+/// meanwhile), then run in one batch in submission order, each in its own savepoint: a
+/// fenced record is refused and rolled back alone, a release queued before an acquire of
+/// the same session frees it for that acquire, and the other writes land.
+#[tokio::test]
+async fn queued_writes_run_as_one_batch_in_order() {
+    let s = SqliteStore::in_memory().unwrap();
+    let LeaseAttempt::Acquired(old) = s.try_acquire_lease("k", "p1", 0, 60_000).unwrap() else {
+        panic!("lease refused");
+    };
+    // Another thread is running the queue: submissions only queue.
+    s.combining.store(true, Ordering::SeqCst);
+    let record = |session: &str, key: &str, generation: u64| TurnWrite::RecordTurn {
+        session_id: session.into(),
+        entries: vec![entry(&format!("{session}-e"), "x")],
+        binding_key: key.into(),
+        binding_json: format!("{{\"by\":\"{session}\"}}"),
+        lease_generation: generation,
+        commit: None,
+    };
+    let released = s.submit(TurnWrite::ReleaseLease(old.clone()));
+    let acquired = s.submit(acquire_k("p2", 10));
+    // p1's write after p2 took the session: fenced.
+    let stale = s.submit(record("stale", "k", old.generation));
+    let other = s.submit(record("other", "k2", 0));
+    assert!(
+        s.load_binding("k2").unwrap().is_none(),
+        "ran before its turn"
+    );
+    assert_eq!(lock_queue(&s.queue).len(), 4);
+
+    s.combining.store(false, Ordering::SeqCst);
+    s.combine();
+    assert!(lock_queue(&s.queue).is_empty());
+    released.await.unwrap();
+    let WriteOutcome::Lease(LeaseAttempt::Acquired(new)) = acquired.await.unwrap() else {
+        panic!("the release queued first did not free the session");
+    };
+    assert_eq!(new.generation, old.generation + 1);
+    let err = stale.await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::StaleGeneration { held, current, .. } if held == old.generation && current == new.generation),
+        "{err:?}"
+    );
+    other.await.unwrap();
+    assert!(
+        s.load_transcript("stale").unwrap().is_empty(),
+        "fenced write kept"
+    );
+    assert!(
+        s.load_binding("k").unwrap().is_none(),
+        "fenced binding kept"
+    );
+    assert_eq!(s.load_transcript("other").unwrap().len(), 1);
+    assert_eq!(
+        s.load_binding("k2").unwrap().unwrap().json,
+        "{\"by\":\"other\"}"
+    );
+}
+
+/// A lease acquired for a submitter that stopped waiting (its turn was cancelled while the
+/// acquire was queued) is released by the queue: nobody would otherwise hold it until it
+/// expires.
+#[test]
+fn a_lease_acquired_for_a_cancelled_turn_is_released() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    let acquire = s.submit(acquire_k("p1", 0));
+    drop(acquire);
+    s.combining.store(false, Ordering::SeqCst);
+    s.combine();
+    assert!(lock_queue(&s.queue).is_empty());
+    let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("k", "p2", 10, 60_000).unwrap() else {
+        panic!("the cancelled turn's lease was left held");
+    };
+    assert_eq!(
+        lease.generation, 2,
+        "the cancelled turn's lease was never taken"
+    );
+}
+
+/// A batch that cannot take the write lock (another process holds it past the busy
+/// timeout) answers each of its writes `Locked`, under the write's own operation.
+#[tokio::test]
+async fn a_locked_batch_answers_each_write_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s = SqliteStore::open_with_timeout(&path, Duration::from_millis(50)).unwrap();
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    let acquire = s.submit(acquire_k("p1", 0));
+    let complete = s.submit(TurnWrite::CompleteOutbox {
+        session_id: "s".into(),
+        advancement_key: "turn-1".into(),
+    });
+    s.combining.store(false, Ordering::SeqCst);
+    s.combine();
+    for (answer, operation) in [
+        (acquire.await, "acquire session lease"),
+        (complete.await, "complete outbox row"),
+    ] {
+        match answer {
+            Err(StoreError::Locked { operation: op, .. }) => assert_eq!(op, operation),
+            other => panic!("{operation}: {other:?}"),
+        }
+    }
+    other.execute_batch("COMMIT").unwrap();
+}
+
+/// A detached write (nobody waits for it) runs too: at once when the queue is free, else
+/// with the running batch.
+#[test]
+fn detached_writes_run() {
+    let s = SqliteStore::in_memory().unwrap();
+    let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("k", "p1", 0, 60_000).unwrap() else {
+        panic!("lease refused");
+    };
+    s.submit_detached(TurnWrite::ReleaseLease(lease));
+    assert!(matches!(
+        s.try_acquire_lease("k", "p2", 10, 60_000).unwrap(),
+        LeaseAttempt::Acquired(_)
+    ));
+}
+
+/// The activity (retention) time of `key` in `scope`, if dated.
+fn activity(path: &Path, scope: &str, key: &str) -> Option<i64> {
+    Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT last_active_ms FROM activity WHERE scope = ?1 AND key = ?2",
+            params![scope, key],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap()
+}
+
+/// Every write path dates its key in the activity table (sessions by their transcript,
+/// bootstrap marks and outbox; bindings by binding, lease and renewal; documents by
+/// namespace), and the triggers an earlier build kept it with are dropped on open.
+#[test]
+fn every_write_path_dates_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStore::open(&path).unwrap());
+    // An earlier build's trigger.
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER activity_transcript_insert AFTER INSERT ON transcript BEGIN
+                 INSERT INTO activity (scope, key, last_active_ms) VALUES ('s', NEW.session_id, 0)
+                 ON CONFLICT(scope, key) DO UPDATE SET last_active_ms = 0; END;",
+        )
+        .unwrap();
+    let s = SqliteStore::open(&path).unwrap();
+    let triggers: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(triggers, 0, "old activity triggers left in place");
+
+    let started = i64::try_from(crate::harness::now_ms()).unwrap() - 1;
+    let dated = |scope: &str, key: &str| {
+        let at = activity(&path, scope, key);
+        assert!(
+            at.is_some_and(|at| at >= started),
+            "{scope}/{key} not dated: {at:?}"
+        );
+    };
+    s.append_transcript("s-append", &[entry("a", "1")]).unwrap();
+    dated("s", "s-append");
+    s.record_turn("s-record", &[entry("r", "1")], "b-record", "{}", 0)
+        .unwrap();
+    dated("s", "s-record");
+    dated("b", "b-record");
+    s.mark_bootstrapped("s-boot", "eng").unwrap();
+    dated("s", "s-boot");
+    let row = OutboxRow {
+        session_id: "s-outbox".into(),
+        advancement_key: "k".into(),
+        engine_id: "eng".into(),
+        params_json: "{}".into(),
+        attempts: 0,
+        last_error: None,
+    };
+    s.enqueue_outbox(&row).unwrap();
+    dated("s", "s-outbox");
+    s.save_binding("b-save", "{}", 0).unwrap();
+    dated("b", "b-save");
+    let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("b-lease", "h", 0, 60_000).unwrap()
+    else {
+        panic!("lease refused");
+    };
+    dated("b", "b-lease");
+    s.save_document("mock-thread", "t", "{}").unwrap();
+    dated("d:mock-thread", "t");
+
+    // Later writes move the time on: a rewrite, a renewal, a delivered commit.
+    let conn = Connection::open(&path).unwrap();
+    conn.execute("UPDATE activity SET last_active_ms = 1", [])
+        .unwrap();
+    s.replace_transcript_entries("s-append", &[entry("a", "one")])
+        .unwrap();
+    dated("s", "s-append");
+    assert!(s.renew_lease(&lease, 10, 60_000).unwrap());
+    dated("b", "b-lease");
+    s.complete_outbox("s-outbox", "k").unwrap();
+    dated("s", "s-outbox");
+    // A release or a failed delivery does not date anything.
+    conn.execute("UPDATE activity SET last_active_ms = 1", [])
+        .unwrap();
+    s.release_lease(&lease).unwrap();
+    assert_eq!(activity(&path, "b", "b-lease"), Some(1));
+}
