@@ -53,6 +53,9 @@ pub struct DoctorReport {
     pub quarantines: Vec<QuarantineRecord>,
     /// The checks for each operation the active engine declares requirements for.
     pub host_checks: Vec<HostCheck>,
+    /// Registration seams the active engine used that this host does not offer (accepted;
+    /// not a problem, but a feature of the plugin that does nothing here).
+    pub unoffered: Vec<String>,
     /// Problems known to the harness (e.g. a no-op `compact` on a non-owning engine).
     pub warnings: Vec<String>,
     /// False when the active engine cannot run `agent-run` on this host.
@@ -613,6 +616,7 @@ impl DoctorReport {
                 "error": c.outcome.as_ref().err().map(|e| e.to_string()),
             })).collect::<Vec<_>>(),
             "backendProblems": self.backend_problems,
+            "unoffered": self.unoffered,
             "warnings": self.warnings,
             "canRun": self.can_run,
             "persisted": persisted,
@@ -670,6 +674,7 @@ pub async fn report(
         .iter()
         .filter(|c| c.operation == HostOperation::AgentRun)
         .all(|c| c.outcome.is_ok());
+    let unoffered = engine.unoffered();
     if !engine.is_quarantined() && engine.methods().contains(EngineMethod::Dispose) {
         if let Err(error) = engine.dispose().await {
             tracing::warn!(
@@ -691,6 +696,7 @@ pub async fn report(
         host_capabilities: host_capabilities.to_vec(),
         quarantines: registry.quarantine_book().records(),
         host_checks,
+        unoffered,
         warnings: Vec::new(),
         can_run,
         persisted: PersistedState::NotInspected,
@@ -797,6 +803,13 @@ impl fmt::Display for DoctorReport {
             }
             Some(CodexCheck::Unknown) => writeln!(f, "codex: version unknown")?,
             Some(CodexCheck::Unreachable { .. }) => writeln!(f, "codex: not reachable")?,
+        }
+        if !self.unoffered.is_empty() {
+            writeln!(
+                f,
+                "registered but not offered by this host: {}",
+                self.unoffered.join(", ")
+            )?;
         }
         if self.quarantines.is_empty() {
             writeln!(f, "quarantined engines: none")?;

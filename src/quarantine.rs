@@ -957,6 +957,15 @@ impl ContextEngine for QuarantineEngine {
         }
     }
 
+    /// The wrapped engine's registrations its host does not offer; none once quarantined. A
+    /// list the engine reported at start-up, read without calling into it: nothing to isolate.
+    fn unoffered(&self) -> Vec<String> {
+        if self.is_legacy() || self.is_quarantined() {
+            return Vec::new();
+        }
+        self.inner.unoffered()
+    }
+
     /// The wrapped engine's hooks; none once quarantined (legacy listens to none).
     fn hooks(&self) -> Vec<String> {
         if self.is_legacy() || self.is_quarantined() {

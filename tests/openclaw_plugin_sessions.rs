@@ -5,6 +5,11 @@
 //! model calls the session-summary plugin's own tool end to end on the real Codex app-server
 //! and on the Responses backend (both offline against the loopback mock model).
 //!
+//! lossless-claw — the plugin OpenClaw's own docs install — runs unchanged from the shared
+//! plugin folder beside the repository (`../shared/plugins/lossless-claw`; skipped loudly when
+//! it is not there): every turn, `compact`, the epoch after it, its commands under every name,
+//! doctor, and its `lcm_grep` tool called by the model.
+//!
 //! The recording plugin (`tests/fixtures/openclaw-recording-plugin`) runs on any Node >= 20;
 //! the session-summary plugin needs Node >= 22.5 (`node:sqlite`): the pinned one from
 //! `examples/openclaw-plugin-host` (`npm ci` there), else a new enough `node` on PATH. Without
@@ -516,4 +521,218 @@ async fn model_calls_the_plugin_tool_on_responses() {
         |_, mock| json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"}),
     )
     .await;
+}
+
+/// lossless-claw as built by its authors, from the shared plugin folder beside the
+/// repository; None (with a loud note naming `test`) when it is not there.
+fn lossless_claw(test: &str) -> Option<PathBuf> {
+    let dir = repo().join("../shared/plugins/lossless-claw");
+    if dir.join("dist/index.js").is_file() {
+        return Some(dir);
+    }
+    eprintln!(
+        "SKIPPED {test}: no lossless-claw build at {} (the shared plugin folder)",
+        dir.display()
+    );
+    None
+}
+
+/// lossless-claw, unchanged, on `backend`, with the small config its folder documents (so it
+/// compacts within a few turns) and its database in `dir`.
+fn lossless_config(node: &str, plugin: &Path, dir: &Path, backend: Value) -> Value {
+    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    json!({
+        "plugins": {
+            "slots": { "contextEngine": "lossless-claw" },
+            "entries": { "lossless-claw": {
+                "command": [node, host.display().to_string(), plugin.display().to_string()],
+                "timeoutMs": 30000,
+                "config": {
+                    "freshTailCount": 2, "leafChunkTokens": 200, "leafMinFanout": 2,
+                    "leafTargetTokens": 100, "summaryModel": "mock/mock-model",
+                    "databasePath": dir.join("engine.db"),
+                },
+            } },
+        },
+        "backend": backend,
+        "store": { "path": ".ctxbridge/state.db" },
+    })
+}
+
+/// lossless-claw on `backend`: it loads (its `registerSessionAction` is accepted, not
+/// refused), serves every turn projecting its context once per epoch, compacts through its own
+/// summaries when asked (`native compaction: false`), after which the next turn starts a new
+/// epoch with the summary projected once and the turn after reuses the thread; its command
+/// answers as `/lcm` and as `/lossless` (its native name); doctor passes and lists the seam it
+/// registered that this host does not offer.
+fn lossless_claw_session(test: &str, backend: impl FnOnce(&Path) -> Value) {
+    let Some(plugin) = lossless_claw(test) else {
+        return;
+    };
+    let Some(node) = node_at_least((22, 5), test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &lossless_config(&node, &plugin, dir.path(), backend(dir.path())),
+    );
+    let first = turn(dir.path(), "lcm", "Hello. I live in Paris and keep bees.");
+    assert_eq!(first["engineId"], "lossless-claw", "{first}");
+    assert_eq!(first["mode"], "thread_bootstrap", "{first}");
+    assert_eq!(first["projected"], true, "{first}");
+    let epoch = first["epoch"].clone();
+    for i in 2..=6 {
+        let prompt = format!("Turn {i}: tell me more about bees, honey and the hive, in detail.");
+        let next = turn(dir.path(), "lcm", &prompt);
+        assert_eq!(next["engineId"], "lossless-claw", "{next}");
+        assert_eq!(
+            next["projected"], false,
+            "turn {i} reused the thread: {next}"
+        );
+        assert_eq!(next["epoch"], epoch, "{next}");
+    }
+
+    let out = ctxbridge(dir.path(), &["compact", "--session", "lcm"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("compacted: true (engine lossless-claw, native compaction: false)"),
+        "{text}"
+    );
+
+    let after = turn(dir.path(), "lcm", "And after the compaction?");
+    assert_eq!(after["engineId"], "lossless-claw", "{after}");
+    assert_ne!(
+        after["epoch"], epoch,
+        "a new epoch after compaction: {after}"
+    );
+    assert_eq!(after["threadAction"], "rotated", "{after}");
+    assert_eq!(after["projected"], true, "{after}");
+    let again = turn(dir.path(), "lcm", "Once more.");
+    assert_eq!(
+        again["projected"], false,
+        "projected once per epoch: {again}"
+    );
+    assert_eq!(again["epoch"], after["epoch"], "{again}");
+
+    for name in ["lcm", "lossless"] {
+        let out = ctxbridge(dir.path(), &["command", name, "--session", "lcm"], None);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "/{name}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("Lossless Claw v"), "/{name}: {text}");
+    }
+
+    let out = ctxbridge(dir.path(), &["doctor", "--json"], None);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(report["passes"], true, "{report}");
+    assert_eq!(report["activeEngineId"], "lossless-claw", "{report}");
+    assert_eq!(
+        report["unoffered"],
+        json!(["api.session.controls.registerSessionAction"]),
+        "{report}"
+    );
+}
+
+/// lossless-claw's session on the mock backend (see [`lossless_claw_session`]).
+#[test]
+fn lossless_claw_serves_compacts_and_answers_its_commands() {
+    lossless_claw_session(
+        "lossless_claw_serves_compacts_and_answers_its_commands",
+        |_| json!({"kind": "mock"}),
+    );
+}
+
+/// lossless-claw's session on the real Codex app-server, offline against the loopback mock
+/// model (see [`lossless_claw_session`]).
+#[tokio::test(flavor = "multi_thread")]
+async fn lossless_claw_serves_compacts_and_answers_its_commands_on_codex() {
+    let test = "lossless_claw_serves_compacts_and_answers_its_commands_on_codex";
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!(
+            "SKIPPED {test}: no codex binary (run `npm ci` at the repo root or set CODEX_BIN)"
+        );
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        lossless_claw_session(test, |dir| codex_backend(&binary, dir, &mock));
+    })
+    .await
+    .unwrap();
+}
+
+/// lossless-claw's tools reach the model on the Responses backend (offline against the
+/// loopback mock model), and the model's scripted call of `lcm_grep {"pattern": "Paris"}`
+/// runs in the plugin against its own store of the session: its output, naming what the user
+/// said, goes back to the model as the call's `function_call_output`.
+#[tokio::test(flavor = "multi_thread")]
+async fn lossless_claw_tool_is_called_by_the_model() {
+    let test = "lossless_claw_tool_is_called_by_the_model";
+    let Some(plugin) = lossless_claw(test) else {
+        return;
+    };
+    let Some(node) = node_at_least((22, 5), test) else {
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = json!({"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"});
+    write_config(
+        dir.path(),
+        &lossless_config(&node, &plugin, dir.path(), backend),
+    );
+    let path = dir.path().to_path_buf();
+    let first = tokio::task::spawn_blocking(move || turn(&path, "grep", "I live in Paris."))
+        .await
+        .unwrap();
+    assert_eq!(first["engineId"], "lossless-claw", "{first}");
+    let before = mock.response_requests().len();
+    mock.push_reply(ScriptedReply::tool_call(
+        "lcm_grep",
+        r#"{"pattern":"Paris"}"#,
+    ));
+    let path = dir.path().to_path_buf();
+    let second =
+        tokio::task::spawn_blocking(move || turn(&path, "grep", "Where do I live? Use lcm_grep."))
+            .await
+            .unwrap();
+    assert_eq!(second["engineId"], "lossless-claw", "{second}");
+
+    let requests = mock.response_requests();
+    let this_turn = &requests[before..];
+    for tool in ["lcm_grep", "lcm_describe", "lcm_expand"] {
+        assert!(
+            this_turn[0].body_contains(tool),
+            "the model is offered {tool}: {}",
+            this_turn[0].body
+        );
+    }
+    let outputs: Vec<&Value> = this_turn
+        .iter()
+        .flat_map(|r| r.input.iter())
+        .filter(|item| item["type"] == "function_call_output")
+        .collect();
+    assert_eq!(outputs.len(), 1, "one tool output reached the model");
+    let output = outputs[0]["output"].to_string();
+    assert!(
+        output.contains("Paris"),
+        "lcm_grep's output (from the plugin's store) reached the model: {}",
+        outputs[0]
+    );
 }

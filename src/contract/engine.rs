@@ -402,6 +402,13 @@ pub trait ContextEngine: Send + Sync {
         Vec::new()
     }
 
+    /// Registration seams this engine used that its host does not offer (an OpenClaw plugin's
+    /// `api.registerProvider`, a hook the host never fires, …): accepted and kept, so the
+    /// engine loads, and listed by `doctor`. None by default.
+    fn unoffered(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Runs hook `name` and waits for its result (`null` or an object).
     async fn call_hook(&self, _name: &str, _call: HookCall) -> Result<Value, EngineError> {
         Err(EngineError::NotImplemented {

@@ -97,3 +97,16 @@ impl HostKind {
         }
     }
 }
+
+/// The OpenClaw hooks this host fires: `before_prompt_build` (after `assemble`, waited for),
+/// `session_start`, `session_end` and `before_reset` (session life), `gateway_start` and
+/// `gateway_stop` (process life). Engines are told in `initialize` (`host.hooks`); a plugin
+/// that registers another hook is told it is not offered.
+pub const FIRED_HOOKS: [&str; 6] = [
+    "before_prompt_build",
+    "session_start",
+    "session_end",
+    "before_reset",
+    "gateway_start",
+    "gateway_stop",
+];

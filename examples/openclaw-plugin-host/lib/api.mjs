@@ -1,14 +1,15 @@
 // The `api` object a plugin's `register(api)` receives, shaped like `OpenClawPluginApi` of the
 // published `openclaw` package's plugin SDK. Served members either work locally (registries,
 // config, paths, logging) or become engine -> host requests to ctxbridge (docs/engine-protocol.md#the-engine-process-protocol); every
-// other member the SDK declares is present and throws "not supported by this host: <member>"
-// when called. README.md lists which is which.
+// other member the SDK declares is present: a registration seam (`register…`, `on…`) accepts
+// the call and is reported as registered but not offered, anything else throws "not supported
+// by this host: <member>" when called. README.md lists which is which.
 
 import os from "node:os";
 import path from "node:path";
 
 import { callHost, currentCall, log } from "./rpc.mjs";
-import { namespace, unsupported } from "./unsupported.mjs";
+import { accepted, isRegistration, namespace, unsupported } from "./unsupported.mjs";
 
 /** The plugin SDK version whose `OpenClawPluginApi` this host follows. */
 export const OPENCLAW_SDK_VERSION = "2026.9.6";
@@ -28,7 +29,8 @@ export const HOOK_NAMES = [
 ];
 
 // `OpenClawPluginApi` members this host does not serve (registration seams for channels,
-// providers, gateways, UI, …). Present, failing when called.
+// providers, gateways, UI, …). Present; the registrations among them are accepted and
+// reported, the rest fail when called.
 const UNSERVED_API_MEMBERS = [
   "registerHook", "registerHttpRoute", "registerHostedMediaResolver", "registerWidgetPresenter",
   "registerMcpServerConnectionResolver", "registerChannel", "registerGatewayMethod",
@@ -71,6 +73,7 @@ export function makeRegistry() {
     hooks: new Map(), // hookName -> [{handler, priority, order}]
     services: [], // OpenClawPluginService
     cli: [], // {registrar, opts}: kept, never run (no `openclaw` CLI here)
+    unoffered: new Map(), // seam ("api.registerProvider", "api.on(agent_end)") -> [args of each call]
   };
 }
 
@@ -141,6 +144,10 @@ export function makeSessionIndex() {
 export function makeApi(ctx) {
   const { registry, dirs, sessions } = ctx;
   const logger = makeLogger(ctx.pluginId);
+  const accept = { unoffered: registry.unoffered, logInfo: (message) => logger.info(message) };
+  // The hooks ctxbridge fires (initialize's `host.hooks`); an older ctxbridge that does not say
+  // is taken to fire every hook.
+  const firedHooks = Array.isArray(ctx.firedHooks) ? new Set(ctx.firedHooks) : null;
   const storePath = path.join(dirs.stateDir, "sessions");
   const config = ctx.openclawConfig;
 
@@ -267,6 +274,15 @@ export function makeApi(ctx) {
         throw new Error("registerCommand: expected {name, description, handler}");
       }
       registry.commands.set(command.name.replace(/^\//, ""), command);
+      // `nativeNames` ({default: "lossless", telegram: …}) are the names the command goes by
+      // on native command surfaces; this host has one surface, so each is an alias.
+      const native = command.nativeNames;
+      const aliases = typeof native === "string" ? [native] : Array.isArray(native) ? native : Object.values(native ?? {});
+      for (const alias of aliases) {
+        if (typeof alias !== "string" || !alias.trim()) continue;
+        const name = alias.trim().replace(/^\//, "");
+        if (!registry.commands.has(name)) registry.commands.set(name, command);
+      }
     },
     // OpenClaw runs CLI registrars only in its own command-line program, never in the gateway
     // that serves context engines; this host has no such program, so it keeps them unrun.
@@ -283,6 +299,7 @@ export function makeApi(ctx) {
     on(hookName, handler, opts = {}) {
       if (!HOOK_NAMES.includes(hookName)) logger.warn(`unknown hook "${hookName}" registered; it will never fire`);
       if (typeof handler !== "function") throw new Error(`on("${hookName}"): handler is not a function`);
+      if (firedHooks && !firedHooks.has(hookName)) accepted(`api.on(${hookName})`, registry.unoffered, accept.logInfo)();
       const list = registry.hooks.get(hookName) ?? [];
       list.push({ handler, priority: Number(opts.priority ?? 0), order: list.length });
       // Higher priority runs first; equal priorities keep registration order.
@@ -292,15 +309,17 @@ export function makeApi(ctx) {
   };
 
   const api = { ...served };
-  for (const name of UNSERVED_API_MEMBERS) api[name] = unsupported(`api.${name}`);
+  for (const name of UNSERVED_API_MEMBERS) {
+    api[name] = isRegistration(name) ? accepted(`api.${name}`, registry.unoffered, accept.logInfo) : unsupported(`api.${name}`);
+  }
   api.session = {
-    state: namespace("api.session.state", ["registerSessionExtension"]),
-    workflow: namespace("api.session.workflow", ["enqueueNextTurnInjection", "registerSessionSchedulerJob", "sendSessionAttachment", "scheduleSessionTurn", "unscheduleSessionTurnsByTag"]),
-    controls: namespace("api.session.controls", ["registerSessionAction", "registerControlUiDescriptor"]),
+    state: namespace("api.session.state", ["registerSessionExtension"], {}, accept),
+    workflow: namespace("api.session.workflow", ["enqueueNextTurnInjection", "registerSessionSchedulerJob", "sendSessionAttachment", "scheduleSessionTurn", "unscheduleSessionTurnsByTag"], {}, accept),
+    controls: namespace("api.session.controls", ["registerSessionAction", "registerControlUiDescriptor"], {}, accept),
   };
-  api.agent = { events: namespace("api.agent.events", ["registerAgentEventSubscription", "emitAgentEvent"]) };
+  api.agent = { events: namespace("api.agent.events", ["registerAgentEventSubscription", "emitAgentEvent"], {}, accept) };
   api.runContext = namespace("api.runContext", ["setRunContext", "getRunContext", "clearRunContext"]);
-  api.lifecycle = namespace("api.lifecycle", ["registerRuntimeLifecycle"]);
+  api.lifecycle = namespace("api.lifecycle", ["registerRuntimeLifecycle"], {}, accept);
   return api;
 }
 

@@ -32,7 +32,7 @@ export class PluginServer {
     this.serviceContext = null;
   }
 
-  /** `initialize` → `{protocolVersion, info, methods, tools, hooks, commands}`. */
+  /** `initialize` → `{protocolVersion, info, methods, tools, hooks, commands, unoffered}`. */
   async initialize(params = {}) {
     this.params = params;
     this.engineId = params.engineId;
@@ -74,6 +74,7 @@ export class PluginServer {
       model: params.model,
       registry: this.registry,
       sessions: this.sessions,
+      firedHooks: params.host?.hooks,
     });
     await entry.register(this.api);
 
@@ -117,11 +118,13 @@ export class PluginServer {
       methods,
       tools: await this.listTools(),
       hooks: [...this.registry.hooks.keys()].filter((name) => HOOK_NAMES.includes(name)),
-      commands: [...this.registry.commands.values()].map((c) => ({
-        name: c.name.replace(/^\//, ""),
+      commands: [...this.registry.commands].map(([name, c]) => ({
+        name,
         description: c.description ?? "",
         acceptsArgs: Boolean(c.acceptsArgs),
       })),
+      // Registration seams the plugin used that this host does not offer (doctor lists them).
+      unoffered: [...this.registry.unoffered.keys()],
     };
   }
 

@@ -1,6 +1,8 @@
 // Members of the OpenClaw plugin api this host does not serve. They exist (so a plugin that
-// reads them at load time loads), and fail when called with
-// "not supported by this host: <member>".
+// reads them at load time loads). A registration seam (`register…`, `on…`) is accepted: the
+// call is kept, logged once and reported to ctxbridge, which lists it in `doctor` ("registered
+// but not offered by this host"), so registering a UI action or a provider never fails a
+// load. Anything that needs an answer now fails with "not supported by this host: <member>".
 
 import { NotSupportedError } from "./rpc.mjs";
 
@@ -33,15 +35,41 @@ export function unsupported(name) {
   });
 }
 
+/** Whether `name` registers something (a seam a plugin offers the host) rather than asks now. */
+export function isRegistration(name) {
+  return /^(register|on)[A-Z]/.test(name);
+}
+
+/**
+ * A registration seam this host does not offer: accepts the call, keeps `{seam, args}` in
+ * `unoffered` (a Map seam -> calls), and logs the seam once at info through `logInfo`.
+ */
+export function accepted(name, unoffered, logInfo) {
+  return function acceptedRegistration(...args) {
+    const calls = unoffered.get(name);
+    if (calls) {
+      calls.push(args);
+      return undefined;
+    }
+    unoffered.set(name, [args]);
+    logInfo(`registered but not offered by this host: ${name}`);
+    return undefined;
+  };
+}
+
 /**
  * Builds a namespace object: every name in `names` that `served` does not provide becomes an
- * unsupported member named `<prefix>.<name>`; a served value that is itself a plain object
- * spec (`{names, served}`) is built recursively.
+ * unsupported member named `<prefix>.<name>` — or, given `accept` ({unoffered, logInfo}) and a
+ * registration name, an accepted one; a served value that is itself a plain object spec
+ * (`{names, served}`) is built recursively.
  */
-export function namespace(prefix, names, served = {}) {
+export function namespace(prefix, names, served = {}, accept = undefined) {
   const out = {};
   for (const name of names) {
-    out[name] = name in served ? served[name] : unsupported(`${prefix}.${name}`);
+    const full = `${prefix}.${name}`;
+    if (name in served) out[name] = served[name];
+    else if (accept && isRegistration(name)) out[name] = accepted(full, accept.unoffered, accept.logInfo);
+    else out[name] = unsupported(full);
   }
   for (const [name, value] of Object.entries(served)) {
     if (!(name in out)) out[name] = value;

@@ -11,8 +11,8 @@ after(stopAll);
 
 const fixture = (name) => path.join(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), "fixtures", name);
 
-/** A CommonJS bare register(api) function loads; unserved members exist at load time and fail only when called, naming themselves. */
-test("CommonJS register function: unserved members are present at load and fail when called", async () => {
+/** A CommonJS bare register(api) function loads; unserved members exist at load time; one that needs an answer fails when called, naming itself, while a registration this host does not offer is accepted and reported. */
+test("CommonJS register function: unserved members are present at load; calls fail, registrations are accepted", async () => {
   const dir = scratch("cjs");
   const host = startHost({ plugin: fixture("cjs-register.cjs"), node: process.execPath, cwd: dir });
   const init = await host.call("initialize", initializeParams("cjs-engine"));
@@ -27,11 +27,31 @@ test("CommonJS register function: unserved members are present at load and fail 
   assert.equal(spawned.content[0].text, "not supported by this host: runtime.subagent.run");
 
   const route = await host.call("tools/call", { sessionId: "s", name: "http_route", arguments: "{}" });
-  assert.equal(route.isError, true);
-  assert.equal(route.content[0].text, "not supported by this host: api.registerHttpRoute");
+  assert.equal(route.isError, undefined);
+  assert.equal(route.content[0].text, "registered");
 
   const missing = await host.request("tools/call", { sessionId: "s", name: "no_such_tool", arguments: {} });
   assert.match(missing.error.message, /no tool named "no_such_tool"/);
+  assert.equal(await host.close(), 0);
+});
+
+/** Registrations of seams this host does not offer never fail a load: a session action through an optional-chaining probe, unguarded provider and agent-event registrations, a hook the host never fires (per initialize's host.hooks) are accepted, reported in initialize.unoffered (each seam once) and logged once; a member that needs an answer now still throws. */
+test("registrations this host does not offer are accepted and reported; calls still throw", async () => {
+  const host = startHost({ plugin: fixture("registrations.mjs"), node: process.execPath, cwd: scratch("registrations") });
+  const params = initializeParams("registrations");
+  params.host.hooks = ["before_prompt_build", "session_start", "session_end", "before_reset", "gateway_start", "gateway_stop"];
+  const init = await host.call("initialize", params);
+  assert.equal(init.info.id, "registrations");
+  assert.deepEqual(init.unoffered, [
+    "api.session.controls.registerSessionAction",
+    "api.registerProvider",
+    "api.agent.events.registerAgentEventSubscription",
+    "api.on(agent_end)",
+  ]);
+  assert.deepEqual(init.hooks, ["agent_end", "session_end"]);
+  const assembled = await host.call("assemble", { sessionId: "s", messages: [] });
+  assert.equal(assembled.systemPromptAddition, "not supported by this host: api.setRunContext");
+  assert.equal(host.stderr.match(/registered but not offered by this host: api\.registerProvider/g)?.length, 1, host.stderr);
   assert.equal(await host.close(), 0);
 });
 

@@ -147,6 +147,7 @@ pub struct ProcessEngine {
     tools: Vec<EngineTool>,
     hooks: Vec<String>,
     commands: Vec<protocol::EngineCommand>,
+    unoffered: Vec<String>,
     pid: Option<u32>,
     call_timeout: Duration,
     compact_timeout: Duration,
@@ -202,6 +203,7 @@ impl ProcessEngine {
                 id: &config.host.id,
                 label: &config.host.label,
                 capabilities: &config.host.capabilities,
+                hooks: &crate::host::capabilities::FIRED_HOOKS,
             },
             engine_id: &config.engine_id,
             config: &config.config,
@@ -253,6 +255,7 @@ impl ProcessEngine {
             tools: outcome.tools,
             hooks: outcome.hooks,
             commands: outcome.commands,
+            unoffered: outcome.unoffered,
             pid,
             call_timeout: config.call_timeout,
             compact_timeout: config.compact_timeout,
@@ -482,6 +485,10 @@ impl ContextEngine for ProcessEngine {
 
     fn hooks(&self) -> Vec<String> {
         self.hooks.clone()
+    }
+
+    fn unoffered(&self) -> Vec<String> {
+        self.unoffered.clone()
     }
 
     /// Sends the request `hooks/<name>` (only for a hook the engine listed).

@@ -85,6 +85,8 @@ pub struct InitializeHost<'a> {
     pub id: &'a str,
     pub label: &'a str,
     pub capabilities: &'a [Capability],
+    /// The hooks this host fires (`hooks/<name>`).
+    pub hooks: &'a [&'a str],
 }
 
 /// `initialize.params`.
@@ -178,6 +180,9 @@ pub struct InitializeOutcome {
     pub hooks: Vec<String>,
     /// The commands the engine registered (`commands/call`).
     pub commands: Vec<EngineCommand>,
+    /// Registration seams the engine used that its host does not offer (a Node-hosted
+    /// plugin's `api.registerProvider`, a hook never fired, …): accepted, listed by doctor.
+    pub unoffered: Vec<String>,
 }
 
 /// Decodes the `initialize` result `{info, methods, protocolVersion?, tools?, hooks?,
@@ -257,6 +262,7 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
     } else {
         methods.insert(EngineMethod::CallCommand);
     }
+    let unoffered: Vec<String> = decode_optional_list(&mut obj, "unoffered")?;
     Ok(InitializeOutcome {
         info,
         methods,
@@ -264,6 +270,7 @@ pub fn decode_initialize(result: Value) -> Result<InitializeOutcome, String> {
         tools,
         hooks,
         commands,
+        unoffered,
     })
 }
 
@@ -422,7 +429,7 @@ mod tests {
         assert!(!fill_estimated_tokens(&mut no_messages));
     }
 
-    /// `tools`, `hooks` and `commands` of the `initialize` result are kept; `tools/call` is a
+    /// `tools`, `hooks`, `commands` and `unoffered` of the `initialize` result are kept; `tools/call` is a
     /// member exactly when tools are listed; duplicate or mistyped tools are rejected.
     #[test]
     fn decode_initialize_keeps_tools_hooks_and_commands() {
@@ -432,9 +439,11 @@ mod tests {
             "tools": [{"name": "recall", "description": "Recall", "parameters": {"type": "object"}}],
             "hooks": ["before_prompt_build"],
             "commands": [{"name": "summary", "acceptsArgs": true}],
+            "unoffered": ["api.registerProvider"],
         }))
         .unwrap();
         assert_eq!(ok.tools[0].name, "recall");
+        assert_eq!(ok.unoffered, vec!["api.registerProvider".to_string()]);
         assert!(ok.methods.contains(EngineMethod::CallTool));
         assert_eq!(ok.hooks, vec!["before_prompt_build".to_string()]);
         assert!(ok.commands[0].accepts_args);
@@ -446,6 +455,7 @@ mod tests {
         }))
         .unwrap();
         assert!(none.tools.is_empty());
+        assert!(none.unoffered.is_empty());
         assert!(!none.methods.contains(EngineMethod::CallTool));
         assert!(!none.methods.contains(EngineMethod::CallCommand));
         assert!(none.unknown_methods.is_empty());
