@@ -31,6 +31,51 @@ fn bench(args: &[&str], out: &std::path::Path) -> String {
     stdout
 }
 
+/// `bench --engines` prints one row per engine it can run, legacy first as the baseline
+/// (÷ legacy 1.00×), then the in-process engine; the Python example and lossless-claw when
+/// their runtimes are here (this machine's CI has both: each row is then required, so a
+/// quarantine or a missing build fails the test instead of shrinking the table). Figures are
+/// not asserted.
+#[test]
+fn bench_engines_prints_a_row_per_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = bench(&["--engines", "--engine-turns", "2"], dir.path());
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("engine "))
+        .skip(1)
+        .take_while(|line| !line.starts_with("machine load"))
+        .collect();
+    assert!(
+        rows[0].starts_with("legacy") && rows[0].ends_with("1.00×"),
+        "{stdout}"
+    );
+    assert!(rows[1].starts_with("sample-summary"), "{stdout}");
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output();
+    if python.is_ok_and(|out| out.status.success()) {
+        assert!(
+            rows.iter().any(|r| r.starts_with("python-engine")),
+            "{stdout}"
+        );
+    }
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pinned = repo.join("examples/openclaw-plugin-host/node_modules/.bin/node");
+    if repo
+        .join("../shared/plugins/lossless-claw/dist/index.js")
+        .is_file()
+        && pinned.exists()
+    {
+        assert!(
+            rows.iter().any(|r| r.starts_with("lossless-claw")),
+            "{stdout}"
+        );
+    } else {
+        eprintln!("SKIPPED the lossless-claw row of bench_engines: no build or no pinned Node");
+    }
+}
+
 /// `bench --turns 12 --skip-scale` writes a CSV with 3×12 rows and the expected columns and an
 /// SVG chart with a legend, and thread_bootstrap's cumulative model bytes end below per_turn's.
 #[test]

@@ -20,6 +20,7 @@
 
 pub mod chart;
 pub mod engine;
+pub mod engines;
 pub mod overhead;
 mod peer;
 pub mod projection_cost;

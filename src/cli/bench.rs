@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::bench::scale::{self, ScaleStore, ScaleTarget};
-use crate::bench::{chart, overhead, projection_cost, BenchBackend, BenchError};
+use crate::bench::{chart, engines, overhead, projection_cost, BenchBackend, BenchError};
 use crate::cli::context::{outln, CliError, CommandContext, Stdout, EXIT_OK};
 
 /// `ctxbridge bench` arguments.
@@ -50,6 +50,18 @@ pub struct BenchArgs {
     /// Sessions per mode of the overhead run (0 skips it).
     #[arg(long, default_value_t = 100)]
     pub overhead_sessions: usize,
+    /// Measure what a context engine costs a turn instead, by where it runs: legacy,
+    /// in-process Rust, the Python example over stdio, lossless-claw through the Node plugin
+    /// host (each skipped, loudly, when its runtime is missing). The other runs are skipped.
+    #[arg(long)]
+    pub engines: bool,
+    /// Timed turns per engine of `--engines`.
+    #[arg(long, default_value_t = 100)]
+    pub engine_turns: usize,
+    /// lossless-claw's build (a folder with `dist/index.js`) for `--engines`; default: the
+    /// shared plugin folder beside the repository.
+    #[arg(long)]
+    pub lossless_claw: Option<PathBuf>,
     /// `--serve` and its sizes.
     #[command(flatten)]
     pub serve: crate::bench::serve::ServeBenchArgs,
@@ -69,6 +81,18 @@ pub async fn run(context: &CommandContext, args: BenchArgs) -> Result<u8, CliErr
 async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     if args.serve.enabled {
         return crate::bench::serve::run_and_print(&args.serve).await;
+    }
+    if args.engines {
+        let sources = engines::EngineSources::discover(args.lossless_claw.clone());
+        let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
+            operation: "create a temporary directory",
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let cases = sources.cases(dir.path());
+        let rows = engines::run(&cases, dir.path(), args.engine_turns.max(1)).await?;
+        out.write(&engines::format_table(&rows));
+        return Ok(());
     }
     let turns = args.turns.max(1);
     std::fs::create_dir_all(&args.out).map_err(|source| BenchError::Io {
