@@ -374,3 +374,85 @@ async fn a_stalled_codex_turn_fails_clearly_and_records_nothing() {
     assert_eq!(texts.len(), 2, "{texts:?}");
     assert_eq!(texts[0], "a quick one");
 }
+
+/// A typo in `plugins.slots.contextEngine` is a configuration error at its place in the file
+/// (exit 2, under `--json` an error of kind `config`), listing the engines that are
+/// registered — not a turn answered by legacy with one log line.
+#[test]
+fn an_unknown_engine_id_is_a_config_error_listing_the_registered_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ctxbridge.json5"),
+        "{\n  plugins: {\n    slots: { contextEngine: \"sample-sumary\" },\n    entries: { mine: { command: [\"python3\", \"engine.py\"] } },\n  },\n}\n",
+    )
+    .unwrap();
+    let out = ctxbridge(dir.path(), &["turn", "--session", "s", "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ctxbridge.json5:3:29: plugins.slots.contextEngine: no context engine \"sample-sumary\" is registered; the registered engines are: legacy, mine, sample-summary"),
+        "{stderr}"
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["error"]["kind"], "config", "{printed}");
+    assert!(
+        !dir.path().join(".ctxbridge").exists(),
+        "nothing ran: no state was written"
+    );
+}
+
+/// A selected engine that cannot start (`command: ["false"]`) degrades to legacy, and
+/// `turn --json` says so: `engineId: "legacy"` and `degraded: {engine, operation, error}`.
+/// With `--strict` (or `plugins.strict: true`) the turn fails instead (exit 1, an error of
+/// kind `degraded` naming the engine and why) and nothing is answered by legacy.
+#[test]
+fn a_degraded_engine_shows_in_turn_json_and_strict_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = json!({
+        "plugins": {
+            "slots": {"contextEngine": "broken"},
+            "entries": {"broken": {"command": ["false"]}}
+        }
+    });
+    write_config(dir.path(), &broken);
+    let out = ctxbridge(dir.path(), &["turn", "--session", "s", "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["engineId"], "legacy", "{report}");
+    assert_eq!(report["degraded"]["engine"], "broken", "{report}");
+    assert_eq!(report["degraded"]["operation"], "factory", "{report}");
+    assert!(
+        report["degraded"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("did not start"),
+        "{report}"
+    );
+
+    let out = ctxbridge(
+        dir.path(),
+        &["turn", "--session", "strict", "--json", "--strict", "hi"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["error"]["kind"], "degraded", "{printed}");
+    let message = printed["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "strict: context engine \"broken\" is quarantined (failed during factory:"
+        ),
+        "{message}"
+    );
+
+    let mut strict = broken.clone();
+    strict["plugins"]["strict"] = json!(true);
+    write_config(dir.path(), &strict);
+    let out = ctxbridge(dir.path(), &["turn", "--session", "strict", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not falling back to legacy"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "legacy answered nothing");
+}

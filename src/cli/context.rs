@@ -272,9 +272,14 @@ impl CommandContext {
     }
 
     /// Opens the application `config` describes: store, backend and the selected engine.
-    /// A selected engine that rejects its configuration is a configuration error (exit 2):
-    /// nothing runs on legacy in its place, since the fix is in the config file.
+    /// A selected engine that rejects its configuration, or that no engine is registered
+    /// under, is a configuration error (exit 2): nothing runs on legacy in its place, since the
+    /// fix is in the config file.
     pub async fn open_app(&self, config: &Config) -> Result<App, CliError> {
+        config.check_selected_engine(
+            &app::registry(config).registered_ids(),
+            self.config_path.as_deref(),
+        )?;
         let app = app::open(config)
             .await
             .map_err(|source| CliError::Open { source })?;

@@ -11,6 +11,11 @@ pub use crate::serve::command::ServeArgs;
 /// Serves until SIGINT/SIGTERM (or, on `stdio://`, until standard input closes).
 pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
+    // A selected engine nobody registered is a configuration error, as for `turn`.
+    config.check_selected_engine(
+        &crate::app::registry(&config).registered_ids(),
+        context.config_path.as_deref(),
+    )?;
     // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
     let options = options(&config, &args)
         .await

@@ -19,6 +19,11 @@ pub struct TurnArgs {
     /// Print one JSON object instead of the reply.
     #[arg(long)]
     pub json: bool,
+    /// Fail (exit 1) instead of letting `legacy` answer for a selected engine that is
+    /// quarantined (as `plugins.strict: true`): before the turn when it cannot even start,
+    /// after it when it failed during the turn (the answered turn is kept and printed).
+    #[arg(long)]
+    pub strict: bool,
     /// The user prompt.
     #[arg(required = true)]
     pub prompt: Vec<String>,
@@ -91,9 +96,46 @@ pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErro
     }
 }
 
+/// Why the selected engine is not the one answering: its quarantine, when it has one (not for
+/// legacy selected, or a disabled engine: legacy is then what the configuration asks for).
+fn degradation(app: &crate::app::App) -> Option<serde_json::Value> {
+    let selected = app.resolved.selected_id();
+    if selected == crate::engines::LEGACY_ENGINE_ID || app.resolved.slot.disabled_id.is_some() {
+        return None;
+    }
+    let record = app.resolved.engine.quarantine_book().get(selected)?;
+    Some(serde_json::json!({
+        "engine": record.engine_id,
+        "operation": record.operation.as_str(),
+        "error": record.reason,
+    }))
+}
+
+/// The message of a strict run that would have fallen back to legacy.
+fn strict_failure(degraded: &serde_json::Value) -> String {
+    format!(
+        "strict: context engine \"{}\" is quarantined (failed during {}: {}); not falling back to legacy",
+        degraded["engine"].as_str().unwrap_or_default(),
+        degraded["operation"].as_str().unwrap_or_default(),
+        degraded["error"].as_str().unwrap_or_default()
+    )
+}
+
 async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
+    let strict = args.strict || config.plugins.strict == Some(true);
+    if strict {
+        if let Some(degraded) = degradation(&app) {
+            app.harness.shutdown().await;
+            let message = strict_failure(&degraded);
+            if args.json {
+                print_json_error(&context.stdout, &args.session, "degraded", &message, None);
+            }
+            eprintln!("error: {message}");
+            return Ok(EXIT_RUNTIME_FAILURE);
+        }
+    }
     let prompt = args.prompt.join(" ");
     let out = context.stdout.clone();
     let (tx, printer) = reply_printer(!args.json, out.clone());
@@ -148,11 +190,31 @@ async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErr
         }
         Err(e) => return Err(CliError::harness("turn")(e)),
     };
+    let degraded = degradation(&app);
     if args.json {
-        let json = serde_json::to_string(&report).map_err(CliError::json("turn"))?;
+        /// The report, and after its fields the degradation when there is one.
+        #[derive(serde::Serialize)]
+        struct Printed<'a> {
+            #[serde(flatten)]
+            report: &'a crate::harness::TurnReport,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            degraded: Option<&'a serde_json::Value>,
+        }
+        let printed = Printed {
+            report: &report,
+            degraded: degraded.as_ref(),
+        };
+        let json = serde_json::to_string(&printed).map_err(CliError::json("turn"))?;
         out.write(&format!("{json}\n"));
     } else {
         out.write("\n");
+    }
+    if let (true, Some(degraded)) = (strict, &degraded) {
+        eprintln!(
+            "error: {} (the turn it failed in was answered by legacy and recorded)",
+            strict_failure(degraded)
+        );
+        return Ok(EXIT_RUNTIME_FAILURE);
     }
     if out.lost() {
         eprintln!(

@@ -77,6 +77,42 @@ impl Config {
         }
     }
 
+    /// Checks that `plugins.slots.contextEngine` names an engine in `registered` (the ids a
+    /// registry built from this configuration holds: the built-in engines and every entry with
+    /// a `command`). A typo there would otherwise run every turn on `legacy` with one log
+    /// line; it is a configuration error at the key in the file the configuration was read
+    /// from (`path`, or the default file), listing the registered ids. A disabled selection,
+    /// or none, is not checked: legacy is what it asks for.
+    pub fn check_selected_engine(
+        &self,
+        registered: &[String],
+        path: Option<&Path>,
+    ) -> Result<(), ConfigError> {
+        let slot = self.engine_slot();
+        if slot.disabled_id.is_some() || registered.contains(&slot.engine_id) {
+            return Ok(());
+        }
+        let path = path.map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), Path::to_path_buf);
+        let file = path.display().to_string();
+        let source = read_config(&path).unwrap_or_default();
+        let error = UnlocatedError {
+            path: vec![
+                PathSegment::Key("plugins".into()),
+                PathSegment::Key("slots".into()),
+                PathSegment::Key("contextEngine".into()),
+            ],
+            message: format!(
+                "no context engine \"{}\" is registered; the registered engines are: {} (an engine run as a process needs plugins.entries.{}.command)",
+                slot.engine_id,
+                registered.join(", "),
+                slot.engine_id
+            ),
+            source: None,
+            about_key: false,
+        };
+        Err(error.locate(&source, &file))
+    }
+
     /// Makes the relative paths written in a configuration file (`source`, read from `dir`)
     /// relative to that directory: `store.path`, `backend.codexHome`, a `unix://` `backend.url`
     /// and the engines' `cwd`.

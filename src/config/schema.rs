@@ -49,6 +49,10 @@ pub struct PluginsConfig {
     pub load: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub installs: Option<Value>,
+    /// ctxbridge's own key: a selected engine that is quarantined fails the command (`turn`
+    /// exits 1 naming why) instead of `legacy` answering in its place. Off by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 /// `plugins.slots`.
