@@ -21,6 +21,7 @@ use crate::backend::ThreadedBackend;
 use crate::config::{BackendConfig, Config};
 use crate::contract::{ContextEngine, EngineMethod, HostOperation, SelectionSource};
 use crate::host::capabilities::Capability;
+use crate::host::node::{parse_node_version, NodeRange, NODE_SQLITE_MIN};
 use crate::host::requirements::{
     check_host_requirements, declared_operations, HostRequirementError,
 };
@@ -241,9 +242,6 @@ fn inspect_sqlite(
     }
 }
 
-/// The Node version below which `node:sqlite` is missing (what OpenClaw plugins commonly need).
-pub const NODE_SQLITE_MIN: (u32, u32, u32) = (22, 5, 0);
-
 /// The Node check of one Node-hosted engine (`doctor`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCheck {
@@ -294,41 +292,6 @@ pub fn node_hosted(command: &[String]) -> Option<NodeCommand> {
     })
 }
 
-/// `"22.5.1"` / `"v22.5"` → `(22, 5, 1)`.
-pub fn parse_node_version(text: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = text.trim().trim_start_matches('v').split('.');
-    let major = parts.next()?.trim().parse().ok()?;
-    let minor = parts.next().map_or(Some(0), |p| p.trim().parse().ok())?;
-    let patch = parts
-        .next()
-        .map_or(Some(0), |p| p.trim().split('-').next()?.parse().ok())?;
-    Some((major, minor, patch))
-}
-
-/// The lower bound of an `engines.node` range of the forms `>=X.Y.Z`, `>= X.Y`, `^X.Y`,
-/// `X.Y.Z` or `>=X.Y <Z` (the first comparator); `None` for anything else.
-pub fn node_requirement_minimum(range: &str) -> Option<(u32, u32, u32)> {
-    let first = range
-        .split("||")
-        .next()?
-        .split_whitespace()
-        .collect::<Vec<_>>();
-    let (op, version) = match first.as_slice() {
-        [op, v, ..] if *op == ">=" || *op == "^" || *op == "~" => (*op, *v),
-        [single, ..] => {
-            let op_len = single
-                .find(|c: char| c.is_ascii_digit() || c == 'v')
-                .unwrap_or(0);
-            (&single[..op_len], &single[op_len..])
-        }
-        [] => return None,
-    };
-    match op {
-        ">=" | "^" | "~" | "" | "=" => parse_node_version(version),
-        _ => None,
-    }
-}
-
 /// Judges a Node version against a plugin's `engines.node` (pure).
 pub fn judge_node(
     version: Option<&str>,
@@ -347,10 +310,10 @@ pub fn judge_node(
         );
     };
     match required {
-        Some(range) => match node_requirement_minimum(range) {
-            Some(min) if have < min => (
+        Some(range) => match NodeRange::parse(range) {
+            Some(range_ok) if !range_ok.matches(&have) => (
                 Some(format!(
-                    "Node {version} is older than the plugin requires (engines.node \"{range}\")"
+                    "Node {version} is not what the plugin requires (engines.node \"{range}\")"
                 )),
                 None,
             ),
@@ -1307,20 +1270,19 @@ mod tests {
         );
     }
 
-    /// Versions and `engines.node` ranges parse; an interpreter older than the plugin's
-    /// requirement is a problem; without a requirement an interpreter lacking node:sqlite is
-    /// only a note; a newer one passes.
+    /// An interpreter outside the plugin's `engines.node` range (below it, or above an upper
+    /// bound) is a problem; a range semver cannot read is a note; without a requirement an
+    /// interpreter lacking node:sqlite is only a note; a newer one passes. (The range syntax
+    /// itself is tested in `host::node`.)
     #[test]
     fn node_versions_are_judged_against_the_plugin_requirement() {
-        assert_eq!(parse_node_version("v22.5.1"), Some((22, 5, 1)));
-        assert_eq!(parse_node_version("20.20.2\n"), Some((20, 20, 2)));
-        assert_eq!(node_requirement_minimum(">=22.5"), Some((22, 5, 0)));
-        assert_eq!(node_requirement_minimum(">= 22.5.0 <25"), Some((22, 5, 0)));
-        assert_eq!(node_requirement_minimum("^20.1"), Some((20, 1, 0)));
-        assert_eq!(node_requirement_minimum("<22"), None);
-
         let (problem, _) = judge_node(Some("20.20.2"), Some(">=22.5"));
-        assert!(problem.unwrap().contains("older than the plugin requires"));
+        assert!(problem.unwrap().contains("not what the plugin requires"));
+        let (problem, _) = judge_node(Some("25.1.0"), Some(">= 22.5.0 <25"));
+        assert!(problem.is_some(), "an upper bound is checked too");
+        let (problem, note) = judge_node(Some("22.23.3"), Some("latest"));
+        assert!(problem.is_none());
+        assert!(note.unwrap().contains("cannot check"));
         assert_eq!(judge_node(Some("22.23.3"), Some(">=22.5")), (None, None));
         let (problem, note) = judge_node(Some("20.20.2"), None);
         assert!(problem.is_none());

@@ -6,62 +6,28 @@
 //! name>; <client version>)`, where the originator is the `clientInfo.name` of the handshake, e.g.
 //! `ctxbridge/0.171.0 (Debian 12.0.0; x86_64) xterm (ctxbridge; 0.1.0)`.
 
-use std::cmp::Ordering;
 use std::fmt;
 
+use semver::{BuildMetadata, Version};
+
 /// A Codex release version: `MAJOR.MINOR.PATCH` with an optional pre-release tag
-/// (`0.172.0-alpha.1`). Orders like semantic versions, except that pre-release tags compare as
-/// plain strings.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CodexVersion {
-    pub major: u64,
-    pub minor: u64,
-    pub patch: u64,
-    /// The pre-release tag after `-`, if any.
-    pub pre: Option<String>,
-}
+/// (`0.172.0-alpha.1`), a `semver` version whose build metadata is dropped. Orders as
+/// semantic versions do: a pre-release before its release.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodexVersion(Version);
 
 impl CodexVersion {
     /// A release version (no pre-release tag).
     pub const fn new(major: u64, minor: u64, patch: u64) -> Self {
-        Self {
-            major,
-            minor,
-            patch,
-            pre: None,
-        }
+        Self(Version::new(major, minor, patch))
     }
 
     /// Parse `MAJOR.MINOR.PATCH[-PRE][+BUILD]` (build metadata is dropped); `None` for anything
     /// else.
     pub fn parse(text: &str) -> Option<Self> {
-        let text = text.trim();
-        let text = text
-            .split_once('+')
-            .map_or(text, |(version, _build)| version);
-        let (core, pre) = match text.split_once('-') {
-            Some((core, pre)) if !pre.is_empty() => (core, Some(pre.to_owned())),
-            Some(_) => return None,
-            None => (text, None),
-        };
-        let mut parts = core.split('.');
-        let mut number = || -> Option<u64> {
-            let part = parts.next()?;
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            part.parse().ok()
-        };
-        let (major, minor, patch) = (number()?, number()?, number()?);
-        if parts.next().is_some() {
-            return None;
-        }
-        Some(Self {
-            major,
-            minor,
-            patch,
-            pre,
-        })
+        let mut version = Version::parse(text.trim()).ok()?;
+        version.build = BuildMetadata::EMPTY;
+        Some(Self(version))
     }
 
     /// The version in a Codex user agent: the part after the first `/` of its first word
@@ -72,38 +38,15 @@ impl CodexVersion {
         Self::parse(version)
     }
 
-    fn core(&self) -> (u64, u64, u64) {
-        (self.major, self.minor, self.patch)
-    }
-}
-
-impl Ord for CodexVersion {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.core()
-            .cmp(&other.core())
-            .then_with(|| match (&self.pre, &other.pre) {
-                (None, None) => Ordering::Equal,
-                // A pre-release comes before its release.
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some(a), Some(b)) => a.cmp(b),
-            })
-    }
-}
-
-impl PartialOrd for CodexVersion {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+    /// The version as `semver` has it.
+    pub fn as_semver(&self) -> &Version {
+        &self.0
     }
 }
 
 impl fmt::Display for CodexVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)?;
-        if let Some(pre) = &self.pre {
-            write!(f, "-{pre}")?;
-        }
-        Ok(())
+        self.0.fmt(f)
     }
 }
 
@@ -148,15 +91,9 @@ mod tests {
             CodexVersion::from_user_agent("codex_cli_rs/0.169.0 (Mac OS 15.1.0; arm64)"),
             Some(CodexVersion::new(0, 169, 0))
         );
-        assert_eq!(
-            CodexVersion::from_user_agent("fake/1.2.3-alpha.4+build.5"),
-            Some(CodexVersion {
-                major: 1,
-                minor: 2,
-                patch: 3,
-                pre: Some("alpha.4".to_owned())
-            })
-        );
+        let pre = CodexVersion::from_user_agent("fake/1.2.3-alpha.4+build.5").unwrap();
+        assert_eq!(pre.to_string(), "1.2.3-alpha.4");
+        assert_eq!(pre.as_semver().pre.as_str(), "alpha.4");
         for junk in [
             "",
             "codex",
