@@ -3,15 +3,16 @@
 //! `serve`'s `GET /metrics` (Prometheus text exposition format 0.0.4).
 //!
 //! The harness never knows where its figures go: it is given a sink ([`NoMetrics`] unless the
-//! caller sets one), so CLI runs are unaffected. The registry is hand-written (atomic counters,
-//! fixed-bucket histograms, label sets in a mutex-guarded ordered map): the handful of series
-//! `serve` exports does not need a client library, and rendering is pure.
+//! caller sets one), so CLI runs are unaffected. The registry and its text encoding are the
+//! Prometheus project's own Rust client, `prometheus-client`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 
 /// How a harness turn ended (the `outcome` label of `ctxbridge_turns_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,140 +65,33 @@ pub struct NoMetrics;
 impl MetricsSink for NoMetrics {}
 
 /// Upper bounds (seconds) of the turn latency histogram.
+/// Served turns may run up to `backend.turnTimeoutMs` (30 min by default): the buckets reach it.
 pub const TURN_SECONDS_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1800.0,
 ];
 /// Upper bounds (seconds) of the bridge overhead histogram.
 pub const OVERHEAD_SECONDS_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
-/// A cumulative histogram with fixed upper bounds; sums kept in nanoseconds.
-#[derive(Debug)]
-struct Histogram {
-    bounds: &'static [f64],
-    /// One count per bound, plus `+Inf`.
-    counts: Vec<AtomicU64>,
-    sum_nanos: AtomicU64,
-}
+/// A family of counters by label set (label names with their values, in order).
+type Labelled = Family<Vec<(&'static str, String)>, Counter>;
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-
-    fn observe(&self, value: Duration) {
-        let seconds = value.as_secs_f64();
-        let slot = self
-            .bounds
-            .iter()
-            .position(|bound| seconds <= *bound)
-            .unwrap_or(self.bounds.len());
-        if let Some(count) = self.counts.get(slot) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        let nanos = u64::try_from(value.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "histogram");
-        let mut cumulative = 0u64;
-        for (i, count) in self.counts.iter().enumerate() {
-            cumulative += count.load(Ordering::Relaxed);
-            let le = match self.bounds.get(i) {
-                Some(bound) => format_float(*bound),
-                None => "+Inf".to_owned(),
-            };
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
-        }
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum {}", format_float(sum));
-        let _ = writeln!(out, "{name}_count {cumulative}");
-    }
-}
-
-/// A counter family keyed by its label values (in the order of the family's label names).
-#[derive(Debug, Default)]
-struct LabelledCounter {
-    values: Mutex<BTreeMap<Vec<String>, u64>>,
-}
-
-impl LabelledCounter {
-    fn add(&self, labels: &[&str], by: u64) {
-        // Only counts live behind the lock; a panic elsewhere cannot leave them half-written.
-        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
-        let key: Vec<String> = labels.iter().map(|l| (*l).to_owned()).collect();
-        *values.entry(key).or_insert(0) += by;
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str, label_names: &[&str]) {
-        header(out, name, help, "counter");
-        let values = self.values.lock().unwrap_or_else(|p| p.into_inner());
-        for (labels, value) in values.iter() {
-            let mut set = String::new();
-            for (i, (label, value)) in label_names.iter().zip(labels).enumerate() {
-                if i > 0 {
-                    set.push(',');
-                }
-                let _ = write!(set, "{label}=\"{}\"", escape_label(value));
-            }
-            let _ = writeln!(out, "{name}{{{set}}} {value}");
-        }
-    }
-}
-
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    header(out, name, help, "counter");
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// A label value escaped per the text format (backslash, double quote, newline).
-fn escape_label(value: &str) -> String {
-    let mut escaped = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
-}
-
-/// A float as the text format writes it (no exponent for the bounds used here).
-fn format_float(value: f64) -> String {
-    let text = format!("{value}");
-    if text.contains('.') || text.contains('e') || text.contains("inf") || text.contains("NaN") {
-        text
-    } else {
-        format!("{text}.0")
-    }
-}
-
-/// The process's metrics as `serve` exports them. Shared behind an `Arc`; every update is a
-/// relaxed atomic add or a short lock of one label map.
+/// The process's metrics as `serve` exports them, in a `prometheus-client` registry. Shared
+/// behind an `Arc`; every update is an atomic add, or a short lock of one label family.
 #[derive(Debug)]
 pub struct Registry {
-    turns: LabelledCounter,
-    projections: LabelledCounter,
-    projected_chars: AtomicU64,
-    quarantines: LabelledCounter,
-    lease_waits: AtomicU64,
-    lease_wait_nanos: AtomicU64,
-    lease_takeovers: AtomicU64,
-    upstream_restarts: AtomicU64,
-    clients: AtomicI64,
+    registry: prometheus_client::registry::Registry,
+    turns: Labelled,
+    projections: Labelled,
+    projected_chars: Counter,
+    quarantines: Labelled,
+    lease_waits: Counter,
+    lease_wait_seconds: Counter<f64, AtomicU64>,
+    lease_takeovers: Counter,
+    upstream_restarts: Counter,
+    clients: Gauge,
     turn_seconds: Histogram,
     overhead_seconds: Histogram,
 }
@@ -211,143 +105,147 @@ impl Default for Registry {
 impl Registry {
     /// Empty metrics.
     pub fn new() -> Registry {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let turns = Labelled::default();
+        registry.register("ctxbridge_turns", "Harness turns by outcome", turns.clone());
+        let turn_seconds = Histogram::new(TURN_SECONDS_BUCKETS.iter().copied());
+        registry.register(
+            "ctxbridge_turn_duration_seconds",
+            "Wall time of a harness turn, the backend's (model's) time included",
+            turn_seconds.clone(),
+        );
+        let overhead_seconds = Histogram::new(OVERHEAD_SECONDS_BUCKETS.iter().copied());
+        registry.register(
+            "ctxbridge_bridge_overhead_seconds",
+            "Time of a harness turn spent outside the backend's turn (locking, engine calls, projection, recording)",
+            overhead_seconds.clone(),
+        );
+        let projections = Labelled::default();
+        registry.register(
+            "ctxbridge_projection_decisions",
+            "Projection decisions by reason and whether the input carried the rendered context",
+            projections.clone(),
+        );
+        let projected_chars = Counter::default();
+        registry.register(
+            "ctxbridge_projected_chars",
+            "Characters of rendered context sent in projecting turns",
+            projected_chars.clone(),
+        );
+        let quarantines = Labelled::default();
+        registry.register(
+            "ctxbridge_engine_quarantines",
+            "Context engines quarantined, by engine and the method that failed",
+            quarantines.clone(),
+        );
+        let lease_waits = Counter::default();
+        registry.register(
+            "ctxbridge_lease_waits",
+            "Session lease acquisitions that had to wait for another holder",
+            lease_waits.clone(),
+        );
+        let lease_wait_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "ctxbridge_lease_wait_seconds",
+            "Time spent waiting for session leases held by others",
+            lease_wait_seconds.clone(),
+        );
+        let lease_takeovers = Counter::default();
+        registry.register(
+            "ctxbridge_lease_takeovers",
+            "Session leases taken over from a holder that no longer runs",
+            lease_takeovers.clone(),
+        );
+        let upstream_restarts = Counter::default();
+        registry.register(
+            "ctxbridge_upstream_restarts",
+            "Restarts of the upstream codex app-server child after the first start",
+            upstream_restarts.clone(),
+        );
+        let clients = Gauge::default();
+        registry.register(
+            "ctxbridge_connected_clients",
+            "Client connections open now",
+            clients.clone(),
+        );
         Registry {
-            turns: LabelledCounter::default(),
-            projections: LabelledCounter::default(),
-            projected_chars: AtomicU64::new(0),
-            quarantines: LabelledCounter::default(),
-            lease_waits: AtomicU64::new(0),
-            lease_wait_nanos: AtomicU64::new(0),
-            lease_takeovers: AtomicU64::new(0),
-            upstream_restarts: AtomicU64::new(0),
-            clients: AtomicI64::new(0),
-            turn_seconds: Histogram::new(TURN_SECONDS_BUCKETS),
-            overhead_seconds: Histogram::new(OVERHEAD_SECONDS_BUCKETS),
+            registry,
+            turns,
+            projections,
+            projected_chars,
+            quarantines,
+            lease_waits,
+            lease_wait_seconds,
+            lease_takeovers,
+            upstream_restarts,
+            clients,
+            turn_seconds,
+            overhead_seconds,
         }
     }
 
     /// The upstream app-server child was started again after the first one.
     pub fn upstream_restarted(&self) {
-        self.upstream_restarts.fetch_add(1, Ordering::Relaxed);
+        self.upstream_restarts.inc();
     }
 
     /// A client connection opened (`+1`) or closed (`-1`).
     pub fn client_connections(&self, delta: i64) {
-        self.clients.fetch_add(delta, Ordering::Relaxed);
+        self.clients.inc_by(delta);
     }
 
-    /// The Prometheus text exposition (format 0.0.4) of every series.
+    /// The text exposition of every series, as `prometheus-client` encodes it (OpenMetrics
+    /// text; Prometheus reads it as its text format too).
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        self.turns.render(
-            &mut out,
-            "ctxbridge_turns_total",
-            "Harness turns by outcome.",
-            &["outcome"],
-        );
-        self.turn_seconds.render(
-            &mut out,
-            "ctxbridge_turn_duration_seconds",
-            "Wall time of a harness turn, the backend's (model's) time included.",
-        );
-        self.overhead_seconds.render(
-            &mut out,
-            "ctxbridge_bridge_overhead_seconds",
-            "Time of a harness turn spent outside the backend's turn (locking, engine calls, projection, recording).",
-        );
-        self.projections.render(
-            &mut out,
-            "ctxbridge_projection_decisions_total",
-            "Projection decisions by reason and whether the input carried the rendered context.",
-            &["reason", "projected"],
-        );
-        counter(
-            &mut out,
-            "ctxbridge_projected_chars_total",
-            "Characters of rendered context sent in projecting turns.",
-            self.projected_chars.load(Ordering::Relaxed),
-        );
-        self.quarantines.render(
-            &mut out,
-            "ctxbridge_engine_quarantines_total",
-            "Context engines quarantined, by engine and the method that failed.",
-            &["engine", "method"],
-        );
-        counter(
-            &mut out,
-            "ctxbridge_lease_waits_total",
-            "Session lease acquisitions that had to wait for another holder.",
-            self.lease_waits.load(Ordering::Relaxed),
-        );
-        header(
-            &mut out,
-            "ctxbridge_lease_wait_seconds_total",
-            "Time spent waiting for session leases held by others.",
-            "counter",
-        );
-        let waited = self.lease_wait_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "ctxbridge_lease_wait_seconds_total {}",
-            format_float(waited)
-        );
-        counter(
-            &mut out,
-            "ctxbridge_lease_takeovers_total",
-            "Session leases taken over from a holder that no longer runs.",
-            self.lease_takeovers.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "ctxbridge_upstream_restarts_total",
-            "Restarts of the upstream codex app-server child after the first start.",
-            self.upstream_restarts.load(Ordering::Relaxed),
-        );
-        header(
-            &mut out,
-            "ctxbridge_connected_clients",
-            "Client connections open now.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "ctxbridge_connected_clients {}",
-            self.clients.load(Ordering::Relaxed)
-        );
+        // Encoding into a `String` cannot fail (its `fmt::Write` never errors).
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }
 
 impl MetricsSink for Registry {
     fn turn_finished(&self, outcome: TurnOutcomeKind, total: Duration, backend: Duration) {
-        self.turns.add(&[outcome.as_str()], 1);
-        self.turn_seconds.observe(total);
+        self.turns
+            .get_or_create(&vec![("outcome", outcome.as_str().to_owned())])
+            .inc();
+        self.turn_seconds.observe(total.as_secs_f64());
         if outcome == TurnOutcomeKind::Completed {
-            self.overhead_seconds.observe(total.saturating_sub(backend));
+            self.overhead_seconds
+                .observe(total.saturating_sub(backend).as_secs_f64());
         }
     }
 
     fn projection_decided(&self, reason: &str, projected: bool, rendered_chars: usize) {
         let projected_label = if projected { "true" } else { "false" };
-        self.projections.add(&[reason, projected_label], 1);
+        self.projections
+            .get_or_create(&vec![
+                ("reason", reason.to_owned()),
+                ("projected", projected_label.to_owned()),
+            ])
+            .inc();
         if projected {
             self.projected_chars
-                .fetch_add(rendered_chars as u64, Ordering::Relaxed);
+                .inc_by(u64::try_from(rendered_chars).unwrap_or(u64::MAX));
         }
     }
 
     fn engine_quarantined(&self, engine: &str, method: &str) {
-        self.quarantines.add(&[engine, method], 1);
+        self.quarantines
+            .get_or_create(&vec![
+                ("engine", engine.to_owned()),
+                ("method", method.to_owned()),
+            ])
+            .inc();
     }
 
     fn lease_acquired(&self, waited: Duration, took_over: bool) {
         if !waited.is_zero() {
-            self.lease_waits.fetch_add(1, Ordering::Relaxed);
-            let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-            self.lease_wait_nanos.fetch_add(nanos, Ordering::Relaxed);
+            self.lease_waits.inc();
+            self.lease_wait_seconds.inc_by(waited.as_secs_f64());
         }
         if took_over {
-            self.lease_takeovers.fetch_add(1, Ordering::Relaxed);
+            self.lease_takeovers.inc();
         }
     }
 }
@@ -408,6 +306,10 @@ mod tests {
         assert_eq!(
             value("ctxbridge_turn_duration_seconds_bucket{le=\"120.0\"}"),
             1.0
+        );
+        assert_eq!(
+            value("ctxbridge_turn_duration_seconds_bucket{le=\"300.0\"}"),
+            2.0
         );
         assert_eq!(
             value("ctxbridge_turn_duration_seconds_bucket{le=\"+Inf\"}"),

@@ -77,8 +77,8 @@ impl Shared {
     }
 }
 
-/// The Prometheus text format's content type.
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of what `prometheus-client` encodes (OpenMetrics text 1.0.0).
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The axum app: health endpoints (open, as Codex's), `/metrics` (behind the same token as
 /// the WebSocket when auth is on) and the WebSocket endpoint at `/`.
