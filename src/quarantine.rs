@@ -199,9 +199,16 @@ impl QuarantineBook {
         true
     }
 
-    /// Reports every quarantine recorded from now on to `sink` (the first sink set stays).
+    /// Reports every quarantine to `sink` (the first sink set stays): those recorded before —
+    /// an engine that failed while the process started, before its metrics existed — at once,
+    /// and those recorded from now on as they happen.
     pub fn report_to(&self, sink: Arc<dyn crate::metrics::MetricsSink>) {
-        let _ = self.metrics.set(sink);
+        let records = self.lock();
+        if self.metrics.set(sink.clone()).is_ok() {
+            for record in records.values() {
+                sink.engine_quarantined(&record.engine_id, record.operation.as_str());
+            }
+        }
     }
 
     pub fn is_quarantined(&self, engine_id: &str) -> bool {

@@ -1108,3 +1108,85 @@ async fn metrics_count_turns_and_projection_decisions() {
     drop(c);
     env.handle.shutdown().await;
 }
+
+/// A selected engine that cannot start does not pass unnoticed under serve: `/readyz` says
+/// `degraded` with the engine, the operation and the error (still 200: turns are answered);
+/// `/metrics` has its quarantine from start-up on; and a client whose session turn `legacy`
+/// serves gets Codex's `warning` notification naming the engine, once per session, while its
+/// turns complete.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_degraded_engine_is_reported_by_readyz_metrics_and_a_warning() {
+    let Some(binary) = locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED serve_engine: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    };
+    let mock = MockModelServer::start(MockModelConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "plugins": {
+            "slots": {"contextEngine": "broken"},
+            "entries": {"broken": {"command": ["false"]}}
+        },
+        "backend": {
+            "kind": "codex",
+            "command": [binary.display().to_string(), "app-server"],
+            "codexHome": dir.path().join("codex-home"),
+            "config": codex_app_server_client::overrides_json(&offline_overrides(&mock.base_url())),
+        },
+        "store": {"path": dir.path().join("state").join("state.db")},
+    });
+    let config = Config::parse(&config.to_string(), "test.json5").unwrap();
+    let args = ServeArgs::listening_on("ws://127.0.0.1:0");
+    let handle = serve::start(options(&config, &args).await.unwrap())
+        .await
+        .unwrap();
+    let env = Env { handle, mock, dir };
+
+    let (status, body) = http_get(&env, "/readyz").await;
+    assert!(status.contains("200"), "{status}");
+    let ready: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert_eq!(ready["degraded"]["engine"], "broken", "{ready}");
+    assert_eq!(ready["degraded"]["operation"], "factory", "{ready}");
+    let (_, metrics) = http_get(&env, "/metrics").await;
+    assert_eq!(
+        ctxbridge::metrics::sample(
+            &metrics,
+            "ctxbridge_engine_quarantines_total{engine=\"broken\",method=\"factory\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+
+    let mut c = Client::connect(&env.url()).await;
+    c.initialize_ok().await;
+    let thread = c.start_thread(json!(1), false).await;
+    let (_, done) = c.turn("t1", &thread, "hello").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    let (_, done) = c.turn("t2", &thread, "again").await;
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    // Codex sends warnings of its own (the mock model has no metadata); ctxbridge's are those
+    // naming the engine.
+    let warnings: Vec<&Value> = c
+        .all
+        .iter()
+        .filter(|m| m["method"] == "warning")
+        .filter(|m| {
+            m["params"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("\"broken\"")
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per session: {warnings:?}");
+    assert_eq!(warnings[0]["params"]["threadId"], thread.as_str());
+    let message = warnings[0]["params"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("context engine \"broken\" is quarantined (failed during factory:"),
+        "{message}"
+    );
+    assert!(warnings[0].get("error").is_none());
+    env.handle.shutdown().await;
+}

@@ -318,6 +318,7 @@ pub(crate) async fn start_with(
         origins: Arc::new(options.origins.clone()),
         next_conn: Arc::new(AtomicU64::new(0)),
         metrics: options.metrics.clone(),
+        sessions: options.sessions.clone(),
         transport: match options.listen {
             ListenAddr::Ws(_) => "ws",
             ListenAddr::Unix(_) => "unix",

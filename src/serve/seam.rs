@@ -70,6 +70,12 @@ pub trait SessionTurns: Send + Sync {
     /// Called once when `serve` stops, after the last turn ended (background work of an engine
     /// is awaited and the engine released there).
     async fn shutdown(&self) {}
+
+    /// The quarantine of the selected engine when `legacy` serves in its place (for `/readyz`);
+    /// `None` when the engine runs, or none is selected.
+    fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
+        None
+    }
 }
 
 /// Session requests relayed unchanged to the upstream: what `serve` does when no engine other
@@ -165,6 +171,14 @@ impl UpstreamHandle {
         if sent.is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// Sends connection `conn` a notification of ctxbridge's own (`params` in client ids).
+    pub fn notify_client(&self, conn: ConnId, method: &str, params: Value) {
+        let _ = self.hub.send(HubMsg::NotifyClient {
+            conn,
+            message: json!({"method": method, "params": params}),
+        });
     }
 
     /// The user's own input for the turn about to start on a backend thread: relayed

@@ -51,6 +51,9 @@ use crate::serve::RpcError;
 /// `legacy` is selected, or `serve.engineThreads` is `"all"`.
 pub struct EngineSessions {
     harness: Arc<Harness>,
+    /// Client sessions already warned that `legacy` serves them in place of the selected
+    /// engine (one WARN and one `warning` notification per session).
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The harness's own backend, on the shared upstream: its client gives each request's
     /// connection the upstream's server info (learned once) and the turn limits.
     base: Arc<CodexBackend>,
@@ -72,7 +75,40 @@ impl EngineSessions {
     /// Sessions served by `harness`, whose own backend is `base` (a [`CodexBackend`] over the
     /// shared upstream, [`crate::serve::codex_link::HubConnect`]).
     pub fn new(harness: Arc<Harness>, base: Arc<CodexBackend>) -> EngineSessions {
-        EngineSessions { harness, base }
+        EngineSessions {
+            harness,
+            warned: std::sync::Mutex::default(),
+            base,
+        }
+    }
+
+    /// When the selected engine is quarantined, says so once per client session: a WARN line,
+    /// and to the asking client Codex's own `warning` notification `{threadId, message}` (an
+    /// answer that carries no error: the turn still runs, on `legacy`).
+    fn warn_degraded(&self, request: &SessionRequest, upstream: &UpstreamHandle) {
+        let Some(record) = self.degradation() else {
+            return;
+        };
+        let first = self
+            .warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(request.client_thread_id.clone());
+        if !first {
+            return;
+        }
+        let message = format!(
+            "context engine \"{}\" is quarantined (failed during {}: {}); \"legacy\" serves this session instead",
+            record.engine_id,
+            record.operation.as_str(),
+            record.reason
+        );
+        tracing::warn!(session = %request.client_thread_id, "serve: {message}");
+        upstream.notify_client(
+            request.conn,
+            "warning",
+            serde_json::json!({"threadId": request.client_thread_id, "message": message}),
+        );
     }
 
     /// The harness (tests, diagnostics).
@@ -494,6 +530,7 @@ impl SessionTurns for EngineSessions {
         request: SessionRequest,
         upstream: UpstreamHandle,
     ) -> Result<SessionAnswer, RpcError> {
+        self.warn_degraded(&request, &upstream);
         let result = match request.op {
             SessionOp::TurnStart => return self.turn_start(request, upstream).await,
             SessionOp::CompactStart => return self.compact_start(request, upstream).await,
@@ -507,6 +544,14 @@ impl SessionTurns for EngineSessions {
 
     async fn shutdown(&self) {
         self.harness.shutdown().await;
+    }
+
+    fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
+        let engine = self.harness.engine();
+        if engine.engine_id() == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        engine.quarantine_book().get(engine.engine_id())
     }
 }
 

@@ -30,6 +30,7 @@ use crate::serve::listen::{CapabilityToken, OriginPolicy};
 use crate::serve::outbound::{
     self, Outbound, OutboundLimits, OutboundReceiver, OutboundSender, Queued,
 };
+use crate::serve::seam::SessionTurns;
 
 /// WebSocket close code for a message over the size limit (RFC 6455 "message too big").
 pub const CLOSE_TOO_BIG: u16 = 1009;
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     pub origins: Arc<OriginPolicy>,
     pub next_conn: Arc<AtomicU64>,
     pub metrics: Arc<Registry>,
+    /// What serves session turns (asked by `/readyz` whether its engine is degraded).
+    pub sessions: Arc<dyn SessionTurns>,
     /// The listener kind, as logged with each client (`ws`, `unix`, `stdio`).
     pub transport: &'static str,
 }
@@ -84,7 +87,7 @@ const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0;
 /// the WebSocket when auth is on) and the WebSocket endpoint at `/`.
 pub(crate) fn ws_router(shared: Shared) -> Router {
     Router::new()
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(ws_metrics))
         .route("/", get(ws_upgrade))
@@ -115,6 +118,24 @@ fn exposition(metrics: &Registry) -> Response {
 
 async fn metrics_only(State(metrics): State<Arc<Registry>>) -> Response {
     exposition(&metrics)
+}
+
+/// `GET /readyz`: `ok`, as Codex's, while the selected engine runs; when it is quarantined and
+/// `legacy` serves in its place, still 200 (turns are answered) with a JSON body saying so:
+/// `{"status": "degraded", "degraded": {engine, operation, error}}`.
+async fn readyz(State(shared): State<Shared>) -> Response {
+    match shared.sessions.degradation() {
+        None => "ok".into_response(),
+        Some(record) => axum::Json(serde_json::json!({
+            "status": "degraded",
+            "degraded": {
+                "engine": record.engine_id,
+                "operation": record.operation.as_str(),
+                "error": record.reason,
+            },
+        }))
+        .into_response(),
+    }
 }
 
 /// Whether a request may pass the capability-token check (always, without auth).
@@ -486,6 +507,7 @@ mod tests {
             origins: Arc::new(OriginPolicy::default()),
             next_conn: Arc::new(AtomicU64::new(0)),
             metrics: Arc::new(Registry::new()),
+            sessions: Arc::new(crate::serve::seam::PassThroughSessions),
             transport: "stdio",
         };
         // 4 KiB pipes: the served side blocks on writing as soon as the client stops reading.

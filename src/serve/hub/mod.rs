@@ -31,7 +31,7 @@ use ctxbridge_jsonrpc::{Peer, RequestId};
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::serve::outbound::OutboundSender;
+use crate::serve::outbound::{Outbound, OutboundSender};
 use crate::serve::seam::{ClientAnswer, SessionAnswer, SessionTurns, TurnEnd};
 use crate::serve::thread_map::{thread_of, Direction, ThreadMap};
 use crate::serve::upstream::{Connector, Live, UpstreamEvent, DIALECT};
@@ -115,6 +115,8 @@ pub enum HubMsg {
         conn: ConnId,
         reply: oneshot::Sender<()>,
     },
+    /// A message of ctxbridge's own for one client ([`UpstreamHandle::notify_client`]).
+    NotifyClient { conn: ConnId, message: Value },
     /// Show a user's own input in the next turn's `userMessage` items
     /// ([`UpstreamHandle::show_user_input`]).
     ShowUserInput { thread: String, input: Value },
@@ -391,6 +393,11 @@ impl Hub {
                 }
                 HubMsg::SessionSettings { client, reply } => {
                     let _ = reply.send(self.threads.settings(&client).unwrap_or_default());
+                }
+                HubMsg::NotifyClient { conn, message } => {
+                    if let Some(client) = self.clients.get(&conn) {
+                        client.out.send(Outbound::Message(message));
+                    }
                 }
                 HubMsg::ShowUserInput { thread, input } => {
                     self.user_inputs.insert(thread, input);
