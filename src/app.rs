@@ -444,6 +444,18 @@ pub struct App {
 }
 
 impl App {
+    /// The quarantine of the selected engine when `legacy` answers in its place; `None` when
+    /// it runs, or when legacy is what the configuration asks for (selected, or the selected
+    /// engine disabled).
+    pub fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
+        let selected = self.resolved.selected_id();
+        if selected == crate::engines::LEGACY_ENGINE_ID || self.resolved.slot.disabled_id.is_some()
+        {
+            return None;
+        }
+        self.resolved.engine.quarantine_book().get(selected)
+    }
+
     /// The configuration error of the selected engine, if it reported one.
     pub fn selected_config_error(&self) -> Option<&EngineConfigError> {
         self.config_errors

@@ -404,7 +404,8 @@ fn an_unknown_engine_id_is_a_config_error_listing_the_registered_ones() {
 /// A selected engine that cannot start (`command: ["false"]`) degrades to legacy, and
 /// `turn --json` says so: `engineId: "legacy"` and `degraded: {engine, operation, error}`.
 /// With `--strict` (or `plugins.strict: true`) the turn fails instead (exit 1, an error of
-/// kind `degraded` naming the engine and why) and nothing is answered by legacy.
+/// kind `degraded` naming the engine and why) and nothing is answered by legacy; so do `chat`
+/// (before its first turn) and `serve` (before it listens) under `plugins.strict: true`.
 #[test]
 fn a_degraded_engine_shows_in_turn_json_and_strict_refuses_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -455,4 +456,28 @@ fn a_degraded_engine_shows_in_turn_json_and_strict_refuses_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "legacy answered nothing");
+
+    let chat = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir.path())
+        .args(["chat", "--session", "strict"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(chat.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&chat.stderr).contains("not falling back to legacy"),
+        "{}",
+        String::from_utf8_lossy(&chat.stderr)
+    );
+
+    strict["backend"] = json!({"kind": "codex", "command": ["/nonexistent/codex", "app-server"]});
+    write_config(dir.path(), &strict);
+    let serve = ctxbridge(dir.path(), &["serve", "--listen", "ws://127.0.0.1:0"]);
+    assert_eq!(serve.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(
+        stderr.contains("strict: context engine \"broken\" is quarantined"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening on"), "{stderr}");
 }

@@ -24,6 +24,13 @@ pub struct ChatArgs {
 pub async fn run(context: &CommandContext, args: ChatArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
+    // `plugins.strict`: an engine that could not start stops the chat before its first turn.
+    if config.plugins.strict == Some(true) {
+        if let Some(record) = app.degradation() {
+            app.harness.shutdown().await;
+            return Err(CliError::degraded(&record));
+        }
+    }
     let mut stdin = std::io::stdin().lock();
     let out = context.stdout.clone();
     out.write(&format!(

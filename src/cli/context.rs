@@ -161,6 +161,14 @@ pub enum CliError {
         #[source]
         source: crate::serve::ServeError,
     },
+    /// `plugins.strict` (or `--strict`): the selected engine is quarantined, and `legacy` is
+    /// not to answer in its place.
+    #[error("strict: context engine \"{engine}\" is quarantined (failed during {operation}: {error}); not falling back to legacy")]
+    Degraded {
+        engine: String,
+        operation: String,
+        error: String,
+    },
 }
 
 impl CliError {
@@ -176,7 +184,17 @@ impl CliError {
             | CliError::Io { .. }
             | CliError::MockModel { .. }
             | CliError::Bench { .. }
-            | CliError::Serve { .. } => EXIT_RUNTIME_FAILURE,
+            | CliError::Serve { .. }
+            | CliError::Degraded { .. } => EXIT_RUNTIME_FAILURE,
+        }
+    }
+
+    /// The [`CliError::Degraded`] of a quarantine.
+    pub fn degraded(record: &crate::quarantine::QuarantineRecord) -> CliError {
+        CliError::Degraded {
+            engine: record.engine_id.clone(),
+            operation: record.operation.as_str().to_owned(),
+            error: record.reason.clone(),
         }
     }
 

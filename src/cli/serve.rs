@@ -20,6 +20,13 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
     let options = options(&config, &args)
         .await
         .map_err(|e| CliError::Usage(error_chain(&e)))?;
+    // `plugins.strict`: an engine that could not start stops serve from starting.
+    if config.plugins.strict == Some(true) {
+        if let Some(record) = options.sessions.degradation() {
+            options.sessions.shutdown().await;
+            return Err(CliError::degraded(&record));
+        }
+    }
     // Sweeps idle state while serving; stops when serving ends.
     let _sweeper = options.store.clone().and_then(|store| {
         crate::app::retention_sweeper_with(&config, store, options.sweep_listener.clone())

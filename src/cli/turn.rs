@@ -96,29 +96,13 @@ pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErro
     }
 }
 
-/// Why the selected engine is not the one answering: its quarantine, when it has one (not for
-/// legacy selected, or a disabled engine: legacy is then what the configuration asks for).
-fn degradation(app: &crate::app::App) -> Option<serde_json::Value> {
-    let selected = app.resolved.selected_id();
-    if selected == crate::engines::LEGACY_ENGINE_ID || app.resolved.slot.disabled_id.is_some() {
-        return None;
-    }
-    let record = app.resolved.engine.quarantine_book().get(selected)?;
-    Some(serde_json::json!({
+/// A degradation as `turn --json` prints it: `{engine, operation, error}`.
+fn degraded_json(record: &crate::quarantine::QuarantineRecord) -> serde_json::Value {
+    serde_json::json!({
         "engine": record.engine_id,
         "operation": record.operation.as_str(),
         "error": record.reason,
-    }))
-}
-
-/// The message of a strict run that would have fallen back to legacy.
-fn strict_failure(degraded: &serde_json::Value) -> String {
-    format!(
-        "strict: context engine \"{}\" is quarantined (failed during {}: {}); not falling back to legacy",
-        degraded["engine"].as_str().unwrap_or_default(),
-        degraded["operation"].as_str().unwrap_or_default(),
-        degraded["error"].as_str().unwrap_or_default()
-    )
+    })
 }
 
 async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
@@ -126,9 +110,9 @@ async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErr
     let app = context.open_app(&config).await?;
     let strict = args.strict || config.plugins.strict == Some(true);
     if strict {
-        if let Some(degraded) = degradation(&app) {
+        if let Some(record) = app.degradation() {
             app.harness.shutdown().await;
-            let message = strict_failure(&degraded);
+            let message = CliError::degraded(&record).to_string();
             if args.json {
                 print_json_error(&context.stdout, &args.session, "degraded", &message, None);
             }
@@ -190,7 +174,8 @@ async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErr
         }
         Err(e) => return Err(CliError::harness("turn")(e)),
     };
-    let degraded = degradation(&app);
+    let degraded = app.degradation();
+    let degraded_value = degraded.as_ref().map(degraded_json);
     if args.json {
         /// The report, and after its fields the degradation when there is one.
         #[derive(serde::Serialize)]
@@ -202,17 +187,17 @@ async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErr
         }
         let printed = Printed {
             report: &report,
-            degraded: degraded.as_ref(),
+            degraded: degraded_value.as_ref(),
         };
         let json = serde_json::to_string(&printed).map_err(CliError::json("turn"))?;
         out.write(&format!("{json}\n"));
     } else {
         out.write("\n");
     }
-    if let (true, Some(degraded)) = (strict, &degraded) {
+    if let (true, Some(record)) = (strict, &degraded) {
         eprintln!(
             "error: {} (the turn it failed in was answered by legacy and recorded)",
-            strict_failure(degraded)
+            CliError::degraded(record)
         );
         return Ok(EXIT_RUNTIME_FAILURE);
     }
