@@ -40,6 +40,8 @@ pub struct HostCheck {
 /// What `doctor` found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DoctorReport {
+    /// The configuration file read and how it was found; `None`: none was found (defaults).
+    pub config_file: Option<crate::config::discover::ConfigFile>,
     /// The id the configuration selects (the disabled id when the entry is disabled).
     pub selected_id: String,
     /// `configured` or `default`.
@@ -474,6 +476,12 @@ impl DoctorReport {
         self
     }
 
+    /// Names the configuration file the report was made from.
+    pub fn with_config_file(mut self, file: Option<crate::config::discover::ConfigFile>) -> Self {
+        self.config_file = file;
+        self
+    }
+
     /// Attaches what earlier runs left in the store; its notes become warnings.
     pub fn with_persisted_state(mut self, persisted: PersistedState) -> Self {
         if let PersistedState::Read { notes, .. } = &persisted {
@@ -560,6 +568,10 @@ impl DoctorReport {
             PersistedState::Locked { error } => json!({"state": "locked", "error": error}),
         };
         json!({
+            "configFile": self.config_file.as_ref().map(|file| json!({
+                "path": file.path.display().to_string(),
+                "from": file.origin.as_str(),
+            })),
             "selectedId": self.selected_id,
             "source": self.source.as_str(),
             "disabled": self.disabled,
@@ -647,6 +659,7 @@ pub async fn report(
         }
     }
     DoctorReport {
+        config_file: None,
         selected_id: resolved
             .slot
             .disabled_id
@@ -742,6 +755,15 @@ impl fmt::Display for DoctorReport {
                 capabilities.join(", ")
             }
         )?;
+        match &self.config_file {
+            Some(file) => writeln!(
+                f,
+                "config: {} (from {})",
+                file.path.display(),
+                file.origin.as_str()
+            )?,
+            None => writeln!(f, "config: none found (defaults)")?,
+        }
         if let Some(setup) = &self.codex_setup {
             writeln!(
                 f,

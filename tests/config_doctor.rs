@@ -721,3 +721,132 @@ fn an_invalid_log_filter_is_refused_and_logs_are_timestamped() {
     };
     assert!(stderr.lines().any(stamped), "no timestamped line: {stderr}");
 }
+
+/// The binary in `dir` with `env` set, the user config directory inside `home` (never the
+/// user's own) and no `CTXBRIDGE_CONFIG` unless `env` sets it.
+fn ctxbridge_with(dir: &Path, home: &Path, env: &[(&str, &Path)], args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxbridge"));
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CTXBRIDGE_LOG")
+        .env_remove("RUST_LOG")
+        .env_remove("CTXBRIDGE_CONFIG")
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("HOME", home)
+        .env("CODEX_HOME", dir.join("codex-home"));
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+/// Config discovery, in order: `--config`, then `CTXBRIDGE_CONFIG`, then the nearest
+/// `ctxbridge.json5` from the working directory upward, then the user config directory; doctor
+/// (text and JSON) names the file and where it came from, or says none was found.
+#[test]
+fn the_configuration_is_found_in_order_and_named_by_doctor() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let project = root.path().join("project");
+    let sub = project.join("a").join("b");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(home.join(".config/ctxbridge")).unwrap();
+    let select =
+        |engine: &str| format!("{{ plugins: {{ slots: {{ contextEngine: '{engine}' }} }} }}");
+    let report = |out: &Output| -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(out)))
+    };
+
+    let none = ctxbridge_with(&sub, &home, &[], &["doctor"]);
+    assert!(
+        stdout(&none).contains("config: none found (defaults)"),
+        "{}",
+        stdout(&none)
+    );
+
+    std::fs::write(
+        home.join(".config/ctxbridge/ctxbridge.json5"),
+        select("sample-summary"),
+    )
+    .unwrap();
+    let user = report(&ctxbridge_with(&sub, &home, &[], &["doctor", "--json"]));
+    assert_eq!(
+        user["configFile"]["from"], "the user config directory",
+        "{user}"
+    );
+    assert_eq!(user["selectedId"], "sample-summary", "{user}");
+
+    std::fs::write(project.join("ctxbridge.json5"), "{}").unwrap();
+    let nearest = report(&ctxbridge_with(&sub, &home, &[], &["doctor", "--json"]));
+    assert_eq!(
+        nearest["configFile"]["from"], "the nearest ctxbridge.json5",
+        "{nearest}"
+    );
+    assert_eq!(
+        nearest["configFile"]["path"],
+        project.join("ctxbridge.json5").display().to_string()
+    );
+    assert_eq!(nearest["selectedId"], "legacy", "{nearest}");
+
+    let named = root.path().join("named.json5");
+    std::fs::write(&named, select("sample-summary")).unwrap();
+    let by_env = ctxbridge_with(&sub, &home, &[("CTXBRIDGE_CONFIG", &named)], &["doctor"]);
+    assert!(
+        stdout(&by_env).contains(&format!(
+            "config: {} (from CTXBRIDGE_CONFIG)",
+            named.display()
+        )),
+        "{}",
+        stdout(&by_env)
+    );
+
+    let flag = root.path().join("flag.json5");
+    std::fs::write(&flag, "{}").unwrap();
+    let by_flag = report(&ctxbridge_with(
+        &sub,
+        &home,
+        &[("CTXBRIDGE_CONFIG", &named)],
+        &["--config", flag.to_str().unwrap(), "doctor", "--json"],
+    ));
+    assert_eq!(by_flag["configFile"]["from"], "--config", "{by_flag}");
+    assert_eq!(by_flag["selectedId"], "legacy", "{by_flag}");
+
+    let missing = root.path().join("missing.json5");
+    let env_missing = ctxbridge_with(&sub, &home, &[("CTXBRIDGE_CONFIG", &missing)], &["doctor"]);
+    assert_eq!(
+        env_missing.status.code(),
+        Some(2),
+        "{}",
+        stderr(&env_missing)
+    );
+    assert!(
+        stderr(&env_missing).contains("missing.json5"),
+        "{}",
+        stderr(&env_missing)
+    );
+}
+
+/// Commands that run without a configuration still refuse a file the user named that is
+/// missing or invalid (exit 2): `demo`, `mock-model` and `bench`.
+#[test]
+fn every_command_refuses_a_missing_or_invalid_named_config() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(root.path().join("bad.json5"), "{ plugins: 5 }").unwrap();
+    for args in [
+        &["--config", "nope.json5", "demo"][..],
+        &["--config", "bad.json5", "demo"],
+        &["--config", "bad.json5", "mock-model"],
+        &["--config", "nope.json5", "bench", "--skip-scale"],
+    ] {
+        let out = ctxbridge_with(root.path(), &home, &[], args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let message = stderr(&out);
+        assert!(
+            message.contains("nope.json5") || message.contains("bad.json5:1:"),
+            "{args:?}: {message}"
+        );
+    }
+}

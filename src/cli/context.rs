@@ -10,6 +10,7 @@ use ctxbridge_mock_model::MockModelError;
 
 use crate::app::{self, App, AppError, EngineConfigError};
 use crate::bench::BenchError;
+use crate::config::discover::{self, ConfigFile};
 use crate::config::{Config, ConfigError};
 use crate::harness::HarnessError;
 use crate::store::StoreError;
@@ -286,7 +287,25 @@ pub(crate) use errln;
 impl CommandContext {
     /// Loads the configuration (commands that need none simply do not call this).
     pub fn load_config(&self) -> Result<Config, CliError> {
-        Ok(Config::load(self.config_path.as_deref())?)
+        match self.config_file() {
+            Some(file) => Ok(Config::load(Some(&file.path))?),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// The configuration file this command reads: `--config`, `CTXBRIDGE_CONFIG`, the nearest
+    /// `ctxbridge.json5` upward, the user's (see [`crate::config::discover`]); `None`: defaults.
+    pub fn config_file(&self) -> Option<ConfigFile> {
+        discover::find(self.config_path.as_deref())
+    }
+
+    /// For commands that run without a configuration (`demo`, `mock-model`, `bench`): a file
+    /// the user named (`--config`, `CTXBRIDGE_CONFIG`) must still exist and be valid.
+    pub fn check_named_config(&self) -> Result<(), CliError> {
+        if let Some(file) = self.config_file().filter(|f| f.origin.is_explicit()) {
+            Config::load(Some(&file.path))?;
+        }
+        Ok(())
     }
 
     /// Opens the application `config` describes: store, backend and the selected engine.
@@ -296,7 +315,7 @@ impl CommandContext {
     pub async fn open_app(&self, config: &Config) -> Result<App, CliError> {
         config.check_selected_engine(
             &app::registry(config).registered_ids(),
-            self.config_path.as_deref(),
+            self.config_file().map(|f| f.path).as_deref(),
         )?;
         let app = app::open(config)
             .await

@@ -34,6 +34,7 @@ pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliEr
     };
     let mut report = doctor::report(&config, &registry, &host.capabilities(), host.label())
         .await
+        .with_config_file(context.config_file())
         .with_persisted_state(persisted)
         .with_backend_problems(doctor::backend_problems(&config));
     if let BackendConfig::Codex(codex) = &config.backend {

@@ -78,6 +78,12 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         config_path: cli.config,
         stdout: Stdout::default(),
     };
+    if matches!(
+        cli.command,
+        Command::Demo(_) | Command::MockModel(_) | Command::Bench(_)
+    ) {
+        context.check_named_config()?;
+    }
     let code = match cli.command {
         Command::Doctor(args) => doctor::run(&context, args).await,
         Command::Turn(args) => turn::run(&context, args).await,

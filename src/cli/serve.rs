@@ -14,7 +14,7 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
     // A selected engine nobody registered is a configuration error, as for `turn`.
     config.check_selected_engine(
         &crate::app::registry(&config).registered_ids(),
-        context.config_path.as_deref(),
+        context.config_file().map(|f| f.path).as_deref(),
     )?;
     // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
     let options = options(&config, &args)

@@ -92,9 +92,15 @@ impl Config {
         if slot.disabled_id.is_some() || registered.contains(&slot.engine_id) {
             return Ok(());
         }
-        let path = path.map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), Path::to_path_buf);
-        let file = path.display().to_string();
-        let source = read_config(&path).unwrap_or_default();
+        // Without a file the selection is the default (legacy, which is always registered):
+        // the position is only for the message.
+        let (file, source) = match path {
+            Some(path) => (
+                path.display().to_string(),
+                read_config(path).unwrap_or_default(),
+            ),
+            None => ("(no configuration file)".to_owned(), String::new()),
+        };
         let error = UnlocatedError {
             path: vec![
                 PathSegment::Key("plugins".into()),

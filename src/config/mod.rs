@@ -11,6 +11,7 @@
 //! Unknown keys are rejected everywhere except inside the free-form maps
 //! `plugins.entries.<id>.config` and `backend.config`.
 
+pub mod discover;
 mod load;
 pub mod locator;
 mod schema;
