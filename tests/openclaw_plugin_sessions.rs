@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides, overrides_json};
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, ScriptedReply};
 use node::node_at_least;
 use serde_json::{json, Value};
 
@@ -444,6 +444,40 @@ fn summary_config(node: &str, backend: Value) -> Value {
     })
 }
 
+/// Two turns in `session` of a configuration written in `dir` whose engine is `engine`: "I live
+/// in Paris.", then `prompt`, in which the model (scripted) calls `tool` with `arguments`.
+/// Returns the model's requests of the second turn.
+async fn tool_turn(
+    dir: &Path,
+    mock: &MockModelServer,
+    (session, engine): (&'static str, &str),
+    (tool, arguments): (&str, &str),
+    prompt: &'static str,
+) -> Vec<RecordedRequest> {
+    let path = dir.to_path_buf();
+    let first = tokio::task::spawn_blocking(move || turn(&path, session, "I live in Paris."))
+        .await
+        .unwrap();
+    assert_eq!(first["engineId"], engine, "{first}");
+    let before = mock.response_requests().len();
+    mock.push_reply(ScriptedReply::tool_call(tool, arguments));
+    let path = dir.to_path_buf();
+    let second = tokio::task::spawn_blocking(move || turn(&path, session, prompt))
+        .await
+        .unwrap();
+    assert_eq!(second["engineId"], engine, "{second}");
+    mock.response_requests().split_off(before)
+}
+
+/// The `function_call_output` items of `requests` (what tools answered the model).
+fn function_call_outputs(requests: &[RecordedRequest]) -> Vec<&Value> {
+    requests
+        .iter()
+        .flat_map(|r| r.input.iter())
+        .filter(|item| item["type"] == "function_call_output")
+        .collect()
+}
+
 /// Two turns of the session-summary plugin; in the second the model (scripted) calls the
 /// plugin's tool `session_recall {"query": "Paris"}`. The plugin runs it against its SQLite
 /// store for the turn's session (only the plugin holds "user: I live in Paris." in that form),
@@ -460,37 +494,20 @@ async fn model_calls_the_plugin_tool(backend: impl Fn(&Path, &MockModelServer) -
         dir.path(),
         &summary_config(&node, backend(dir.path(), &mock)),
     );
-    let path = dir.path().to_path_buf();
-    let first = tokio::task::spawn_blocking(move || turn(&path, "demo", "I live in Paris."))
-        .await
-        .unwrap();
-    assert_eq!(first["engineId"], "session-summary", "{first}");
-    let before = mock.response_requests().len();
-
-    mock.push_reply(ScriptedReply::tool_call(
-        "session_recall",
-        r#"{"query":"Paris"}"#,
-    ));
-    let path = dir.path().to_path_buf();
-    let second = tokio::task::spawn_blocking(move || {
-        turn(&path, "demo", "Where do I live? Use session_recall.")
-    })
-    .await
-    .unwrap();
-    assert_eq!(second["engineId"], "session-summary", "{second}");
-
-    let requests = mock.response_requests();
-    let this_turn = &requests[before..];
+    let this_turn = tool_turn(
+        dir.path(),
+        &mock,
+        ("demo", "session-summary"),
+        ("session_recall", r#"{"query":"Paris"}"#),
+        "Where do I live? Use session_recall.",
+    )
+    .await;
     assert!(
         this_turn[0].body_contains("session_recall"),
         "the model is offered the plugin's tool: {}",
         this_turn[0].body
     );
-    let outputs: Vec<&Value> = this_turn
-        .iter()
-        .flat_map(|r| r.input.iter())
-        .filter(|item| item["type"] == "function_call_output")
-        .collect();
+    let outputs = function_call_outputs(&this_turn);
     assert_eq!(outputs.len(), 1, "one tool output reached the model");
     // Codex sends the output as text, or as content parts; either way it holds the text.
     let output = outputs[0]["output"]
@@ -697,25 +714,14 @@ async fn lossless_claw_tool_is_called_by_the_model() {
         dir.path(),
         &lossless_config(&node, &plugin, dir.path(), backend),
     );
-    let path = dir.path().to_path_buf();
-    let first = tokio::task::spawn_blocking(move || turn(&path, "grep", "I live in Paris."))
-        .await
-        .unwrap();
-    assert_eq!(first["engineId"], "lossless-claw", "{first}");
-    let before = mock.response_requests().len();
-    mock.push_reply(ScriptedReply::tool_call(
-        "lcm_grep",
-        r#"{"pattern":"Paris"}"#,
-    ));
-    let path = dir.path().to_path_buf();
-    let second =
-        tokio::task::spawn_blocking(move || turn(&path, "grep", "Where do I live? Use lcm_grep."))
-            .await
-            .unwrap();
-    assert_eq!(second["engineId"], "lossless-claw", "{second}");
-
-    let requests = mock.response_requests();
-    let this_turn = &requests[before..];
+    let this_turn = tool_turn(
+        dir.path(),
+        &mock,
+        ("grep", "lossless-claw"),
+        ("lcm_grep", r#"{"pattern":"Paris"}"#),
+        "Where do I live? Use lcm_grep.",
+    )
+    .await;
     for tool in ["lcm_grep", "lcm_describe", "lcm_expand"] {
         assert!(
             this_turn[0].body_contains(tool),
@@ -723,11 +729,7 @@ async fn lossless_claw_tool_is_called_by_the_model() {
             this_turn[0].body
         );
     }
-    let outputs: Vec<&Value> = this_turn
-        .iter()
-        .flat_map(|r| r.input.iter())
-        .filter(|item| item["type"] == "function_call_output")
-        .collect();
+    let outputs = function_call_outputs(&this_turn);
     assert_eq!(outputs.len(), 1, "one tool output reached the model");
     let output = outputs[0]["output"].to_string();
     assert!(
