@@ -850,3 +850,21 @@ fn every_command_refuses_a_missing_or_invalid_named_config() {
         );
     }
 }
+
+/// `doctor --json` on a configuration it cannot read still prints one JSON object on stdout —
+/// `{"error": {"kind": "config", "message"}, "passes": false}`, the message naming file, line,
+/// column and key — and exits 2, as without `--json`.
+#[test]
+fn doctor_json_on_a_bad_config_prints_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "c.json5", "{\n  plugins: 5,\n}\n");
+    let out = ctxbridge(dir.path(), &["--config", &path, "doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let printed: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    assert_eq!(printed["error"]["kind"], "config", "{printed}");
+    assert_eq!(printed["passes"], false, "{printed}");
+    let message = printed["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("c.json5:2:"), "{message}");
+    assert!(message.contains("plugins"), "{message}");
+}

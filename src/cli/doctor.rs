@@ -21,7 +21,21 @@ pub struct DoctorArgs {
 /// when the selected engine cannot run on the backend, is degraded to legacy by a quarantine,
 /// or the state store exists and cannot be used.
 pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliError> {
-    let config = context.load_config()?;
+    let config = match context.load_config() {
+        Ok(config) => config,
+        Err(error) => {
+            // Under --json a configuration doctor cannot read is still one JSON object on
+            // stdout (the message goes to stderr too, and the exit code stays 2).
+            if args.json {
+                let printed = serde_json::json!({
+                    "error": {"kind": "config", "message": error.to_string()},
+                    "passes": false,
+                });
+                outln!(context.stdout, "{printed}");
+            }
+            return Err(error);
+        }
+    };
     let config_errors = app::EngineConfigErrors::default();
     let registry = app::registry_with(&config, None, &config_errors);
     let host = config.backend.host_kind();
