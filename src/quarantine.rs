@@ -146,6 +146,18 @@ pub fn quarantine_message(engine_id: &str, operation: FailedOperation, reason: &
     )
 }
 
+impl QuarantineRecord {
+    /// The record as `turn --json` and serve's `/readyz` report a degradation:
+    /// `{engine, operation, error}`.
+    pub fn degraded_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "engine": self.engine_id,
+            "operation": self.operation.as_str(),
+            "error": self.reason,
+        })
+    }
+}
+
 /// The process-wide record of quarantined engines, shared by the registry, every
 /// [`QuarantineEngine`] and `doctor`. The first failure of an engine wins.
 #[derive(Debug, Default)]

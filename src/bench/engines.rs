@@ -14,9 +14,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bench::{harness_err, BenchError};
+use semver::Version;
+
+use crate::bench::{harness_err, percentile, BenchError};
 use crate::config::Config;
 use crate::harness::TurnSpec;
+use crate::host::node::{parse_node_version, NODE_SQLITE_MIN};
 
 /// Turns run before timing starts.
 const WARMUP_TURNS: usize = 3;
@@ -53,7 +56,7 @@ impl EngineSources {
         let pinned = repo.join("examples/openclaw-plugin-host/node_modules/.bin/node");
         let node = [pinned.display().to_string(), "node".to_owned()]
             .into_iter()
-            .find(|node| node_at_least(node, (22, 5)));
+            .find(|node| node_at_least(node, &NODE_SQLITE_MIN));
         if node.is_none() {
             eprintln!("bench --engines: SKIPPED lossless-claw: no Node >= 22.5 (run `npm ci` in examples/openclaw-plugin-host)");
         }
@@ -128,19 +131,14 @@ fn runs(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|out| out.status.success())
 }
 
-fn node_at_least(node: &str, min: (u32, u32)) -> bool {
-    let Ok(out) = std::process::Command::new(node)
+/// Whether `node` runs and is at least `min` (its version read by [`parse_node_version`]).
+fn node_at_least(node: &str, min: &Version) -> bool {
+    std::process::Command::new(node)
         .args(["-p", "process.versions.node"])
         .output()
-    else {
-        return false;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.trim().split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) >= min,
-        _ => false,
-    }
+        .ok()
+        .and_then(|out| parse_node_version(&String::from_utf8_lossy(&out.stdout)))
+        .is_some_and(|version| version >= *min)
 }
 
 /// One engine's timed turns.
@@ -203,15 +201,11 @@ pub async fn run(
             }
         }
         samples.sort_unstable();
-        let at = |q: f64| {
-            let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-            samples.get(i).copied().unwrap_or_default()
-        };
         rows.push(EngineRow {
             label: case.label.clone(),
             turns: samples.len(),
-            p50: at(0.50),
-            p99: at(0.99),
+            p50: percentile(&samples, 50).unwrap_or_default(),
+            p99: percentile(&samples, 99).unwrap_or_default(),
         });
     }
     Ok(rows)

@@ -75,10 +75,6 @@ impl StoreOp {
             TurnWrite::EnqueueOutbox(_) => StoreOp::EnqueueOutbox,
             TurnWrite::CompleteOutbox { .. } => StoreOp::CompleteOutbox,
             TurnWrite::FailOutbox { .. } => StoreOp::FailOutbox,
-            // `TurnWrite` is non-exhaustive: a write added later counts as a recorded turn
-            // until it gets an operation of its own.
-            #[allow(unreachable_patterns)]
-            _ => StoreOp::RecordTurn,
         }
     }
 

@@ -230,6 +230,8 @@ pub struct CommandContext {
     pub config_path: Option<PathBuf>,
     /// Where the command's output goes.
     pub(crate) stdout: Stdout,
+    /// The configuration file, found once per command (see [`CommandContext::config_file`]).
+    pub(crate) found_config: std::sync::OnceLock<Option<ConfigFile>>,
 }
 
 /// Where a command's output goes: stdout, remembering whether it was closed under us (a
@@ -296,7 +298,9 @@ impl CommandContext {
     /// The configuration file this command reads: `--config`, `CTXBRIDGE_CONFIG`, the nearest
     /// `ctxbridge.json5` upward, the user's (see [`crate::config::discover`]); `None`: defaults.
     pub fn config_file(&self) -> Option<ConfigFile> {
-        discover::find(self.config_path.as_deref())
+        self.found_config
+            .get_or_init(|| discover::find(self.config_path.as_deref()))
+            .clone()
     }
 
     /// For commands that run without a configuration (`demo`, `mock-model`, `bench`): a file

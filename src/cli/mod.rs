@@ -77,6 +77,7 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
     let context = CommandContext {
         config_path: cli.config,
         stdout: Stdout::default(),
+        found_config: std::sync::OnceLock::new(),
     };
     if matches!(
         cli.command,

@@ -96,15 +96,6 @@ pub async fn run(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErro
     }
 }
 
-/// A degradation as `turn --json` prints it: `{engine, operation, error}`.
-fn degraded_json(record: &crate::quarantine::QuarantineRecord) -> serde_json::Value {
-    serde_json::json!({
-        "engine": record.engine_id,
-        "operation": record.operation.as_str(),
-        "error": record.reason,
-    })
-}
-
 async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
@@ -175,7 +166,9 @@ async fn run_turn(context: &CommandContext, args: TurnArgs) -> Result<u8, CliErr
         Err(e) => return Err(CliError::harness("turn")(e)),
     };
     let degraded = app.degradation();
-    let degraded_value = degraded.as_ref().map(degraded_json);
+    let degraded_value = degraded
+        .as_ref()
+        .map(crate::quarantine::QuarantineRecord::degraded_json);
     if args.json {
         /// The report, and after its fields the degradation when there is one.
         #[derive(serde::Serialize)]

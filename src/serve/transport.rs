@@ -128,11 +128,7 @@ async fn readyz(State(shared): State<Shared>) -> Response {
         None => "ok".into_response(),
         Some(record) => axum::Json(serde_json::json!({
             "status": "degraded",
-            "degraded": {
-                "engine": record.engine_id,
-                "operation": record.operation.as_str(),
-                "error": record.reason,
-            },
+            "degraded": record.degraded_json(),
         }))
         .into_response(),
     }

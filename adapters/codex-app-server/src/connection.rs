@@ -189,10 +189,7 @@ async fn read_stdout<R: AsyncRead + Unpin>(
                     Ok(None) => None,
                     Err(kind) => {
                         tracing::warn!(%kind, preview = %preview(&line), "codex app-server: skipped a stdout line that is no JSON-RPC message");
-                        std::str::from_utf8(&line)
-                            .ok()
-                            .and_then(RequestId::in_text)
-                            .map(|id| Incoming::Malformed { id, kind })
+                        RequestId::in_line(&line).map(|id| Incoming::Malformed { id, kind })
                     }
                 };
                 if let Some(incoming) = incoming {

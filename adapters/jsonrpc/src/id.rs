@@ -54,6 +54,12 @@ impl RequestId {
         }
     }
 
+    /// The `id` member of one line (see [`RequestId::in_text`]); `None` for a line that is not
+    /// UTF-8.
+    pub fn in_line(line: &[u8]) -> Option<RequestId> {
+        std::str::from_utf8(line).ok().and_then(RequestId::in_text)
+    }
+
     /// The id `value` (its JSON text).
     pub fn from_value(value: &Value) -> RequestId {
         // Serialising a `Value` to text cannot fail (its map keys are strings), and its text

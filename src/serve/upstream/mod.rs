@@ -177,10 +177,7 @@ pub(super) fn event_of(line: &[u8]) -> Option<UpstreamEvent> {
                 preview = %String::from_utf8_lossy(&line[..line.len().min(200)]),
                 "serve: skipped a message from the upstream that is no JSON-RPC message"
             );
-            std::str::from_utf8(line)
-                .ok()
-                .and_then(RequestId::in_text)
-                .map(|id| UpstreamEvent::Malformed { id, kind })
+            RequestId::in_line(line).map(|id| UpstreamEvent::Malformed { id, kind })
         }
     }
 }
