@@ -45,13 +45,18 @@ pub enum StoreError {
         operation: &'static str,
         message: String,
     },
-    /// Any other SQLite failure.
-    #[error("state store {path}: {operation}: {source}")]
-    Sqlite {
-        path: PathBuf,
+    /// The database engine failed (any SQLite failure but a lock or corruption; a PostgreSQL
+    /// statement, transaction or URL; no PostgreSQL connection to be had). `store` names the
+    /// database: its file, or its URL with the password redacted. `message` says what failed,
+    /// with the source chain spelled out (PostgreSQL's own message names only the error kind);
+    /// the driver's error is kept as the source, without its type in this API.
+    #[error("state store {store}: {operation}: {message}")]
+    Backend {
+        store: String,
         operation: &'static str,
+        message: String,
         #[source]
-        source: rusqlite::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A stored JSON record does not decode.
     #[error("state store {path}: {operation}: stored record {key:?} is unreadable: {message}")]
@@ -88,25 +93,6 @@ pub enum StoreError {
         path: PathBuf,
         found: i64,
         supported: i64,
-    },
-    /// A PostgreSQL statement, transaction or URL failed; `detail` spells out the source chain
-    /// (the driver's own message names only the error kind). The URL has its password redacted.
-    #[error("state store {url}: {operation}: {detail}")]
-    Postgres {
-        url: String,
-        operation: &'static str,
-        detail: String,
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    /// No PostgreSQL connection could be had (server down, refused, authentication failed).
-    #[error("state store {url}: {operation}: cannot get a PostgreSQL connection: {detail}")]
-    PostgresConnect {
-        url: String,
-        operation: &'static str,
-        detail: String,
-        #[source]
-        source: deadpool_postgres::PoolError,
     },
     /// A PostgreSQL call did not finish within its time bound.
     #[error("state store {url}: {operation}: no answer from PostgreSQL within {waited_ms} ms")]

@@ -141,13 +141,13 @@ impl PostgresStore {
     pub fn connect(url: &str, options: PostgresOptions) -> Result<PostgresStore, StoreError> {
         let shown = redact_url(url);
         let mut config =
-            tokio_postgres::Config::from_str(url).map_err(|source| StoreError::Postgres {
+            tokio_postgres::Config::from_str(url).map_err(|source| StoreError::Backend {
                 // What does not parse cannot be redacted reliably: a password typed in the
                 // wrong place would be shown. Name it without repeating it.
-                url: UNPARSABLE_URL.to_owned(),
+                store: UNPARSABLE_URL.to_owned(),
                 operation: "parse the URL",
-                detail: describe(&source),
-                source,
+                message: describe(&source),
+                source: Box::new(source),
             })?;
         let statement_ms = options.statement_timeout.as_millis().max(1);
         let mut server_options = format!("-c statement_timeout={statement_ms}");

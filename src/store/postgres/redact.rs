@@ -4,38 +4,36 @@
 pub(super) const UNPARSABLE_URL: &str = "(store.url, not shown: it does not parse)";
 
 /// The URL as it may be shown: the password (in the user info, a `password` query parameter or
-/// a `password=` key of a key/value connection string) replaced by `***`.
+/// a `password=` key of a key/value connection string) replaced by `***`. A URL that does not
+/// parse is not shown at all ([`UNPARSABLE_URL`]).
 pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let split = rest.find(['/', '?']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(split);
-            let authority = match authority.rsplit_once('@') {
-                Some((userinfo, hosts)) => match userinfo.split_once(':') {
-                    Some((user, _password)) => format!("{user}:***@{hosts}"),
-                    None => authority.to_string(),
-                },
-                None => authority.to_string(),
-            };
-            let tail = match tail.split_once('?') {
-                Some((path, query)) => {
-                    let query: Vec<String> = query
-                        .split('&')
-                        .map(|pair| match pair.split_once('=') {
-                            Some((key, _)) if key.eq_ignore_ascii_case("password") => {
-                                format!("{key}=***")
-                            }
-                            _ => pair.to_string(),
-                        })
-                        .collect();
-                    format!("{path}?{}", query.join("&"))
-                }
-                None => tail.to_string(),
-            };
-            format!("{scheme}://{authority}{tail}")
-        }
-        None => redact_key_value(url),
+    if !url.contains("://") {
+        return redact_key_value(url);
     }
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return UNPARSABLE_URL.to_owned();
+    };
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        // Not reached for a URL with a password (it has an authority to hold one); whatever
+        // the reason, a URL whose password stays is not shown.
+        return UNPARSABLE_URL.to_owned();
+    }
+    let is_password = |key: &str| key.eq_ignore_ascii_case("password");
+    if parsed.query_pairs().any(|(key, _)| is_password(&key)) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(key, value)| {
+                let value = if is_password(&key) {
+                    "***".to_owned()
+                } else {
+                    value.into_owned()
+                };
+                (key.into_owned(), value)
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string()
 }
 
 /// Redacts `password=` in a `key=value key='quoted value'` connection string.

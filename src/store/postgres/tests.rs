@@ -62,7 +62,7 @@ fn unusable_options_are_refused() {
 
     let err =
         PostgresStore::connect("postgres://h/db?bogus=1", PostgresOptions::default()).unwrap_err();
-    assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("parse the URL"), "{err}");
 
     // A URL that does not parse is never shown, not even redacted.
@@ -94,7 +94,7 @@ fn open_store_selects_the_kind() {
     })
     .err()
     .unwrap();
-    assert!(matches!(err, StoreError::Postgres { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
 }
 
 /// The migrations are ordered, start at 1, and end at the version this build reports.

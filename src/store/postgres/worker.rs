@@ -80,11 +80,11 @@ impl PostgresStore {
         });
         match answer.recv() {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(JobError::Pg(source))) => Err(StoreError::Postgres {
-                url: self.url.clone(),
+            Ok(Err(JobError::Pg(source))) => Err(StoreError::Backend {
+                store: self.url.clone(),
                 operation,
-                detail: describe(&source),
-                source,
+                message: describe(&source),
+                source: Box::new(source),
             }),
             Ok(Err(JobError::Pool(PoolError::Timeout(_)))) | Ok(Err(JobError::Timeout)) => {
                 Err(StoreError::PostgresTimeout {
@@ -93,11 +93,11 @@ impl PostgresStore {
                     waited_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
                 })
             }
-            Ok(Err(JobError::Pool(source))) => Err(StoreError::PostgresConnect {
-                url: self.url.clone(),
+            Ok(Err(JobError::Pool(source))) => Err(StoreError::Backend {
+                store: self.url.clone(),
                 operation,
-                detail: describe(&source),
-                source,
+                message: format!("cannot get a PostgreSQL connection: {}", describe(&source)),
+                source: Box::new(source),
             }),
             // The job was dropped unrun: the worker's runtime has stopped.
             Err(mpsc::RecvError) => Err(StoreError::PostgresSetup {

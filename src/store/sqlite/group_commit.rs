@@ -377,10 +377,11 @@ pub(super) fn classify(
             operation,
             message: e.to_string(),
         },
-        _ => StoreError::Sqlite {
-            path: path.to_path_buf(),
+        _ => StoreError::Backend {
+            store: path.display().to_string(),
             operation,
-            source: e,
+            message: e.to_string(),
+            source: Box::new(e),
         },
     }
 }
