@@ -411,6 +411,10 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
             .store
             .lease_wait_ms
             .map_or(crate::harness::DEFAULT_LEASE_WAIT, Duration::from_millis),
+        lease_linger: config
+            .store
+            .lease_linger_ms
+            .map_or(crate::harness::DEFAULT_LEASE_LINGER, Duration::from_millis),
         ..HarnessConfig::default()
     }
 }

@@ -179,6 +179,8 @@ async fn lease_waits_and_takeovers_reach_the_metrics() {
         .unwrap();
     assert!(matches!(taken, LeaseAttempt::Acquired(_)));
     turn(&h, "after the wait").await;
+    // The harness keeps the lease for its next turn; let it go, as it does after the linger.
+    h.release_held_sessions().await;
     // This process's pid with another start time: a holder that died (its pid reused).
     let dead = format!("ctxbridge@{host}:{}:1:deadbeef0000", std::process::id());
     let taken = rig
@@ -204,4 +206,113 @@ async fn lease_waits_and_takeovers_reach_the_metrics() {
         Some(2.0),
         "{text}"
     );
+}
+
+/// A session's lease is kept after its turn for the linger: the next turn here takes it back
+/// (the same fencing generation, no new acquisition), another process finds the session held
+/// meanwhile, and once the kept lease is released the other process takes the session.
+#[tokio::test]
+async fn the_lease_is_kept_between_turns_for_the_linger() {
+    let rig = Rig::new();
+    let h = rig.harness(
+        None,
+        HarnessConfig {
+            lease_linger: Duration::from_secs(30),
+            ..cfg()
+        },
+    );
+    let key = h.binding_key_for("s");
+    turn(&h, "one").await;
+    let first = h.binding("s").await.unwrap().unwrap().generation;
+    let now = ctxbridge::harness::now_ms();
+    let other = rig
+        .store
+        .try_acquire_lease(&key, "another-process", now, 60_000)
+        .unwrap();
+    assert!(matches!(other, LeaseAttempt::Busy { .. }), "{other:?}");
+    turn(&h, "two").await;
+    let second = h.binding("s").await.unwrap().unwrap().generation;
+    assert_eq!(second, first, "the lease was taken back, not taken anew");
+    h.release_held_sessions().await;
+    let now = ctxbridge::harness::now_ms();
+    let other = rig
+        .store
+        .try_acquire_lease(&key, "another-process", now, 60_000)
+        .unwrap();
+    assert!(matches!(other, LeaseAttempt::Acquired(_)), "{other:?}");
+}
+
+/// Without a linger each turn releases its lease; with a short one, the kept lease is released
+/// in the store when the linger is over.
+#[tokio::test]
+async fn a_kept_lease_is_released_at_once_or_when_the_linger_ends() {
+    for (linger, pause) in [
+        (Duration::ZERO, Duration::ZERO),
+        (Duration::from_millis(50), Duration::from_millis(400)),
+    ] {
+        let rig = Rig::new();
+        let h = rig.harness(
+            None,
+            HarnessConfig {
+                lease_linger: linger,
+                ..cfg()
+            },
+        );
+        let key = h.binding_key_for("s");
+        turn(&h, "one").await;
+        tokio::time::sleep(pause).await;
+        let now = ctxbridge::harness::now_ms();
+        let other = rig
+            .store
+            .try_acquire_lease(&key, "another-process", now, 10)
+            .unwrap();
+        assert!(
+            matches!(other, LeaseAttempt::Acquired(_)),
+            "linger {linger:?}: {other:?}"
+        );
+    }
+}
+
+/// Two processes alternating on one session: the second waits out the first's kept lease and
+/// runs after it; the first, taking the session anew, sees the second's turn (its kept facts
+/// and cached binding are not trusted across another holder's generation).
+#[tokio::test]
+async fn another_process_runs_after_a_kept_lease_and_is_seen() {
+    let rig = Rig::new();
+    let engine_a = ScriptEngine::bootstrap("e1");
+    let engine_b = ScriptEngine::bootstrap("e1");
+    let a = build_harness(
+        Some(&engine_a),
+        HarnessConfig {
+            lease_linger: Duration::from_millis(200),
+            ..cfg()
+        },
+        rig.reopen(),
+        rig.backend.clone(),
+    );
+    let b = build_harness(
+        Some(&engine_b),
+        HarnessConfig {
+            lease_linger: Duration::ZERO,
+            lease_wait: Duration::from_secs(30),
+            ..cfg()
+        },
+        rig.reopen(),
+        rig.backend.clone(),
+    );
+    let ra = turn(&a, "from a").await;
+    let rb = turn(&b, "from b").await;
+    assert_eq!(rb.thread_id, ra.thread_id);
+    assert_eq!(b.transcript("s").unwrap().len(), 4);
+    turn(&a, "from a again").await;
+    let seen: Vec<usize> = engine_a
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Assemble { messages, .. } => Some(messages),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seen, [0, 4], "a's second turn sees b's turn");
+    assert_eq!(a.transcript("s").unwrap().len(), 6);
 }

@@ -366,6 +366,11 @@ pub struct StoreConfig {
     /// 30 000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_wait_ms: Option<u64>,
+    /// How long a session's lease is kept after its turn, in milliseconds (default 2 000): the
+    /// session's next turn in this process then takes no lease write, and another process
+    /// wanting the session waits at most this long. 0 releases the lease with every turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_linger_ms: Option<u64>,
     /// SQLite only: how many database files the state is split over by session (default 1; 2
     /// to 64). Each file has a writer of its own, so turns of different sessions write in
     /// parallel — set it to the number of cores when one writer limits throughput. Shard 0 is
@@ -389,6 +394,7 @@ impl Default for StoreConfig {
             schema: None,
             lease_ttl_ms: None,
             lease_wait_ms: None,
+            lease_linger_ms: None,
             shards: None,
             retention: Retention::default(),
         }

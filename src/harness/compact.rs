@@ -31,7 +31,10 @@ impl Harness {
     ) -> Result<CompactReport, HarnessError> {
         let backend = backend.unwrap_or_else(|| self.backend.clone());
         let key = self.binding_key_for(session_key);
-        let guard = self.lock_session(session_key, &key).await?;
+        let mut guard = self.lock_session(session_key, &key).await?;
+        // What the last turn learnt of the session may not hold after this: the next turn reads
+        // the store again.
+        guard.take_facts();
         let session_id = self.session_id(session_key)?;
         let stored = self.load_binding(session_key, &key).await?;
         let report = self

@@ -221,15 +221,19 @@ impl Harness {
         }
     }
 
-    /// Retries queued durable commits of a session (before its next turn, and after a restart).
-    pub(super) async fn flush_outbox(&self, session_key: &str, session_id: &str) {
+    /// Retries queued durable commits of a session (before its next turn, and after a
+    /// restart). True when the outbox held none (rows found are not known gone afterwards).
+    pub(super) async fn flush_outbox(&self, session_key: &str, session_id: &str) -> bool {
         let rows = match self.store_for(session_key).pending_outbox(session_id) {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the durable-turn outbox");
-                return;
+                return false;
             }
         };
+        if rows.is_empty() {
+            return true;
+        }
         for row in rows {
             if row.engine_id != self.engine.engine_id() || self.engine.is_quarantined() {
                 tracing::warn!(advancement_key = %row.advancement_key, engine = %row.engine_id, "queued durable turn waits for its engine");
@@ -245,6 +249,7 @@ impl Harness {
                 }
             }
         }
+        false
     }
 
     /// Calls `maintain` (foreground, or deferred when the engine asks for background turn

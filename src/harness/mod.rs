@@ -63,6 +63,8 @@ pub use thread_history::{ThreadHistory, THREAD_HISTORY_NAMESPACE};
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 /// The default wait for a session another process holds.
 pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Default [`HarnessConfig::lease_linger`].
+pub const DEFAULT_LEASE_LINGER: Duration = Duration::from_secs(2);
 
 /// Settings of a harness.
 #[derive(Debug, Clone)]
@@ -91,6 +93,10 @@ pub struct HarnessConfig {
     pub lease_ttl: Duration,
     /// How long a turn waits for another process's lease before failing as "session busy".
     pub lease_wait: Duration,
+    /// How long a session's lease is kept after its turn, so that the session's next turn in
+    /// this process takes it back without a store write; another process wanting the session
+    /// waits at most this long for it. Zero releases it with each turn.
+    pub lease_linger: Duration,
     /// How long shutdown waits for background maintenance.
     pub background_wait: Duration,
     /// Where the engine selection came from (for runtimeSettings).
@@ -120,6 +126,7 @@ impl Default for HarnessConfig {
             transcript_byte_limit: 4 * 1024 * 1024,
             lease_ttl: DEFAULT_LEASE_TTL,
             lease_wait: DEFAULT_LEASE_WAIT,
+            lease_linger: DEFAULT_LEASE_LINGER,
             background_wait: Duration::from_secs(30),
             selection_source: SelectionSource::Default,
             cwd: None,
@@ -472,6 +479,7 @@ impl Harness {
         store: Arc<dyn StateStore>,
     ) -> Self {
         let legacy = Arc::new(QuarantineEngine::legacy(engine.quarantine_book().clone()));
+        let locks = Arc::new(SessionLocks::with_linger(cfg.lease_linger));
         Harness {
             cfg,
             backend,
@@ -486,7 +494,7 @@ impl Harness {
                 .max_capacity(10_000)
                 .time_to_idle(Duration::from_secs(3600))
                 .build(),
-            locks: Arc::new(SessionLocks::default()),
+            locks,
             holder: session::HolderId::for_this_process().render(),
             background: TaskTracker::new(),
             warned: Mutex::new(HashSet::new()),
@@ -565,7 +573,11 @@ impl Harness {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.to_string(), generation);
-        if previous.map_or(true, |seen| seen.saturating_add(1) != generation) {
+        // A lease kept from this harness's own last turn has the generation it last saw.
+        let continues = |seen: u64| {
+            seen.saturating_add(1) == generation || (guard.reused() && seen == generation)
+        };
+        if !previous.is_some_and(continues) {
             self.bindings.invalidate(key).await;
         }
         Ok(guard)
@@ -845,8 +857,15 @@ impl Harness {
         }
     }
 
-    /// Waits (bounded) for background maintenance, fires `gateway_stop`, disposes the engine
-    /// and stops the backend.
+    /// Releases, in the store, the leases kept after their turns (see
+    /// [`HarnessConfig::lease_linger`]), so other processes can take those sessions at once.
+    /// [`Harness::shutdown`] does this too.
+    pub async fn release_held_sessions(&self) {
+        self.locks.release_parked().await;
+    }
+
+    /// Waits (bounded) for background maintenance, releases the leases kept after their turns,
+    /// fires `gateway_stop`, disposes the engine and stops the backend.
     pub async fn shutdown(&self) {
         self.background.close();
         if tokio::time::timeout(self.cfg.background_wait, self.background.wait())
@@ -855,6 +874,7 @@ impl Harness {
         {
             tracing::warn!("background maintenance still running at shutdown; giving up waiting");
         }
+        self.release_held_sessions().await;
         if self.engine.hooks().iter().any(|h| h == HOOK_GATEWAY_STOP) {
             let call = HookCall {
                 event: serde_json::json!({"reason": "shutdown"}),

@@ -7,9 +7,16 @@
 //! is waited for until it is released or expires. Held leases are renewed by a heartbeat every
 //! third of their TTL, so the TTL only bounds how long a vanished holder on another host (or
 //! one whose liveness cannot be checked) blocks the session.
+//!
+//! A lease is kept (parked) for a short linger after its turn: the session's next turn in this
+//! process takes it back without a store write, so a run of turns costs one lease acquisition
+//! and one release instead of one of each per turn. Nothing else changes: the heartbeat keeps
+//! renewing a parked lease, its generation still fences, another process waits at most the
+//! linger for it, and shutdown releases every parked lease.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -161,20 +168,114 @@ pub struct SessionLocks {
     /// Held by a session's deferred (background) maintenance while it runs; a new turn of the
     /// session waits for it, so the two never overlap.
     maintenance: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    /// Leases kept after their turn for the session's next one.
+    parking: Arc<Parking>,
 }
 
-/// A held session: the in-process guard plus the store lease (released on `release`).
+/// Leases kept after their turn (see the module documentation), by lease key.
+#[derive(Default)]
+struct Parking {
+    /// How long a lease is kept after its turn; zero releases it at once.
+    linger: Duration,
+    leases: Mutex<HashMap<String, Parked>>,
+}
+
+/// A parked lease: what the next turn takes back, and the task that releases it at the end of
+/// the linger.
+struct Parked {
+    lease: Lease,
+    store: Arc<dyn StateStore>,
+    heartbeat: Heartbeat,
+    expiry: JoinHandle<()>,
+    facts: Option<SessionFacts>,
+}
+
+/// What a turn learnt of its session's stored state that stays true while this process keeps
+/// the session's lease: nobody else can write the session meanwhile, so the next turn under
+/// the kept lease need not read it again. Kept with a parked lease, gone with its release.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFacts {
+    /// The session id the session key maps to.
+    pub session_id: String,
+    /// The session's outbox holds no queued commit.
+    pub outbox_empty: bool,
+    /// Engines whose bootstrap of the session is marked done.
+    pub bootstrapped: Vec<String>,
+}
+
+impl Parking {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Parked>> {
+        // The map only holds leases and task handles; a panic while it was locked leaves each
+        // entry whole.
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the parked lease of `key`, if any (its expiry task no longer runs after this).
+    fn take(&self, key: &str) -> Option<Parked> {
+        let parked = self.lock().remove(key)?;
+        parked.expiry.abort();
+        Some(parked)
+    }
+
+    /// Takes the parked lease of `key` if it is still the one of `generation` (the expiry
+    /// task's check: the entry may have been taken back and parked anew since).
+    fn take_if(&self, key: &str, generation: u64) -> Option<Parked> {
+        let mut leases = self.lock();
+        if leases.get(key)?.lease.generation != generation {
+            return None;
+        }
+        leases.remove(key)
+    }
+}
+
+impl Parked {
+    /// Stops renewing the lease and releases it in the store.
+    async fn release(self) {
+        self.heartbeat.handle.abort();
+        if let Err(e) = self
+            .store
+            .submit(TurnWrite::ReleaseLease(self.lease.clone()))
+            .await
+        {
+            tracing::warn!(session = %self.lease.session, error = %e, "could not release a parked session lease; it will expire");
+        }
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        // Dropped without a shutdown: queue each release, as a dropped guard does.
+        let leases = std::mem::take(&mut *self.lock());
+        for (_, parked) in leases {
+            parked.expiry.abort();
+            parked.heartbeat.handle.abort();
+            parked
+                .store
+                .submit_detached(TurnWrite::ReleaseLease(parked.lease));
+        }
+    }
+}
+
+/// A held session: the in-process guard plus the store lease (released or parked on
+/// `release`).
 pub struct SessionGuard {
     _local: OwnedMutexGuard<()>,
     /// The store lease held.
     pub lease: Lease,
     store: Arc<dyn StateStore>,
     released: bool,
-    heartbeat: Option<JoinHandle<()>>,
+    heartbeat: Option<Heartbeat>,
+    /// Where `release` parks the lease.
+    parking: Arc<Parking>,
     /// How long the store lease was waited for while another holder had it (zero: free).
     waited: Duration,
     /// The lease was taken over from a holder that no longer runs.
     took_over: bool,
+    /// The lease was taken back from this process's parking, without a store write.
+    reused: bool,
+    /// What the previous turn under this (kept) lease learnt, or what this turn leaves for the
+    /// next.
+    facts: Option<SessionFacts>,
 }
 
 impl SessionGuard {
@@ -188,6 +289,23 @@ impl SessionGuard {
         self.took_over
     }
 
+    /// Whether the lease was kept from this process's previous turn of the session (no store
+    /// write took it; its generation is the one this process last held).
+    pub fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// What the previous turn under this kept lease learnt of the session (`None` for a lease
+    /// taken from the store: then nothing is known but what the store says).
+    pub fn take_facts(&mut self) -> Option<SessionFacts> {
+        self.facts.take()
+    }
+
+    /// Leaves `facts` for the session's next turn, if it takes this lease back.
+    pub fn keep_facts(&mut self, facts: SessionFacts) {
+        self.facts = Some(facts);
+    }
+
     /// The store holding the session's state, on which the lease is held: the session's
     /// writes under this guard go there.
     pub fn store(&self) -> &Arc<dyn StateStore> {
@@ -199,12 +317,55 @@ impl SessionGuard {
         self.lease.generation
     }
 
-    /// Releases the store lease.
+    /// Ends the turn's hold of the session: the lease is parked for the linger (the
+    /// session's next turn in this process takes it back), or released in the store when there
+    /// is no linger, no heartbeat keeps it alive, or the heartbeat lost it.
     pub async fn release(mut self) -> Result<(), StoreError> {
         self.released = true;
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
+        let Some(heartbeat) = self.heartbeat.take() else {
+            return self.release_now().await;
+        };
+        let linger = self.parking.linger;
+        let runtime = tokio::runtime::Handle::try_current();
+        match runtime {
+            Ok(runtime) if !linger.is_zero() && !heartbeat.state.lost.load(Ordering::Acquire) => {
+                let key = self.lease.session.clone();
+                let generation = self.lease.generation;
+                let parking: Weak<Parking> = Arc::downgrade(&self.parking);
+                let expiry_key = key.clone();
+                let expiry = runtime.spawn(async move {
+                    tokio::time::sleep(linger).await;
+                    let parked = parking
+                        .upgrade()
+                        .and_then(|p| p.take_if(&expiry_key, generation));
+                    if let Some(parked) = parked {
+                        parked.release().await;
+                    }
+                });
+                let parked = Parked {
+                    lease: self.lease.clone(),
+                    store: self.store.clone(),
+                    heartbeat,
+                    expiry,
+                    facts: self.facts.take(),
+                };
+                let replaced = self.parking.lock().insert(key, parked);
+                if let Some(old) = replaced {
+                    // Not reached: a session's lease is parked only by the guard that holds
+                    // the session's local lock. Released all the same rather than leaked.
+                    old.expiry.abort();
+                    old.release().await;
+                }
+                Ok(())
+            }
+            _ => {
+                heartbeat.handle.abort();
+                self.release_now().await
+            }
         }
+    }
+
+    async fn release_now(&self) -> Result<(), StoreError> {
         self.store
             .submit(TurnWrite::ReleaseLease(self.lease.clone()))
             .await
@@ -215,7 +376,7 @@ impl SessionGuard {
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         if let Some(h) = self.heartbeat.take() {
-            h.abort();
+            h.handle.abort();
         }
         if !self.released {
             // A failure is logged by the store; the lease then expires.
@@ -226,6 +387,52 @@ impl Drop for SessionGuard {
 }
 
 impl SessionLocks {
+    /// Locks whose leases are kept for `linger` after each turn (zero: released at once).
+    pub fn with_linger(linger: Duration) -> Self {
+        SessionLocks {
+            parking: Arc::new(Parking {
+                linger,
+                leases: Mutex::default(),
+            }),
+            ..SessionLocks::default()
+        }
+    }
+
+    /// Releases every parked lease in the store (shutdown; the benches' measured runs).
+    pub async fn release_parked(&self) {
+        let leases: Vec<Parked> = self.parking.lock().drain().map(|(_, p)| p).collect();
+        for parked in leases {
+            parked.expiry.abort();
+            parked.release().await;
+        }
+    }
+
+    /// A parked lease of `key` on `store` that is still good to run a turn under: its
+    /// heartbeat has not lost it and renewed it recently enough that it outlives a third of
+    /// its TTL. A parked lease that is not is released.
+    async fn take_back(
+        &self,
+        store: &Arc<dyn StateStore>,
+        key: &str,
+        ttl_ms: u64,
+    ) -> Option<Parked> {
+        let parked = self.parking.take(key)?;
+        let same_store = std::ptr::eq(
+            Arc::as_ptr(&parked.store).cast::<()>(),
+            Arc::as_ptr(store).cast::<()>(),
+        );
+        let state = &parked.heartbeat.state;
+        let good_until = state
+            .renewed_at_ms
+            .load(Ordering::Acquire)
+            .saturating_add(ttl_ms - ttl_ms / 3);
+        if same_store && !state.lost.load(Ordering::Acquire) && now_ms() < good_until {
+            return Some(parked);
+        }
+        parked.release().await;
+        None
+    }
+
     fn entry(
         map: &Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
         session: &str,
@@ -266,6 +473,20 @@ impl SessionLocks {
         drop(Self::entry(&self.maintenance, key).lock().await);
         let started = now_ms();
         let ttl_ms = ttl.as_millis() as u64;
+        if let Some(parked) = self.take_back(store, key, ttl_ms).await {
+            return Ok(SessionGuard {
+                _local: local,
+                lease: parked.lease,
+                store: parked.store,
+                released: false,
+                heartbeat: Some(parked.heartbeat),
+                parking: self.parking.clone(),
+                waited: Duration::ZERO,
+                took_over: false,
+                reused: true,
+                facts: parked.facts,
+            });
+        }
         let mut pause = Duration::from_millis(10);
         let clock = std::time::Instant::now();
         let mut had_to_wait = false;
@@ -295,6 +516,9 @@ impl SessionLocks {
                         store: store.clone(),
                         released: false,
                         heartbeat,
+                        parking: self.parking.clone(),
+                        reused: false,
+                        facts: None,
                         waited: if had_to_wait {
                             clock.elapsed()
                         } else {
@@ -327,25 +551,42 @@ impl SessionLocks {
     }
 }
 
-/// Renews `lease` every third of `ttl` until aborted (by the guard's release or drop). A
-/// renewal that finds the lease gone (taken over after all) stops with a warning: the store's
-/// generation fencing then refuses this holder's writes.
-fn spawn_heartbeat(
-    store: Arc<dyn StateStore>,
-    lease: Lease,
-    ttl: Duration,
-) -> Option<JoinHandle<()>> {
+/// A lease's heartbeat: the task renewing it and what it found.
+struct Heartbeat {
+    handle: JoinHandle<()>,
+    state: Arc<HeartbeatState>,
+}
+
+#[derive(Debug)]
+struct HeartbeatState {
+    /// When the lease was last acquired or renewed (ms since the Unix epoch).
+    renewed_at_ms: AtomicU64,
+    /// A renewal found the lease gone: another holder may have it.
+    lost: AtomicBool,
+}
+
+/// Renews `lease` every third of `ttl` until aborted (by the guard's release or drop, or the
+/// parked lease's release). A renewal that finds the lease gone (taken over after all) stops
+/// with a warning: the store's generation fencing then refuses this holder's writes.
+fn spawn_heartbeat(store: Arc<dyn StateStore>, lease: Lease, ttl: Duration) -> Option<Heartbeat> {
     let period = ttl / 3;
     if period.is_zero() {
         return None;
     }
-    let handle = tokio::runtime::Handle::try_current().ok()?;
-    Some(handle.spawn(async move {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let state = Arc::new(HeartbeatState {
+        renewed_at_ms: AtomicU64::new(now_ms()),
+        lost: AtomicBool::new(false),
+    });
+    let shared = state.clone();
+    let handle = runtime.spawn(async move {
         loop {
             tokio::time::sleep(period).await;
-            match store.renew_lease(&lease, now_ms(), ttl.as_millis() as u64) {
-                Ok(true) => {}
+            let now = now_ms();
+            match store.renew_lease(&lease, now, ttl.as_millis() as u64) {
+                Ok(true) => shared.renewed_at_ms.store(now, Ordering::Release),
                 Ok(false) => {
+                    shared.lost.store(true, Ordering::Release);
                     tracing::warn!(session = %lease.session, "the session lease could not be renewed; another holder may take the session");
                     return;
                 }
@@ -354,7 +595,8 @@ fn spawn_heartbeat(
                 }
             }
         }
-    }))
+    });
+    Some(Heartbeat { handle, state })
 }
 
 #[cfg(test)]

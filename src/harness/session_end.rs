@@ -154,7 +154,10 @@ impl Harness {
     /// new session on a new thread. Hook failures are logged; the reset goes on.
     pub async fn reset_session(&self, session_key: &str) -> Result<ResetReport, HarnessError> {
         let key = self.binding_key_for(session_key);
-        let guard = self.lock_session(session_key, &key).await?;
+        let mut guard = self.lock_session(session_key, &key).await?;
+        // What the last turn learnt of the session may not hold after this: the next turn reads
+        // the store again.
+        guard.take_facts();
         let result = self.reset_locked(&guard, session_key, &key).await;
         if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");

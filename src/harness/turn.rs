@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::session::{now_ms, SessionGuard};
+use super::session::{now_ms, SessionFacts, SessionGuard};
 use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::ThreadedBackend;
@@ -138,9 +138,18 @@ impl Harness {
         // Where this call's thread work runs (serve: the connection of the client's request).
         let backend = spec.backend.clone().unwrap_or_else(|| self.backend.clone());
         let key = self.binding_key_for(&spec.session_key);
-        let guard = self.lock_session(&spec.session_key, &key).await?;
-        let session_id = self.session_id(&spec.session_key)?;
-        self.flush_outbox(&spec.session_key, &session_id).await;
+        let mut guard = self.lock_session(&spec.session_key, &key).await?;
+        // Under a lease kept from this process's previous turn, what that turn learnt of the
+        // session still holds: no read of it again.
+        let known = guard.take_facts();
+        let session_id = match &known {
+            Some(facts) => facts.session_id.clone(),
+            None => self.session_id(&spec.session_key)?,
+        };
+        let outbox_was_empty = match &known {
+            Some(facts) if facts.outbox_empty => true,
+            _ => self.flush_outbox(&spec.session_key, &session_id).await,
+        };
         let stored = self.load_binding(&spec.session_key, &key).await?;
         let messages = self
             .session_messages(&spec.session_key, &session_id)
@@ -173,8 +182,16 @@ impl Harness {
         };
 
         // 3. First encounter → bootstrap + maintain(bootstrap).
-        self.bootstrap_if_new(serving, &spec.session_key, &session_id)
-            .await?;
+        let engine_id = serving.active_engine_id().to_string();
+        let mut bootstrapped = known.map(|f| f.bootstrapped).unwrap_or_default();
+        if !bootstrapped.contains(&engine_id) {
+            self.bootstrap_if_new(serving, &spec.session_key, &session_id)
+                .await?;
+            bootstrapped.push(engine_id);
+        }
+        // Whether what this turn learns of the session holds at its end (a compaction may name
+        // a successor session id).
+        let mut facts_hold = true;
 
         // 4. assemble (and the pre-turn overflow check on backends without native compaction).
         let mut assembled = self.assemble(serving, &spec, &session_id, &messages).await;
@@ -182,6 +199,7 @@ impl Harness {
             tracing::info!(
                 "assembled context exceeds the token budget; compacting before the turn"
             );
+            facts_hold = false;
             self.compact_locked(
                 &backend,
                 &spec.session_key,
@@ -288,10 +306,19 @@ impl Harness {
         if let Some(recorded) = &spec.on_recorded {
             recorded();
         }
+        let queued_commit = recorded.commit.is_some();
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
+        let facts = SessionFacts {
+            session_id: ctx.session_id.clone(),
+            outbox_empty: outbox_was_empty && !queued_commit,
+            bootstrapped,
+        };
         let report = turn_report(&ctx, plan, executed, retried);
+        if facts_hold {
+            guard.keep_facts(facts);
+        }
         if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "could not release the session lease; it will expire");
         }
