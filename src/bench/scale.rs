@@ -485,6 +485,9 @@ fn run_blocking(
         let cpu_before = process_cpu_time();
         let started = Instant::now();
         let turns = run_sessions(harness.clone(), sessions).await?;
+        // The leases kept after the last turns are released inside the measured time: every
+        // lease write of the run is counted.
+        harness.release_held_sessions().await;
         let elapsed = started.elapsed();
         let cpu = process_cpu_time()
             .zip(cpu_before)
@@ -493,13 +496,7 @@ fn run_blocking(
         let held = sqlite
             .iter()
             .zip(held_before)
-            .map(|(s, before)| {
-                let after = s.held_times();
-                HeldTimes {
-                    writer: after.writer.saturating_sub(before.writer),
-                    readers: after.readers.saturating_sub(before.readers),
-                }
-            })
+            .map(|(s, before)| s.held_times().since(&before))
             .max_by_key(|h| h.writer);
         let rss_after = rss_bytes();
         harness.shutdown().await;
@@ -789,12 +786,15 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             let pct = |d: Duration| 100.0 * d.as_secs_f64() / r.elapsed.as_secs_f64().max(1e-9);
             let _ = writeln!(
                 out,
-                "{} worker(s): store writer held {:.0}% of the run ({:.1} µs per turn), readers {:.0}% (summed); serial share {:.0}%",
+                "{} worker(s): store writer held {:.0}% of the run ({:.1} µs per turn), readers {:.0}% (summed); serial share {:.0}%; {} queued writes in {} transactions ({:.1} per transaction)",
                 r.label(),
                 pct(held.writer),
                 held.writer.as_secs_f64() * 1e6 / r.turns.max(1) as f64,
                 pct(held.readers),
-                100.0 * share
+                100.0 * share,
+                held.queued_writes,
+                held.write_batches,
+                held.queued_writes as f64 / held.write_batches.max(1) as f64
             );
         }
     }

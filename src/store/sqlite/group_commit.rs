@@ -11,12 +11,12 @@ use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
 
 use super::queries::{acquire_lease, insert_entries, insert_outbox, upsert_binding};
 use super::schema::{touch, SESSION_SCOPE};
-use super::SqliteStore;
+use super::StoreInner;
 use crate::store::{
     Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
 };
 
-impl SqliteStore {
+impl StoreInner {
     /// `record_turn`, queueing `commit` too when given: one fenced transaction.
     pub(super) fn record_turn_fenced(
         &self,
@@ -102,6 +102,9 @@ impl SqliteStore {
     /// answers each. When the transaction itself fails (it cannot begin or commit), each write
     /// runs again alone, so each gets its own answer.
     fn run_batch(&self, batch: Vec<QueuedWrite>) {
+        self.write_batches.fetch_add(1, Ordering::Relaxed);
+        self.queued_writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut orphans = Vec::new();
         self.answer_batch(batch, &mut orphans);
         // Leases acquired for cancelled turns: released by the queue's next batch.
@@ -117,7 +120,7 @@ impl SqliteStore {
         }
     }
 
-    /// Runs a batch (see [`SqliteStore::run_batch`]), answering each write; leases nobody
+    /// Runs a batch (see [`StoreInner::run_batch`]), answering each write; leases nobody
     /// waits for any more go to `orphans`.
     fn answer_batch(&self, batch: Vec<QueuedWrite>, orphans: &mut Vec<Lease>) {
         if batch.len() == 1 {
@@ -189,6 +192,10 @@ pub(super) struct QueuedWrite {
 }
 
 impl QueuedWrite {
+    pub(super) fn new(op: Op, reply: Option<tokio::sync::oneshot::Sender<WriteResult>>) -> Self {
+        QueuedWrite { op, reply }
+    }
+
     /// Hands the write its answer. A lease acquired for a submitter that stopped waiting (its
     /// turn was cancelled) is returned, to be released: nobody holds it. (A turn cancelled
     /// after the answer was sent and before it read it leaves its lease to expire, as a

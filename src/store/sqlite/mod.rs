@@ -24,10 +24,11 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::oneshot::error::TryRecvError;
 
 use super::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
@@ -35,7 +36,7 @@ use super::{
     TurnWrite, WriteFuture, WriteOutcome,
 };
 use checkpointer::{Checkpointer, CHECKPOINT_IDLE};
-use group_commit::{classify, QueuedWrite};
+use group_commit::{classify, lock_queue, QueuedWrite};
 use pool::{Target, READERS};
 use queries::{insert_entries, stale_check, stats_of, upsert_binding};
 use schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
@@ -44,7 +45,46 @@ use schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// SQLite-backed [`StateStore`]: one writer connection and [`READERS`] reader connections.
+/// A handle: clones share the database, its connections and its write queue.
+#[derive(Clone)]
 pub struct SqliteStore {
+    inner: Arc<StoreInner>,
+}
+
+impl std::ops::Deref for SqliteStore {
+    type Target = StoreInner;
+
+    fn deref(&self) -> &StoreInner {
+        &self.inner
+    }
+}
+
+/// Runs the write queue once, when asked or else when dropped: a submitted write whose
+/// future is dropped before it ran the queue (a cancelled turn) is still written, as it was
+/// submitted, and not left for the next submitter.
+struct QueueRunner(Option<Arc<StoreInner>>);
+
+impl QueueRunner {
+    fn run(&mut self) {
+        if let Some(store) = self.0.take() {
+            store.combine();
+        }
+    }
+
+    /// The write has been run: nothing left to do, also on drop.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for QueueRunner {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
+/// What a [`SqliteStore`] handle shares.
+pub struct StoreInner {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
@@ -54,6 +94,9 @@ pub struct SqliteStore {
     writer_held_nanos: AtomicU64,
     /// Nanoseconds reader connections were held, summed over the readers.
     readers_held_nanos: AtomicU64,
+    /// Writes run from the queue, and the batches they ran in.
+    queued_writes: AtomicU64,
+    write_batches: AtomicU64,
     /// Turn writes waiting for the writer ([`StateStore::submit`]).
     queue: Mutex<Vec<QueuedWrite>>,
     /// A thread is running the queued writes (the combiner).
@@ -67,8 +110,8 @@ pub struct SqliteStore {
     memory_lock: Option<RwLock<()>>,
 }
 
-/// How long a store's connections were held since it was opened (see
-/// [`SqliteStore::held_times`]).
+/// How long a store's connections were held since it was opened, and how its queued writes
+/// were grouped (see [`SqliteStore::held_times`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeldTimes {
     /// The writer connection: every write, one at a time.
@@ -76,6 +119,22 @@ pub struct HeldTimes {
     /// The reader connections, summed (readers run side by side on a file; in memory they
     /// exclude the writer).
     pub readers: Duration,
+    /// Writes run from the write queue ([`StateStore::submit`], `submit_detached`).
+    pub queued_writes: u64,
+    /// The batches (one transaction each) they ran in.
+    pub write_batches: u64,
+}
+
+impl HeldTimes {
+    /// What was held and run between `earlier` and this reading.
+    pub fn since(&self, earlier: &HeldTimes) -> HeldTimes {
+        HeldTimes {
+            writer: self.writer.saturating_sub(earlier.writer),
+            readers: self.readers.saturating_sub(earlier.readers),
+            queued_writes: self.queued_writes.saturating_sub(earlier.queued_writes),
+            write_batches: self.write_batches.saturating_sub(earlier.write_batches),
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -136,13 +195,15 @@ impl SqliteStore {
             Ok::<_, StoreError>(conn)
         };
         let writer = connect("open")?;
-        let store = SqliteStore {
+        let mut store = StoreInner {
             path: path.clone(),
             writer: Mutex::new(writer),
             readers: Vec::new(),
             next_reader: AtomicUsize::new(0),
             writer_held_nanos: AtomicU64::new(0),
             readers_held_nanos: AtomicU64::new(0),
+            queued_writes: AtomicU64::new(0),
+            write_batches: AtomicU64::new(0),
             busy_timeout,
             queue: Mutex::new(Vec::new()),
             combining: AtomicBool::new(false),
@@ -179,10 +240,10 @@ impl SqliteStore {
             // No WAL in memory: nothing to checkpoint.
             Target::Memory(_) => None,
         };
+        store.readers = readers;
+        store.checkpointer = checkpointer;
         Ok(SqliteStore {
-            readers,
-            checkpointer,
-            ..store
+            inner: Arc::new(store),
         })
     }
 
@@ -194,6 +255,8 @@ impl SqliteStore {
         HeldTimes {
             writer: Duration::from_nanos(self.writer_held_nanos.load(Ordering::Relaxed)),
             readers: Duration::from_nanos(self.readers_held_nanos.load(Ordering::Relaxed)),
+            queued_writes: self.queued_writes.load(Ordering::Relaxed),
+            write_batches: self.write_batches.load(Ordering::Relaxed),
         }
     }
 
@@ -663,24 +726,44 @@ impl StateStore for SqliteStore {
         })
     }
 
+    /// Queues the write; the returned future lets the other tasks that are ready run first,
+    /// then, unless a task among them has run it already, runs the queue (or leaves it to the
+    /// thread that already does). Turns that reach their writes in the same round of the
+    /// scheduler so share one transaction — also on a single worker thread, where running each
+    /// write as it is submitted would commit one per turn.
     fn submit(&self, write: TurnWrite) -> WriteFuture {
         let op = match self.prepare(write) {
             Ok(op) => op,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.enqueue(op, Some(reply));
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        lock_queue(&self.queue).push(QueuedWrite::new(op, Some(reply)));
+        let mut runner = QueueRunner(Some(self.inner.clone()));
         let path = self.path.clone();
-        Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
-                Err(StoreError::Io {
-                    path,
-                    operation: "wait for a queued write",
-                    source: std::io::Error::other(
-                        "the write was abandoned unanswered (the thread running it panicked)",
-                    ),
-                })
+        let abandoned = move || {
+            Err(StoreError::Io {
+                path,
+                operation: "wait for a queued write",
+                source: std::io::Error::other(
+                    "the write was abandoned unanswered (the thread running it panicked)",
+                ),
             })
+        };
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            match answer.try_recv() {
+                // Run with the writes of the tasks that ran meanwhile.
+                Ok(result) => {
+                    runner.disarm();
+                    return result;
+                }
+                Err(TryRecvError::Empty) => runner.run(),
+                Err(TryRecvError::Closed) => {
+                    runner.disarm();
+                    return abandoned();
+                }
+            }
+            answer.await.unwrap_or_else(|_| abandoned())
         })
     }
 

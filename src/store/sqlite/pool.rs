@@ -10,7 +10,7 @@ use std::time::Instant;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use super::group_commit::classify;
-use super::SqliteStore;
+use super::StoreInner;
 use crate::store::StoreError;
 
 /// Reader connections per store.
@@ -51,7 +51,7 @@ fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     conn.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl SqliteStore {
+impl StoreInner {
     /// Runs `f` on the writer connection.
     pub(super) fn with_conn<T>(
         &self,

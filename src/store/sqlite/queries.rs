@@ -5,13 +5,13 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
-use super::SqliteStore;
+use super::StoreInner;
 use crate::store::{
     decode_transcript_rows, reborn_generation, Lease, LeaseAttempt, OutboxRow, StoreError,
     StoreStats, TranscriptEntry,
 };
 
-impl SqliteStore {
+impl StoreInner {
     pub(super) fn decode_entries(
         &self,
         session_id: &str,

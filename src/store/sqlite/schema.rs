@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use super::checkpointer::WRITER_AUTOCHECKPOINT_PAGES;
 use super::pool::Target;
-use super::SqliteStore;
+use super::StoreInner;
 use crate::store::StoreError;
 
 /// The schema this build writes (2: per-session transcript rewrite versions; 3: the lease
@@ -78,7 +78,7 @@ const TABLES: &str = "('bindings','transcript','transcript_versions','outbox','q
 /// retention sweep's clock. Every write path dates its key with [`touch`], once per key and
 /// transaction, in the transaction of the write. Additive: a database from an earlier build
 /// gets the table, and its existing keys are dated to the upgrade (see
-/// [`SqliteStore::ensure_activity`]).
+/// [`StoreInner::ensure_activity`]).
 const ACTIVITY_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS activity (
     scope TEXT NOT NULL,
@@ -149,8 +149,8 @@ INSERT OR IGNORE INTO activity (scope, key, last_active_ms)
     SELECT 'd:' || namespace, key, NOW_MS FROM documents;
 ";
 
-impl SqliteStore {
-    /// [`SqliteStore::init`], again while another process holds a lock SQLite does not wait
+impl StoreInner {
+    /// [`StoreInner::init`], again while another process holds a lock SQLite does not wait
     /// for (switching a fresh file to WAL), up to the busy timeout.
     pub(super) fn init_retrying(&self, target: &Target) -> Result<(), StoreError> {
         let started = Instant::now();

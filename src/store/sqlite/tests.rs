@@ -329,6 +329,54 @@ async fn a_locked_batch_answers_each_write_locked() {
     other.execute_batch("COMMIT").unwrap();
 }
 
+/// Writes submitted by tasks that are ready in the same round of the scheduler run in one
+/// transaction, also on a single-threaded runtime: each submitter first lets the others run.
+#[tokio::test(flavor = "current_thread")]
+async fn writes_of_one_scheduler_round_share_a_transaction() {
+    let s = Arc::new(SqliteStore::in_memory().unwrap());
+    let before = s.held_times();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.submit(TurnWrite::RecordTurn {
+                    session_id: format!("s{i}"),
+                    entries: vec![entry(&format!("e{i}"), "x")],
+                    binding_key: format!("k{i}"),
+                    binding_json: "{}".into(),
+                    lease_generation: 0,
+                    commit: None,
+                })
+                .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let run = s.held_times().since(&before);
+    assert_eq!((run.queued_writes, run.write_batches), (8, 1));
+    assert!((0..8).all(|i| s.load_transcript(&format!("s{i}")).unwrap().len() == 1));
+}
+
+/// A submitted write whose caller stops waiting before the write ran (its future dropped
+/// unpolled, as when a turn is cancelled) is still written.
+#[test]
+fn a_write_whose_caller_stopped_waiting_still_runs() {
+    let s = SqliteStore::in_memory().unwrap();
+    let row = OutboxRow {
+        session_id: "s".into(),
+        advancement_key: "turn-1".into(),
+        engine_id: "e".into(),
+        params_json: "{}".into(),
+        attempts: 0,
+        last_error: None,
+    };
+    drop(s.submit(TurnWrite::EnqueueOutbox(row.clone())));
+    assert!(lock_queue(&s.queue).is_empty());
+    assert_eq!(s.pending_outbox("s").unwrap(), [row]);
+}
+
 /// A detached write (nobody waits for it) runs too: at once when the queue is free, else
 /// with the running batch.
 #[test]
