@@ -985,6 +985,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
+    use crate::store::StateStoreExt;
     use async_trait::async_trait;
 
     use super::*;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use ctxbridge::store::StateStoreExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -482,7 +483,7 @@ fn engine_config_error_exits_2_and_doctor_names_the_key() {
 /// and what serves instead, and exit 1 — although the engine itself loads fine now.
 #[test]
 fn an_earlier_runs_quarantine_degrades_the_selected_engine() {
-    use ctxbridge::store::{QuarantineRecord, SqliteStore, StateStore};
+    use ctxbridge::store::{QuarantineRecord, SqliteStore};
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         dir.path(),

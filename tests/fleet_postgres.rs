@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ctxbridge::contract::AgentMessage;
+use ctxbridge::store::StateStoreExt;
 use ctxbridge::store::{PostgresOptions, PostgresStore, StateStore, StoreError, TranscriptEntry};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Value};

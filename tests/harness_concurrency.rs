@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use ctxbridge::contract::Role;
 use ctxbridge::harness::{HarnessConfig, HarnessError, SessionLockError, ThreadAction, TurnSpec};
-use ctxbridge::store::{LeaseAttempt, StateStore};
+use ctxbridge::store::LeaseAttempt;
+use ctxbridge::store::StateStoreExt;
 use support::*;
 
 /// 100 concurrent first turns of one session and epoch create exactly one backend thread, and

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use ctxbridge::backend::MockBackend;
 use ctxbridge::contract::*;
 use ctxbridge::harness::{Harness, TurnSpec};
+use ctxbridge::store::StateStoreExt;
 use ctxbridge::store::{shard_index, ShardedSqliteStore, StateStore, SweepRequest};
 use support::*;
 

@@ -20,6 +20,7 @@ use ctxbridge::backend::{
 };
 use ctxbridge::harness::{now_ms, Harness, HarnessConfig, TurnSpec};
 use ctxbridge::quarantine::{QuarantineBook, QuarantineEngine};
+use ctxbridge::store::StateStoreExt;
 use ctxbridge::store::{
     conformance, LeaseAttempt, PostgresOptions, PostgresStore, StateStore, StoreError,
 };
@@ -162,6 +163,7 @@ conformance_tests!(
     swept_lease_is_reborn_above_its_generations,
     store_stats,
     submitted_writes,
+    blocking_writes_on_a_runtime_thread,
 );
 
 /// This file runs every single-store check of the suite.

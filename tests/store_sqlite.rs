@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use ctxbridge::store::StateStoreExt;
 use ctxbridge::store::{
     conformance, open_store, shard_index, ShardedSqliteStore, SqliteStore, StateStore, StoreError,
     StoreTarget, SweepRequest, TranscriptEntry,
@@ -129,6 +130,7 @@ conformance_tests!(
     swept_lease_is_reborn_above_its_generations,
     store_stats,
     submitted_writes,
+    blocking_writes_on_a_runtime_thread,
 );
 
 /// This file runs every single-store check of the suite (none added there and forgotten here).

@@ -22,6 +22,7 @@ use super::{
     ToolOutput, TurnEvent, TurnOutcome, TurnRequest,
 };
 use crate::store::StateStore;
+use crate::store::StateStoreExt;
 
 /// The documents namespace the mock backend keeps its threads in (swept by retention).
 pub const THREADS_NAMESPACE: &str = "mock-thread";

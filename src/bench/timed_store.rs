@@ -1,20 +1,19 @@
 //! A timing decorator for any [`StateStore`]: the time and number of calls per operation, so
 //! the overhead benchmark can say how much of a turn is spent in the store and in which calls.
 //!
-//! It forwards every method, the queued writes ([`StateStore::submit`],
-//! [`StateStore::submit_detached`]) and a sharded store's shards ([`StateStore::session_shard`],
-//! wrapped so their calls count too) included: a turn's writes then take the path they take
-//! for users — a SQLite store's group-commit queue — and a queued write is timed until its
-//! answer comes, which is what the turn waits for.
+//! It forwards the reads, the one write method ([`StateStore::write`], in the caller's mode)
+//! and a sharded store's shards ([`StateStore::session_shard`], wrapped so their calls count
+//! too): a turn's writes then take the path they take for users — a SQLite store's
+//! group-commit queue — and a write is timed until its answer comes, which is what the
+//! caller waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
-    StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
-    TurnWrite, WriteFuture,
+    OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats, StoredBinding,
+    TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteMode,
 };
 
 /// The store's operations.
@@ -40,10 +39,14 @@ pub enum StoreOp {
     ReleaseLease,
     LoadDocument,
     SaveDocument,
+    RenewLease,
+    DeleteSession,
+    MoveOutbox,
+    SweepIdle,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 20] = [
+    pub const ALL: [StoreOp; 24] = [
         StoreOp::LoadBinding,
         StoreOp::SaveBinding,
         StoreOp::DeleteBinding,
@@ -64,9 +67,13 @@ impl StoreOp {
         StoreOp::ReleaseLease,
         StoreOp::LoadDocument,
         StoreOp::SaveDocument,
+        StoreOp::RenewLease,
+        StoreOp::DeleteSession,
+        StoreOp::MoveOutbox,
+        StoreOp::SweepIdle,
     ];
 
-    /// The operation a queued write is.
+    /// The operation a write is.
     pub fn of_write(write: &TurnWrite) -> StoreOp {
         match write {
             TurnWrite::AcquireLease { .. } => StoreOp::TryAcquireLease,
@@ -75,6 +82,18 @@ impl StoreOp {
             TurnWrite::EnqueueOutbox(_) => StoreOp::EnqueueOutbox,
             TurnWrite::CompleteOutbox { .. } => StoreOp::CompleteOutbox,
             TurnWrite::FailOutbox { .. } => StoreOp::FailOutbox,
+            TurnWrite::RenewLease { .. } => StoreOp::RenewLease,
+            TurnWrite::SaveBinding { .. } => StoreOp::SaveBinding,
+            TurnWrite::DeleteBinding { .. } => StoreOp::DeleteBinding,
+            TurnWrite::DeleteSession { .. } => StoreOp::DeleteSession,
+            TurnWrite::AppendTranscript { .. } => StoreOp::AppendTranscript,
+            TurnWrite::ReplaceTranscriptEntries { .. } => StoreOp::ReplaceTranscriptEntries,
+            TurnWrite::MoveOutbox { .. } => StoreOp::MoveOutbox,
+            TurnWrite::RecordQuarantine(_) => StoreOp::RecordQuarantine,
+            TurnWrite::ClearQuarantine { .. } => StoreOp::ClearQuarantine,
+            TurnWrite::MarkBootstrapped { .. } => StoreOp::MarkBootstrapped,
+            TurnWrite::SaveDocument { .. } => StoreOp::SaveDocument,
+            TurnWrite::SweepIdle(_) => StoreOp::SweepIdle,
         }
     }
 
@@ -100,6 +119,10 @@ impl StoreOp {
             StoreOp::ReleaseLease => "release_lease",
             StoreOp::LoadDocument => "load_document",
             StoreOp::SaveDocument => "save_document",
+            StoreOp::RenewLease => "renew_lease",
+            StoreOp::DeleteSession => "delete_session",
+            StoreOp::MoveOutbox => "move_outbox",
+            StoreOp::SweepIdle => "sweep_idle",
         }
     }
 
@@ -194,72 +217,17 @@ impl StateStore for TimedStore {
         self.inner.location()
     }
 
+    /// The shard a session lives on, wrapped so that its calls are counted here too.
+    fn session_shard(&self, session_key: &str) -> Option<Arc<dyn StateStore>> {
+        let shard = self.inner.session_shard(session_key)?;
+        Some(Arc::new(TimedStore {
+            inner: shard,
+            counters: self.counters.clone(),
+        }))
+    }
+
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
         self.timed(StoreOp::LoadBinding, |s| s.load_binding(binding_key))
-    }
-
-    fn save_binding(
-        &self,
-        binding_key: &str,
-        json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::SaveBinding, |s| {
-            s.save_binding(binding_key, json, lease_generation)
-        })
-    }
-
-    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
-        self.inner.delete_session(session_id)
-    }
-
-    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
-        self.inner.move_outbox(from, to)
-    }
-
-    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
-        self.timed(StoreOp::DeleteBinding, |s| s.delete_binding(binding_key))
-    }
-
-    fn record_turn(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::RecordTurn, |s| {
-            s.record_turn(
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                lease_generation,
-            )
-        })
-    }
-
-    /// Timed as a `record_turn` (one atomic step; the default would split it in two).
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::RecordTurn, |s| {
-            s.record_turn_with_commit(
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit,
-            )
-        })
     }
 
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
@@ -276,57 +244,8 @@ impl StateStore for TimedStore {
         })
     }
 
-    fn append_transcript(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::AppendTranscript, |s| {
-            s.append_transcript(session_id, entries)
-        })
-    }
-
-    fn replace_transcript_entries(
-        &self,
-        session_id: &str,
-        replacements: &[TranscriptEntry],
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::ReplaceTranscriptEntries, |s| {
-            s.replace_transcript_entries(session_id, replacements)
-        })
-    }
-
-    fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError> {
-        self.timed(StoreOp::EnqueueOutbox, |s| s.enqueue_outbox(row))
-    }
-
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
         self.timed(StoreOp::PendingOutbox, |s| s.pending_outbox(session_id))
-    }
-
-    fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
-        self.timed(StoreOp::CompleteOutbox, |s| {
-            s.complete_outbox(session_id, advancement_key)
-        })
-    }
-
-    fn fail_outbox(
-        &self,
-        session_id: &str,
-        advancement_key: &str,
-        error: &str,
-    ) -> Result<(), StoreError> {
-        self.timed(StoreOp::FailOutbox, |s| {
-            s.fail_outbox(session_id, advancement_key, error)
-        })
-    }
-
-    fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError> {
-        self.timed(StoreOp::RecordQuarantine, |s| s.record_quarantine(record))
-    }
-
-    fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError> {
-        self.timed(StoreOp::ClearQuarantine, |s| s.clear_quarantine(engine_id))
     }
 
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
@@ -339,90 +258,26 @@ impl StateStore for TimedStore {
         })
     }
 
-    fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.timed(StoreOp::MarkBootstrapped, |s| {
-            s.mark_bootstrapped(session_id, engine_id)
-        })
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.timed(StoreOp::LoadDocument, |s| s.load_document(namespace, key))
     }
 
-    fn try_acquire_lease(
-        &self,
-        session: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.timed(StoreOp::TryAcquireLease, |s| {
-            s.try_acquire_lease(session, holder, now_ms, ttl_ms)
-        })
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats()
     }
 
-    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.timed(StoreOp::ReleaseLease, |s| s.release_lease(lease))
-    }
-
-    /// Heartbeats run beside the turn, not in it: forwarded untimed.
-    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
-        self.inner.renew_lease(lease, now_ms, ttl_ms)
-    }
-
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.timed(StoreOp::TryAcquireLease, |s| {
-            s.take_over_lease(session, dead_holder, holder, now_ms, ttl_ms)
-        })
-    }
-
-    /// A queued write, timed until its answer (what the turn waits for).
-    fn submit(&self, write: TurnWrite) -> WriteFuture {
+    /// Forwarded in the caller's mode (a turn's write joins the store's queue), timed until
+    /// its answer: what the caller waits for.
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
         let op = StoreOp::of_write(&write);
         let started = Instant::now();
-        let answer = self.inner.submit(write);
+        let answer = self.inner.write(write, mode);
         let counters = self.counters.clone();
         Box::pin(async move {
             let outcome = answer.await;
             counters.add(op, started);
             outcome
         })
-    }
-
-    /// Forwarded, so the write joins the store's queue; the time of queueing it is counted.
-    fn submit_detached(&self, write: TurnWrite) {
-        let op = StoreOp::of_write(&write);
-        self.timed(op, |s| s.submit_detached(write))
-    }
-
-    /// The shard a session lives on, wrapped so that its calls are counted here too.
-    fn session_shard(&self, session_key: &str) -> Option<Arc<dyn StateStore>> {
-        let shard = self.inner.session_shard(session_key)?;
-        Some(Arc::new(TimedStore {
-            inner: shard,
-            counters: self.counters.clone(),
-        }))
-    }
-
-    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
-        self.timed(StoreOp::LoadDocument, |s| s.load_document(namespace, key))
-    }
-
-    fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
-        self.timed(StoreOp::SaveDocument, |s| {
-            s.save_document(namespace, key, json)
-        })
-    }
-
-    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
-        self.inner.sweep_idle(request)
-    }
-
-    fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.inner.stats()
     }
 }
 
@@ -431,6 +286,7 @@ impl StateStore for TimedStore {
 mod tests {
     use super::*;
     use crate::store::SqliteStore;
+    use crate::store::{LeaseAttempt, StateStoreExt};
 
     /// Calls go through to the wrapped store and are counted per operation.
     #[test]

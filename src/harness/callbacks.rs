@@ -13,6 +13,7 @@ use crate::contract::{
     LlmCompleteResult, LlmUsage, RuntimeCallbacks, TranscriptRewriteRequest,
     TranscriptRewriteResult,
 };
+use crate::store::StateStoreExt;
 use crate::store::{StateStore, TranscriptEntry};
 
 /// Callbacks bound to one session and one lifecycle call.

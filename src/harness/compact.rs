@@ -15,6 +15,7 @@ use crate::contract::{
 use crate::host::params::project_host_params;
 use crate::host::requirements::check_host_requirements;
 use crate::projection::{EffectiveMode, ThreadBinding};
+use crate::store::StateStoreExt;
 
 impl Harness {
     /// Manual compaction of a session (`ctxbridge compact`, `/compact`; docs/architecture.md#compaction-on-threaded-backends).

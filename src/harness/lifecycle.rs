@@ -17,6 +17,7 @@ use crate::contract::{
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::quarantine::QuarantineEngine;
+use crate::store::StateStoreExt;
 use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
 
 impl Harness {

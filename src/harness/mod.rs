@@ -53,6 +53,7 @@ use crate::store::{
     OutboxRow, StateStore, StoreError, TranscriptCursor, TranscriptEntry, TurnWrite,
 };
 
+use crate::store::StateStoreExt;
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::{now_ms, SessionLockError};
 use session::{SessionGuard, SessionLocks};

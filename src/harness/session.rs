@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
+use crate::store::StateStoreExt;
 use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
 
 /// Milliseconds since the Unix epoch.

@@ -18,6 +18,7 @@ use crate::contract::{
 };
 use crate::host::session_file::iso_timestamp;
 use crate::quarantine::QuarantineEngine;
+use crate::store::StateStoreExt;
 use crate::store::SweepReport;
 
 /// What a reset did.

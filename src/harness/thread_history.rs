@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{store_err, Harness, HarnessError};
 use crate::backend::ThreadId;
+use crate::store::StateStoreExt;
 
 /// The store documents namespace (key = session key). The name predates the harness keeping
 /// it and stays, so stores written before keep their history.

@@ -31,6 +31,7 @@ use crate::projection::{
     BINDING_SCHEMA_VERSION,
 };
 use crate::quarantine::QuarantineEngine;
+use crate::store::StateStoreExt;
 use crate::store::TranscriptEntry;
 
 /// What every step of one turn works with once the session is held and the serving engine

@@ -9,10 +9,12 @@
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+mod ext;
 mod postgres;
 mod retention;
 mod sharded;
 mod sqlite;
+mod writes;
 
 use std::path::PathBuf;
 
@@ -20,12 +22,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::AgentMessage;
 
+pub use ext::StateStoreExt;
 pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use retention::{
     idle_before_ms, sweep_once, RetentionSweeper, SweepListener, SWEEP_BATCH, SWEEP_INTERVAL,
 };
 pub use sharded::{shard_index, shard_path, ShardedSqliteStore, MAX_SHARDS};
 pub use sqlite::{HeldTimes, SqliteStore};
+pub(crate) use writes::StoreWrites;
+pub use writes::{TurnWrite, WriteMode, WriteOutcome};
 
 /// Errors of the state store. Each names the file and the operation.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +86,14 @@ pub enum StoreError {
         key: String,
         held: u64,
         current: u64,
+    },
+    /// A store answered a write with an outcome of another kind (a broken store).
+    #[error(
+        "state store: {operation}: the store answered {answer}, which this write does not take"
+    )]
+    UnexpectedAnswer {
+        operation: &'static str,
+        answer: String,
     },
     /// A sharded SQLite store opened with a layout other than its recorded one.
     #[error("state store {path}: cannot open with this shard layout: {message}")]
@@ -298,140 +311,7 @@ pub struct StoreStats {
     pub oldest_session_ms: Option<u64>,
 }
 
-/// A write on a turn's path, owned so that a store can queue it ([`StateStore::submit`]).
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum TurnWrite {
-    /// [`StateStore::try_acquire_lease`], or [`StateStore::take_over_lease`] when `dead_holder`
-    /// is given.
-    AcquireLease {
-        session: String,
-        holder: String,
-        dead_holder: Option<String>,
-        now_ms: u64,
-        ttl_ms: u64,
-    },
-    /// [`StateStore::release_lease`].
-    ReleaseLease(Lease),
-    /// [`StateStore::record_turn`], or [`StateStore::record_turn_with_commit`] with `commit`.
-    RecordTurn {
-        session_id: String,
-        entries: Vec<TranscriptEntry>,
-        binding_key: String,
-        binding_json: String,
-        lease_generation: u64,
-        commit: Option<OutboxRow>,
-    },
-    /// [`StateStore::enqueue_outbox`].
-    EnqueueOutbox(OutboxRow),
-    /// [`StateStore::complete_outbox`].
-    CompleteOutbox {
-        session_id: String,
-        advancement_key: String,
-    },
-    /// [`StateStore::fail_outbox`].
-    FailOutbox {
-        session_id: String,
-        advancement_key: String,
-        error: String,
-    },
-}
-
-impl TurnWrite {
-    /// The write's operation, for messages.
-    pub fn operation(&self) -> &'static str {
-        match self {
-            TurnWrite::AcquireLease {
-                dead_holder: None, ..
-            } => "acquire session lease",
-            TurnWrite::AcquireLease { .. } => "take over session lease",
-            TurnWrite::ReleaseLease(_) => "release session lease",
-            TurnWrite::RecordTurn { .. } => "record turn",
-            TurnWrite::EnqueueOutbox(_) => "enqueue outbox row",
-            TurnWrite::CompleteOutbox { .. } => "complete outbox row",
-            TurnWrite::FailOutbox { .. } => "record outbox failure",
-        }
-    }
-
-    /// Runs the write with the store's synchronous methods (what [`StateStore::submit`] does
-    /// for stores that cannot queue).
-    pub fn apply(&self, store: &(impl StateStore + ?Sized)) -> Result<WriteOutcome, StoreError> {
-        let done = |r: Result<(), StoreError>| r.map(|()| WriteOutcome::Done);
-        match self {
-            TurnWrite::AcquireLease {
-                session,
-                holder,
-                dead_holder: None,
-                now_ms,
-                ttl_ms,
-            } => store
-                .try_acquire_lease(session, holder, *now_ms, *ttl_ms)
-                .map(WriteOutcome::Lease),
-            TurnWrite::AcquireLease {
-                session,
-                holder,
-                dead_holder: Some(dead),
-                now_ms,
-                ttl_ms,
-            } => store
-                .take_over_lease(session, dead, holder, *now_ms, *ttl_ms)
-                .map(WriteOutcome::Lease),
-            TurnWrite::ReleaseLease(lease) => done(store.release_lease(lease)),
-            TurnWrite::RecordTurn {
-                session_id,
-                entries,
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit,
-            } => {
-                let (id, key, json, generation) =
-                    (session_id, binding_key, binding_json, *lease_generation);
-                done(match commit {
-                    None => store.record_turn(id, entries, key, json, generation),
-                    Some(commit) => {
-                        store.record_turn_with_commit(id, entries, key, json, generation, commit)
-                    }
-                })
-            }
-            TurnWrite::EnqueueOutbox(row) => done(store.enqueue_outbox(row)),
-            TurnWrite::CompleteOutbox {
-                session_id,
-                advancement_key,
-            } => done(store.complete_outbox(session_id, advancement_key)),
-            TurnWrite::FailOutbox {
-                session_id,
-                advancement_key,
-                error,
-            } => done(store.fail_outbox(session_id, advancement_key, error)),
-        }
-    }
-}
-
-/// What a [`TurnWrite`] gave back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// A lease attempt's outcome.
-    Lease(LeaseAttempt),
-    /// The write is done.
-    Done,
-}
-
-impl WriteOutcome {
-    /// The lease attempt of an [`TurnWrite::AcquireLease`]; a store answering anything else to
-    /// it is broken, and the attempt counts as busy (the caller waits and tries again).
-    pub fn into_lease(self) -> LeaseAttempt {
-        match self {
-            WriteOutcome::Lease(attempt) => attempt,
-            WriteOutcome::Done => LeaseAttempt::Busy {
-                holder: String::new(),
-                expires_at_ms: 0,
-            },
-        }
-    }
-}
-
-/// The answer to a [`StateStore::submit`]: ready at once, or when the queued write is done.
+/// The answer to a [`StateStore::write`]: ready at once, or when the queued write is done.
 pub type WriteFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<WriteOutcome, StoreError>> + Send>>;
 
@@ -449,58 +329,8 @@ pub trait StateStore: Send + Sync {
         None
     }
 
-    // --- bindings
+    // --- reads
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError>;
-    /// Writes a binding; refused when `lease_generation` is older than the session's current
-    /// lease generation (a stale holder cannot overwrite a newer turn's binding).
-    fn save_binding(
-        &self,
-        binding_key: &str,
-        json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError>;
-    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError>;
-    /// Removes a session's transcript and bootstrap marks (a reset); queued outbox rows stay.
-    /// Returns how many transcript entries went.
-    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError>;
-
-    /// Appends a finished turn's transcript entries and writes the session's binding in one
-    /// atomic step (fenced like [`StateStore::save_binding`]): the thread binding and the
-    /// transcript advance together or not at all.
-    fn record_turn(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError>;
-
-    /// As [`StateStore::record_turn`], and queues the turn's durable commit (`commit`, docs/architecture.md#durable-turns-committurn)
-    /// in the same atomic, fenced step: a crash cannot leave a recorded turn without its queued
-    /// commit, and a fenced holder queues nothing. A duplicate advancement key keeps the queued
-    /// row. The default runs the two steps one after the other, for stores that cannot do
-    /// better; both shipped stores override it.
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
-    ) -> Result<(), StoreError> {
-        self.record_turn(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-        )?;
-        self.enqueue_outbox(commit)
-    }
-
-    // --- transcript
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
     /// The entries appended after `cursor` (when it is still current), or the whole
     /// transcript. The default reads the whole transcript and hands out no cursor.
@@ -516,105 +346,23 @@ pub trait StateStore: Send + Sync {
             cursor: None,
         })
     }
-    fn append_transcript(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-    ) -> Result<(), StoreError>;
-    /// Replaces the messages of existing entries atomically (all or none).
-    fn replace_transcript_entries(
-        &self,
-        session_id: &str,
-        replacements: &[TranscriptEntry],
-    ) -> Result<(), StoreError>;
-
-    // --- durable-turn outbox
-    fn enqueue_outbox(&self, row: &OutboxRow) -> Result<(), StoreError>;
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError>;
-    fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError>;
-    /// Moves the queued commits of session `from` to session `to`, in their order (a reset:
-    /// what the old session could not deliver is retried before the new session's turns;
-    /// each row's params still name the session its turn belonged to). A row whose
-    /// advancement key `to` already holds stays. Returns how many moved.
-    fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError>;
-    fn fail_outbox(
-        &self,
-        session_id: &str,
-        advancement_key: &str,
-        error: &str,
-    ) -> Result<(), StoreError>;
-
-    // --- quarantine records
-    fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError>;
-    fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError>;
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError>;
-
-    // --- engine bootstrap marks (first encounter of a session by an engine)
+    /// Whether an engine's first encounter of a session (its bootstrap) is marked done.
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
-    /// Records the mark; true when it was new.
-    fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
-
-    // --- session leases (serialise turns of one session across processes)
-    fn try_acquire_lease(
-        &self,
-        session: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError>;
-    fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
-    /// Extends a held lease to `now_ms + ttl_ms` (the holder's heartbeat); false when the lease
-    /// is no longer this holder's generation. The default cannot renew: the lease then lives
-    /// for the TTL it was acquired with.
-    fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
-        let _ = (lease, now_ms, ttl_ms);
-        Ok(false)
-    }
-    /// Takes a session whose lease is held by `dead_holder`, known to have died (or whose lease
-    /// expired), with a higher generation that fences the dead holder. Busy when someone else
-    /// holds it by now. The default only takes expired leases.
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        let _ = dead_holder;
-        self.try_acquire_lease(session, holder, now_ms, ttl_ms)
-    }
-
-    // --- writes on a turn's path, queued
-    /// Submits a turn's write. A store whose writes go one at a time through one writer may
-    /// queue it and run it with other turns' queued writes in one transaction (each its own
-    /// savepoint, so one write's failure or fencing leaves the others as they would be alone):
-    /// a turn then waits for its write without holding up its thread. Writes run in the order
-    /// they were submitted. The default runs the write at once with the synchronous methods.
-    fn submit(&self, write: TurnWrite) -> WriteFuture {
-        let result = write.apply(self);
-        Box::pin(std::future::ready(result))
-    }
-
-    /// As [`StateStore::submit`] for a write nobody waits for (a lease released on a failure
-    /// path); a failure is logged.
-    fn submit_detached(&self, write: TurnWrite) {
-        if let Err(e) = write.apply(self) {
-            tracing::warn!(operation = write.operation(), error = %e, "a detached store write failed");
-        }
-    }
-
-    // --- generic keyed documents (used by the mock backend to persist its threads)
+    /// Generic keyed documents (the mock backend's threads, session ids, serve's maps).
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
-    fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
-
-    // --- bounded storage (retention)
-    /// Removes up to `request.limit` idle keys' state (see [`SweepRequest`]) in one atomic
-    /// step and says what went. Never removes an undelivered outbox row or the state of its
-    /// session, and never fails a write: a key written while the sweep runs stays.
-    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError>;
     /// Row counts and the oldest session's last activity.
     fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    // --- the one write path
+    /// Carries out a write. `Grouped` (the turn path) lets a store whose writes go one at a
+    /// time through one writer queue it and run it with other turns' queued writes in one
+    /// transaction (each its own savepoint, so one write's failure or fencing leaves the others
+    /// as they would be alone); writes run in the order they were submitted. `Now` runs it
+    /// without waiting for other tasks, answerable without the caller's runtime. Callers use
+    /// the named conveniences of [`StateStoreExt`].
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture;
 }
 
 /// Which store to open: what the config's `store` section selects.

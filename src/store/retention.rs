@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
 use super::{StateStore, SweepReport, SweepRequest};
+use crate::store::StateStoreExt;
 
 /// Time between two sweeps.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10 * 60);

@@ -21,9 +21,9 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::{
-    HeldTimes, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, SqliteStore, StateStore,
-    StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor,
-    TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture,
+    HeldTimes, OutboxRow, QuarantineRecord, SqliteStore, StateStore, StateStoreExt, StoreError,
+    StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry,
+    TranscriptRead, TurnWrite, WriteFuture, WriteMode, WriteOutcome,
 };
 
 /// Most shards a store may have.
@@ -201,68 +201,24 @@ impl StateStore for ShardedSqliteStore {
 
     on_shard_zero! {
         fn load_binding(binding_key: &str) -> Result<Option<StoredBinding>, StoreError>;
-        fn save_binding(binding_key: &str, json: &str, lease_generation: u64) -> Result<(), StoreError>;
-        fn delete_binding(binding_key: &str) -> Result<(), StoreError>;
-        fn delete_session(session_id: &str) -> Result<u64, StoreError>;
-        fn record_turn(
-            session_id: &str,
-            entries: &[TranscriptEntry],
-            binding_key: &str,
-            binding_json: &str,
-            lease_generation: u64,
-        ) -> Result<(), StoreError>;
-        fn record_turn_with_commit(
-            session_id: &str,
-            entries: &[TranscriptEntry],
-            binding_key: &str,
-            binding_json: &str,
-            lease_generation: u64,
-            commit: &OutboxRow,
-        ) -> Result<(), StoreError>;
         fn load_transcript(session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
         fn transcript_since(
             session_id: &str,
             cursor: Option<TranscriptCursor>,
         ) -> Result<TranscriptRead, StoreError>;
-        fn append_transcript(session_id: &str, entries: &[TranscriptEntry]) -> Result<(), StoreError>;
-        fn replace_transcript_entries(
-            session_id: &str,
-            replacements: &[TranscriptEntry],
-        ) -> Result<(), StoreError>;
-        fn enqueue_outbox(row: &OutboxRow) -> Result<(), StoreError>;
         fn pending_outbox(session_id: &str) -> Result<Vec<OutboxRow>, StoreError>;
-        fn complete_outbox(session_id: &str, advancement_key: &str) -> Result<(), StoreError>;
-        fn move_outbox(from: &str, to: &str) -> Result<u64, StoreError>;
-        fn fail_outbox(session_id: &str, advancement_key: &str, error: &str) -> Result<(), StoreError>;
-        fn record_quarantine(record: &QuarantineRecord) -> Result<(), StoreError>;
-        fn clear_quarantine(engine_id: &str) -> Result<(), StoreError>;
         fn quarantines() -> Result<Vec<QuarantineRecord>, StoreError>;
         fn is_bootstrapped(session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
-        fn mark_bootstrapped(session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
-        fn try_acquire_lease(
-            session: &str,
-            holder: &str,
-            now_ms: u64,
-            ttl_ms: u64,
-        ) -> Result<LeaseAttempt, StoreError>;
-        fn release_lease(lease: &Lease) -> Result<(), StoreError>;
-        fn renew_lease(lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError>;
-        fn take_over_lease(
-            session: &str,
-            dead_holder: &str,
-            holder: &str,
-            now_ms: u64,
-            ttl_ms: u64,
-        ) -> Result<LeaseAttempt, StoreError>;
-        fn submit(write: TurnWrite) -> WriteFuture;
-        fn submit_detached(write: TurnWrite) -> ();
         fn load_document(namespace: &str, key: &str) -> Result<Option<String>, StoreError>;
-        fn save_document(namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
     }
 
-    /// Sweeps the shards in order, each with what is left of the batch's limit: a batch that
-    /// handled fewer keys than its limit found nothing more on any shard.
-    fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
+    /// Shard 0 carries every write out but the retention sweep, which covers every shard
+    /// (sweeping them in order, each with what is left of the batch's limit: a batch that
+    /// handled fewer keys than its limit found nothing more on any shard).
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
+        let TurnWrite::SweepIdle(request) = &write else {
+            return self.first().write(write, mode);
+        };
         let mut report = SweepReport::default();
         for shard in &self.shards {
             let handled = usize::try_from(report.keys).unwrap_or(usize::MAX);
@@ -270,13 +226,16 @@ impl StateStore for ShardedSqliteStore {
             if left == 0 {
                 break;
             }
-            let batch = shard.sweep_idle(&SweepRequest {
+            let batch = match shard.sweep_idle(&SweepRequest {
                 limit: left,
                 ..request.clone()
-            })?;
+            }) {
+                Ok(batch) => batch,
+                Err(e) => return Box::pin(std::future::ready(Err(e))),
+            };
             report.add(&batch);
         }
-        Ok(report)
+        Box::pin(std::future::ready(Ok(WriteOutcome::Swept(report))))
     }
 
     /// The sum over the shards; the oldest session of them all.

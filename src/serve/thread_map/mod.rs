@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::store::StateStoreExt;
 use crate::store::{StateStore, StoreError};
 
 /// The store documents namespace of the map.

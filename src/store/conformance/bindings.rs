@@ -1,6 +1,7 @@
 //! Conformance: bindings, fenced by the lease generation, and whole turns recorded with them.
 
 use super::{acquire, assert_stale, entry, ids, outbox_row};
+use crate::store::StateStoreExt;
 use crate::store::{LeaseAttempt, StateStore};
 
 /// A binding is absent until saved, reads back with its JSON and generation, is overwritten by

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Barrier};
 
 use super::{acquire, assert_stale, entry, ids, outbox_row};
+use crate::store::StateStoreExt;
 use crate::store::{Lease, LeaseAttempt, StateStore};
 
 /// Two instances on one database: a lease held by A blocks B; after expiry B takes over with a

@@ -1,6 +1,7 @@
 //! Conformance: session leases (lifecycle, takeover of a dead holder, heartbeat).
 
 use super::{acquire, assert_stale};
+use crate::store::StateStoreExt;
 use crate::store::{LeaseAttempt, StateStore};
 
 /// Leases: the first acquisition has generation 1; the holder renews with the next generation;

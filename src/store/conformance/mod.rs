@@ -22,6 +22,7 @@ use crate::contract::AgentMessage;
 
 use super::{Lease, LeaseAttempt, OutboxRow, StateStore, StoreError, StoreStats, TranscriptEntry};
 
+use crate::store::StateStoreExt;
 pub use bindings::{
     binding_round_trip, fenced_save_is_refused, record_turn_is_atomic_and_fenced,
     record_turn_queues_its_commit,
@@ -33,7 +34,7 @@ pub use records::{bootstrap_marks, documents, quarantine_records};
 pub use retention::{
     retention_sweep, store_stats, sweep_is_bounded, swept_lease_is_reborn_above_its_generations,
 };
-pub use submit::submitted_writes;
+pub use submit::{blocking_writes_on_a_runtime_thread, submitted_writes};
 pub use transcript::{delete_session, transcript_appends_in_order, transcript_rewrite_is_atomic};
 
 /// One single-store check: panics when the store breaks the guarantee.
@@ -78,6 +79,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
     ("store_stats", store_stats),
     ("submitted_writes", submitted_writes),
+    (
+        "blocking_writes_on_a_runtime_thread",
+        blocking_writes_on_a_runtime_thread,
+    ),
 ];
 
 /// Runs every single-store check, each on a fresh store from `fresh`.

@@ -4,6 +4,7 @@
 use super::outbox_row;
 use super::retention::{sweep, tick_past, wall_ms};
 use crate::store::StateStore;
+use crate::store::StateStoreExt;
 
 /// Outbox rows stay queued until completed, in enqueue order, per session; a duplicate enqueue
 /// keeps one row; failures count attempts and keep the last error.

@@ -1,5 +1,6 @@
 //! Conformance: quarantine records, bootstrap marks and documents.
 
+use crate::store::StateStoreExt;
 use crate::store::{QuarantineRecord, StateStore};
 
 /// Quarantine records are upserted per engine, listed by engine id, and cleared one by one.

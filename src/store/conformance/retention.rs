@@ -2,6 +2,7 @@
 //! its bound) and the row counts of `stats`.
 
 use super::{acquire, assert_stale, entry, ids, outbox_row};
+use crate::store::StateStoreExt;
 use crate::store::{StateStore, SweepReport, SweepRequest, SweptSession};
 
 /// Milliseconds since the Unix epoch by this process's clock.

@@ -2,6 +2,7 @@
 //! synchronous methods do.
 
 use super::{assert_stale, entry, ids, outbox_row};
+use crate::store::StateStoreExt;
 use crate::store::{LeaseAttempt, OutboxRow, StateStore, TurnWrite};
 
 /// Writes submitted through [`StateStore::submit`] (and detached) do what the synchronous
@@ -83,4 +84,43 @@ pub fn submitted_writes(store: &dyn StateStore) {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// The blocking conveniences answer when called on a runtime's own thread (a current-thread
+/// runtime, as in a `#[tokio::test]` or the harness's heartbeat): `WriteMode::Now` needs no
+/// runtime to answer, so a store that waited on the caller's runtime would hang here. A
+/// grouped write submitted on the same thread is answered too.
+pub fn blocking_writes_on_a_runtime_thread(store: &dyn StateStore) {
+    let at = store.location();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let LeaseAttempt::Acquired(lease) = store.try_acquire_lease("k", "p1", 0, 60_000).unwrap()
+        else {
+            panic!("{at}: lease refused");
+        };
+        assert!(store.renew_lease(&lease, 1, 60_000).unwrap(), "{at}");
+        store.save_document("ns", "key", "\"v\"").unwrap();
+        assert!(store.mark_bootstrapped("s", "e").unwrap(), "{at}");
+        let grouped = store
+            .submit(TurnWrite::RecordTurn {
+                session_id: "s".into(),
+                entries: vec![entry("s-1", "hello")],
+                binding_key: "k".into(),
+                binding_json: "{}".into(),
+                lease_generation: lease.generation,
+                commit: None,
+            })
+            .await;
+        assert!(grouped.is_ok(), "{at}: {grouped:?}");
+        store.release_lease(&lease).unwrap();
+    });
+    assert_eq!(ids(store, "s"), ["s-1"], "{at}");
+    assert_eq!(
+        store.load_document("ns", "key").unwrap().as_deref(),
+        Some("\"v\""),
+        "{at}"
+    );
 }

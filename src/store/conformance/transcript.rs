@@ -2,6 +2,7 @@
 
 use super::{entry, ids, outbox_row};
 use crate::contract::AgentMessage;
+use crate::store::StateStoreExt;
 use crate::store::{StateStore, TranscriptEntry};
 
 /// Transcript entries come back in append order with their messages, across appends; sessions

@@ -37,7 +37,8 @@ use tokio_postgres::NoTls;
 
 use super::{
     decode_transcript_rows, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore,
-    StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry,
+    StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry, TurnWrite,
+    WriteFuture, WriteMode,
 };
 use migrations::SCHEMA_VERSION;
 use queries::{from_db, insert_entries, insert_outbox, outbox_row, to_db};
@@ -244,6 +245,123 @@ impl StateStore for PostgresStore {
         })
     }
 
+    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let session = session_id.to_string();
+        let rows: Vec<(String, String)> = self.run("load transcript", move |client| async move {
+            client
+                .query(
+                    "SELECT entry_id, message FROM ctxbridge_transcript WHERE session_id = $1 ORDER BY seq",
+                    &[&session],
+                )
+                .await?
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect()
+        })?;
+        decode_transcript_rows(session_id, rows, |key, message| {
+            self.record_error("load transcript", key, message)
+        })
+    }
+
+    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        let session = session_id.to_string();
+        self.run("read outbox", move |client| async move {
+            client
+                .query(
+                    "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
+                     FROM ctxbridge_outbox WHERE session_id = $1 ORDER BY seq",
+                    &[&session],
+                )
+                .await?
+                .iter()
+                .map(outbox_row)
+                .collect()
+        })
+    }
+
+    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
+        self.run("read quarantines", move |client| async move {
+            client
+                .query(
+                    "SELECT engine_id, operation, reason, at_ms FROM ctxbridge_quarantine ORDER BY engine_id",
+                    &[],
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok(QuarantineRecord {
+                        engine_id: row.try_get(0)?,
+                        operation: row.try_get(1)?,
+                        reason: row.try_get(2)?,
+                        at_ms: from_db(row.try_get(3)?),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        let (session, engine) = (session_id.to_string(), engine_id.to_string());
+        self.run("read bootstrap mark", move |client| async move {
+            client
+                .query_opt(
+                    "SELECT 1 FROM ctxbridge_bootstrapped WHERE session_id = $1 AND engine_id = $2",
+                    &[&session, &engine],
+                )
+                .await
+                .map(|row| row.is_some())
+        })
+    }
+
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let (namespace, key) = (namespace.to_string(), key.to_string());
+        self.run("load document", move |client| async move {
+            client
+                .query_opt(
+                    "SELECT json FROM ctxbridge_documents WHERE namespace = $1 AND key = $2",
+                    &[&namespace, &key],
+                )
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()
+        })
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.run("count rows", move |client| async move {
+            let row = client
+                .query_one(
+                    "SELECT
+                       (SELECT count(*) FROM ctxbridge_activity WHERE scope = 's'),
+                       (SELECT count(*) FROM ctxbridge_bindings),
+                       (SELECT count(*) FROM ctxbridge_transcript),
+                       (SELECT count(*) FROM ctxbridge_outbox),
+                       (SELECT count(*) FROM ctxbridge_documents),
+                       (SELECT min(last_active_ms) FROM ctxbridge_activity WHERE scope IN ('s', 'b'))",
+                    &[],
+                )
+                .await?;
+            let count = |i: usize| row.try_get::<_, i64>(i).map(from_db);
+            Ok(StoreStats {
+                sessions: count(0)?,
+                bindings: count(1)?,
+                transcript_entries: count(2)?,
+                outbox_pending: count(3)?,
+                documents: count(4)?,
+                oldest_session_ms: row.try_get::<_, Option<i64>>(5)?.map(from_db),
+            })
+        })
+    }
+
+    /// Every write runs at once on the store's worker, which answers it (PostgreSQL runs
+    /// concurrent sessions' writes side by side: there is no one writer to queue for).
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
+        let _ = mode;
+        Box::pin(std::future::ready(write.apply(self)))
+    }
+}
+
+impl super::StoreWrites for PostgresStore {
     fn save_binding(
         &self,
         binding_key: &str,
@@ -321,24 +439,6 @@ impl StateStore for PostgresStore {
         )
     }
 
-    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
-        let session = session_id.to_string();
-        let rows: Vec<(String, String)> = self.run("load transcript", move |client| async move {
-            client
-                .query(
-                    "SELECT entry_id, message FROM ctxbridge_transcript WHERE session_id = $1 ORDER BY seq",
-                    &[&session],
-                )
-                .await?
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                .collect()
-        })?;
-        decode_transcript_rows(session_id, rows, |key, message| {
-            self.record_error("load transcript", key, message)
-        })
-    }
-
     fn append_transcript(
         &self,
         session_id: &str,
@@ -392,22 +492,6 @@ impl StateStore for PostgresStore {
         let row = row.clone();
         self.run("enqueue outbox row", move |client| async move {
             insert_outbox(&client, &row).await
-        })
-    }
-
-    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
-        let session = session_id.to_string();
-        self.run("read outbox", move |client| async move {
-            client
-                .query(
-                    "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
-                     FROM ctxbridge_outbox WHERE session_id = $1 ORDER BY seq",
-                    &[&session],
-                )
-                .await?
-                .iter()
-                .map(outbox_row)
-                .collect()
         })
     }
 
@@ -503,40 +587,6 @@ impl StateStore for PostgresStore {
         })
     }
 
-    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
-        self.run("read quarantines", move |client| async move {
-            client
-                .query(
-                    "SELECT engine_id, operation, reason, at_ms FROM ctxbridge_quarantine ORDER BY engine_id",
-                    &[],
-                )
-                .await?
-                .iter()
-                .map(|row| {
-                    Ok(QuarantineRecord {
-                        engine_id: row.try_get(0)?,
-                        operation: row.try_get(1)?,
-                        reason: row.try_get(2)?,
-                        at_ms: from_db(row.try_get(3)?),
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        let (session, engine) = (session_id.to_string(), engine_id.to_string());
-        self.run("read bootstrap mark", move |client| async move {
-            client
-                .query_opt(
-                    "SELECT 1 FROM ctxbridge_bootstrapped WHERE session_id = $1 AND engine_id = $2",
-                    &[&session, &engine],
-                )
-                .await
-                .map(|row| row.is_some())
-        })
-    }
-
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
         let (session, engine) = (session_id.to_string(), engine_id.to_string());
         self.run("mark bootstrapped", move |client| async move {
@@ -624,20 +674,6 @@ impl StateStore for PostgresStore {
         })
     }
 
-    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
-        let (namespace, key) = (namespace.to_string(), key.to_string());
-        self.run("load document", move |client| async move {
-            client
-                .query_opt(
-                    "SELECT json FROM ctxbridge_documents WHERE namespace = $1 AND key = $2",
-                    &[&namespace, &key],
-                )
-                .await?
-                .map(|row| row.try_get(0))
-                .transpose()
-        })
-    }
-
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
         let (namespace, key, json) = (namespace.to_string(), key.to_string(), json.to_string());
         self.run("save document", move |client| async move {
@@ -654,31 +690,5 @@ impl StateStore for PostgresStore {
 
     fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
         self.sweep(request)
-    }
-
-    fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.run("count rows", move |client| async move {
-            let row = client
-                .query_one(
-                    "SELECT
-                       (SELECT count(*) FROM ctxbridge_activity WHERE scope = 's'),
-                       (SELECT count(*) FROM ctxbridge_bindings),
-                       (SELECT count(*) FROM ctxbridge_transcript),
-                       (SELECT count(*) FROM ctxbridge_outbox),
-                       (SELECT count(*) FROM ctxbridge_documents),
-                       (SELECT min(last_active_ms) FROM ctxbridge_activity WHERE scope IN ('s', 'b'))",
-                    &[],
-                )
-                .await?;
-            let count = |i: usize| row.try_get::<_, i64>(i).map(from_db);
-            Ok(StoreStats {
-                sessions: count(0)?,
-                bindings: count(1)?,
-                transcript_entries: count(2)?,
-                outbox_pending: count(3)?,
-                documents: count(4)?,
-                oldest_session_ms: row.try_get::<_, Option<i64>>(5)?.map(from_db),
-            })
-        })
     }
 }

@@ -49,7 +49,8 @@ impl StoreInner {
     }
 
     /// Turns a submitted write into what the writer runs (encoding transcript entries here,
-    /// on the submitting thread, not under the writer).
+    /// on the submitting thread, not under the writer). Only turn writes are queued
+    /// ([`Op::is_queued`]); the caller runs the others directly.
     pub(super) fn prepare(&self, mut write: TurnWrite) -> Result<Op, StoreError> {
         let encoded = match &mut write {
             TurnWrite::RecordTurn { entries, .. } => {
@@ -58,13 +59,6 @@ impl StoreInner {
             _ => Vec::new(),
         };
         Ok(Op { write, encoded })
-    }
-
-    /// Queues a write and, unless another thread is running the queue, runs it (with whatever
-    /// else is queued) on this thread.
-    pub(super) fn enqueue(&self, op: Op, reply: Option<tokio::sync::oneshot::Sender<WriteResult>>) {
-        lock_queue(&self.queue).push(QueuedWrite { op, reply });
-        self.combine();
     }
 
     /// Runs the queued writes until the queue is empty, unless another thread already does.
@@ -259,6 +253,19 @@ pub(super) enum Applied {
 }
 
 impl Op {
+    /// The writes the queue runs: a turn's lease, record and outbox writes.
+    pub(super) fn is_queued(write: &TurnWrite) -> bool {
+        matches!(
+            write,
+            TurnWrite::AcquireLease { .. }
+                | TurnWrite::ReleaseLease(_)
+                | TurnWrite::RecordTurn { .. }
+                | TurnWrite::EnqueueOutbox(_)
+                | TurnWrite::CompleteOutbox { .. }
+                | TurnWrite::FailOutbox { .. }
+        )
+    }
+
     fn operation(&self) -> &'static str {
         self.write.operation()
     }
@@ -337,6 +344,10 @@ impl Op {
                 )?
                 .execute(params![session_id, advancement_key, error])
                 .map(|_| (done, true)),
+            // Not reached: only `is_queued` writes enter the queue. Refused, not guessed at.
+            other => Err(rusqlite::Error::ToSqlConversionFailure(Box::new(
+                std::io::Error::other(format!("{} is not a queued write", other.operation())),
+            ))),
         }
     }
 

@@ -33,10 +33,10 @@ use tokio::sync::oneshot::error::TryRecvError;
 use super::{
     Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore, StoreError, StoreStats,
     StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
-    TurnWrite, WriteFuture, WriteOutcome,
+    TurnWrite, WriteFuture, WriteMode, WriteOutcome,
 };
 use checkpointer::{Checkpointer, CHECKPOINT_IDLE};
-use group_commit::{classify, lock_queue, QueuedWrite};
+use group_commit::{classify, lock_queue, Op, QueuedWrite};
 use pool::{Target, READERS};
 use queries::{insert_entries, stale_check, stats_of, upsert_binding};
 use schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
@@ -343,42 +343,6 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn save_binding(
-        &self,
-        binding_key: &str,
-        json: &str,
-        lease_generation: u64,
-    ) -> Result<(), StoreError> {
-        let fenced = self.write_tx("save binding", |tx| {
-            let fenced = upsert_binding(tx, binding_key, json, lease_generation)?;
-            Ok((fenced, fenced.is_none()))
-        })?;
-        stale_check("save binding", binding_key, lease_generation, fenced)
-    }
-
-    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
-        self.with_conn("delete binding", |conn| {
-            conn.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
-                .execute(params![binding_key])
-                .map(|_| ())
-        })
-    }
-
-    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
-        self.with_conn("delete session", |conn| {
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let entries = tx
-                .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
-                .execute(params![session_id])? as u64;
-            tx.prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
-                .execute(params![session_id])?;
-            tx.prepare_cached("DELETE FROM activity WHERE scope = 's' AND key = ?1")?
-                .execute(params![session_id])?;
-            tx.commit()?;
-            Ok(entries)
-        })
-    }
-
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
         let rows: Vec<(String, String)> = self.with_reader("load transcript", |conn| {
             let mut stmt = conn.prepare_cached(
@@ -439,6 +403,153 @@ impl StateStore for SqliteStore {
             entries: self.decode_entries(session_id, rows)?,
             appended,
             cursor: Some(TranscriptCursor { version, next_seq }),
+        })
+    }
+    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        self.with_reader("read outbox", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
+                 FROM outbox WHERE session_id = ?1 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![session_id], |r| {
+                Ok(OutboxRow {
+                    session_id: r.get(0)?,
+                    advancement_key: r.get(1)?,
+                    engine_id: r.get(2)?,
+                    params_json: r.get(3)?,
+                    attempts: r.get(4)?,
+                    last_error: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
+        self.with_reader("read quarantines", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT engine_id, operation, reason, at_ms FROM quarantine ORDER BY engine_id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(QuarantineRecord {
+                    engine_id: r.get(0)?,
+                    operation: r.get(1)?,
+                    reason: r.get(2)?,
+                    at_ms: r.get::<_, i64>(3)? as u64,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.with_reader("read bootstrap mark", |conn| {
+            conn.prepare_cached(
+                "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
+            )?
+            .query_row(params![session_id, engine_id], |r| r.get::<_, i64>(0))
+            .map(|n| n > 0)
+        })
+    }
+
+    /// Turn writes (leases, recorded turns, the outbox) go through the write queue. `Grouped`:
+    /// the returned future lets the other tasks that are ready run first, then, unless one of
+    /// them ran this write already, runs the queue (or leaves it to the thread that already
+    /// does) — turns that reach their writes in one round of the scheduler so share one
+    /// transaction, also on a single worker thread, where running each write as it is
+    /// submitted would commit one per turn. `Now`: the queue is run at once. A queued write
+    /// whose caller stops waiting still runs. Other writes run at once on the writer.
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
+        if !Op::is_queued(&write) {
+            return Box::pin(std::future::ready(write.apply(self)));
+        }
+        let op = match self.prepare(write) {
+            Ok(op) => op,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        lock_queue(&self.queue).push(QueuedWrite::new(op, Some(reply)));
+        let mut runner = QueueRunner(Some(self.inner.clone()));
+        if mode == WriteMode::Now {
+            runner.run();
+        }
+        let path = self.path.clone();
+        let abandoned = move || {
+            Err(StoreError::Io {
+                path,
+                operation: "wait for a queued write",
+                source: std::io::Error::other(
+                    "the write was abandoned unanswered (the thread running it panicked)",
+                ),
+            })
+        };
+        Box::pin(async move {
+            if mode == WriteMode::Grouped {
+                tokio::task::yield_now().await;
+                match answer.try_recv() {
+                    // Run with the writes of the tasks that ran meanwhile.
+                    Ok(result) => {
+                        runner.disarm();
+                        return result;
+                    }
+                    Err(TryRecvError::Empty) => runner.run(),
+                    Err(TryRecvError::Closed) => {
+                        runner.disarm();
+                        return abandoned();
+                    }
+                }
+            }
+            answer.await.unwrap_or_else(|_| abandoned())
+        })
+    }
+
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.with_reader("load document", |conn| {
+            conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
+                .query_row(params![namespace, key], |r| r.get(0))
+                .optional()
+        })
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.with_reader("count rows", |conn| stats_of(conn))
+    }
+}
+
+impl super::StoreWrites for SqliteStore {
+    fn save_binding(
+        &self,
+        binding_key: &str,
+        json: &str,
+        lease_generation: u64,
+    ) -> Result<(), StoreError> {
+        let fenced = self.write_tx("save binding", |tx| {
+            let fenced = upsert_binding(tx, binding_key, json, lease_generation)?;
+            Ok((fenced, fenced.is_none()))
+        })?;
+        stale_check("save binding", binding_key, lease_generation, fenced)
+    }
+
+    fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError> {
+        self.with_conn("delete binding", |conn| {
+            conn.prepare_cached("DELETE FROM bindings WHERE binding_key = ?1")?
+                .execute(params![binding_key])
+                .map(|_| ())
+        })
+    }
+
+    fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
+        self.with_conn("delete session", |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let entries = tx
+                .prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?
+                .execute(params![session_id])? as u64;
+            tx.prepare_cached("DELETE FROM bootstrapped WHERE session_id = ?1")?
+                .execute(params![session_id])?;
+            tx.prepare_cached("DELETE FROM activity WHERE scope = 's' AND key = ?1")?
+                .execute(params![session_id])?;
+            tx.commit()?;
+            Ok(entries)
         })
     }
 
@@ -543,25 +654,6 @@ impl StateStore for SqliteStore {
         self.run_now(&TurnWrite::EnqueueOutbox(row.clone()).into())
             .map(|_| ())
     }
-    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
-        self.with_reader("read outbox", |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT session_id, advancement_key, engine_id, params, attempts, last_error
-                 FROM outbox WHERE session_id = ?1 ORDER BY seq",
-            )?;
-            let rows = stmt.query_map(params![session_id], |r| {
-                Ok(OutboxRow {
-                    session_id: r.get(0)?,
-                    advancement_key: r.get(1)?,
-                    engine_id: r.get(2)?,
-                    params_json: r.get(3)?,
-                    attempts: r.get(4)?,
-                    last_error: r.get(5)?,
-                })
-            })?;
-            rows.collect()
-        })
-    }
 
     fn complete_outbox(&self, session_id: &str, advancement_key: &str) -> Result<(), StoreError> {
         self.run_now(
@@ -618,33 +710,6 @@ impl StateStore for SqliteStore {
             conn.prepare_cached("DELETE FROM quarantine WHERE engine_id = ?1")?
                 .execute(params![engine_id])
                 .map(|_| ())
-        })
-    }
-
-    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
-        self.with_reader("read quarantines", |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT engine_id, operation, reason, at_ms FROM quarantine ORDER BY engine_id",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(QuarantineRecord {
-                    engine_id: r.get(0)?,
-                    operation: r.get(1)?,
-                    reason: r.get(2)?,
-                    at_ms: r.get::<_, i64>(3)? as u64,
-                })
-            })?;
-            rows.collect()
-        })
-    }
-
-    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        self.with_reader("read bootstrap mark", |conn| {
-            conn.prepare_cached(
-                "SELECT count(*) FROM bootstrapped WHERE session_id = ?1 AND engine_id = ?2",
-            )?
-            .query_row(params![session_id, engine_id], |r| r.get::<_, i64>(0))
-            .map(|n| n > 0)
         })
     }
 
@@ -726,62 +791,6 @@ impl StateStore for SqliteStore {
         })
     }
 
-    /// Queues the write; the returned future lets the other tasks that are ready run first,
-    /// then, unless a task among them has run it already, runs the queue (or leaves it to the
-    /// thread that already does). Turns that reach their writes in the same round of the
-    /// scheduler so share one transaction — also on a single worker thread, where running each
-    /// write as it is submitted would commit one per turn.
-    fn submit(&self, write: TurnWrite) -> WriteFuture {
-        let op = match self.prepare(write) {
-            Ok(op) => op,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
-        };
-        let (reply, mut answer) = tokio::sync::oneshot::channel();
-        lock_queue(&self.queue).push(QueuedWrite::new(op, Some(reply)));
-        let mut runner = QueueRunner(Some(self.inner.clone()));
-        let path = self.path.clone();
-        let abandoned = move || {
-            Err(StoreError::Io {
-                path,
-                operation: "wait for a queued write",
-                source: std::io::Error::other(
-                    "the write was abandoned unanswered (the thread running it panicked)",
-                ),
-            })
-        };
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            match answer.try_recv() {
-                // Run with the writes of the tasks that ran meanwhile.
-                Ok(result) => {
-                    runner.disarm();
-                    return result;
-                }
-                Err(TryRecvError::Empty) => runner.run(),
-                Err(TryRecvError::Closed) => {
-                    runner.disarm();
-                    return abandoned();
-                }
-            }
-            answer.await.unwrap_or_else(|_| abandoned())
-        })
-    }
-
-    fn submit_detached(&self, write: TurnWrite) {
-        match self.prepare(write) {
-            Ok(op) => self.enqueue(op, None),
-            Err(e) => tracing::warn!(error = %e, "a detached store write could not be prepared"),
-        }
-    }
-
-    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
-        self.with_reader("load document", |conn| {
-            conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
-                .query_row(params![namespace, key], |r| r.get(0))
-                .optional()
-        })
-    }
-
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError> {
         self.write_tx("save document", |tx| {
             tx.prepare_cached(
@@ -796,9 +805,5 @@ impl StateStore for SqliteStore {
 
     fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
         self.sweep(request)
-    }
-
-    fn stats(&self) -> Result<StoreStats, StoreError> {
-        self.with_reader("count rows", |conn| stats_of(conn))
     }
 }

@@ -6,6 +6,7 @@ use super::group_commit::lock_queue;
 use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::contract::AgentMessage;
+use crate::store::StateStoreExt;
 
 /// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
 fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
