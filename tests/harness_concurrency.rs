@@ -306,14 +306,7 @@ async fn another_process_runs_after_a_kept_lease_and_is_seen() {
     assert_eq!(rb.thread_id, ra.thread_id);
     assert_eq!(b.transcript("s").unwrap().len(), 4);
     turn(&a, "from a again").await;
-    let seen: Vec<usize> = engine_a
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            Call::Assemble { messages, .. } => Some(messages),
-            _ => None,
-        })
-        .collect();
+    let seen = engine_a.assembled_message_counts();
     assert_eq!(seen, [0, 4], "a's second turn sees b's turn");
     assert_eq!(a.transcript("s").unwrap().len(), 6);
 }

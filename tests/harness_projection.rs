@@ -76,14 +76,7 @@ async fn assemble_runs_every_turn_even_on_reuse() {
         let r = turn(&h, prompt).await;
         assert_eq!(r.projected, i == 0);
     }
-    let seen: Vec<usize> = engine
-        .calls()
-        .into_iter()
-        .filter_map(|c| match c {
-            Call::Assemble { messages, .. } => Some(messages),
-            _ => None,
-        })
-        .collect();
+    let seen = engine.assembled_message_counts();
     assert_eq!(seen, vec![0, 2, 4]);
 }
 

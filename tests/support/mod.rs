@@ -280,6 +280,17 @@ impl ScriptEngine {
         self.script().calls.clone()
     }
 
+    /// How many transcript messages each `assemble` call so far was given.
+    pub fn assembled_message_counts(&self) -> Vec<usize> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Assemble { messages, .. } => Some(messages),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The lifecycle names of every call so far.
     pub fn call_names(&self) -> Vec<String> {
         self.calls().iter().map(Call::name).collect()
