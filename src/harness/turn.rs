@@ -689,7 +689,7 @@ impl Harness {
         };
         let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
         // Forwarded in this task rather than a spawned one: a spawn per turn costs a
-        // cross-thread wake-up on the multi-thread runtime (see README, Benchmarks).
+        // cross-thread wake-up on the multi-thread runtime (docs/benchmarks.md).
         let forward = async move {
             while let Some(ev) = rx.recv().await {
                 if let Some(out) = &events {
