@@ -1,6 +1,7 @@
 //! The SQLite store's write queue (group commit): a turn's writes are queued, and the thread
-//! that finds the queue free runs what is queued as one transaction, each write in a savepoint
-//! of its own, and answers each; `classify` names what a SQLite failure means.
+//! that finds the queue free runs what is queued as one transaction and answers each (a write
+//! that fails sends the batch's writes to run one by one); `classify` names what a SQLite
+//! failure means.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,9 +93,9 @@ impl StoreInner {
         }
     }
 
-    /// Runs a batch of queued writes in one transaction, each in a savepoint of its own, and
-    /// answers each. When the transaction itself fails (it cannot begin or commit), each write
-    /// runs again alone, so each gets its own answer.
+    /// Runs a batch of queued writes in one transaction and answers each. When a write or the
+    /// transaction itself fails (it cannot begin or commit), the batch is rolled back and each
+    /// write runs again alone, so each gets its own answer.
     fn run_batch(&self, batch: Vec<QueuedWrite>) {
         self.write_batches.fetch_add(1, Ordering::Relaxed);
         self.queued_writes
@@ -125,19 +126,13 @@ impl StoreInner {
             return;
         }
         let results = self.with_conn("run queued writes", |conn| {
-            let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut results = Vec::with_capacity(batch.len());
             for queued in &batch {
-                let savepoint = tx.savepoint()?;
-                match queued.op.run(&savepoint) {
-                    Ok((applied, true)) => {
-                        savepoint.commit()?;
-                        results.push(Ok(applied));
-                    }
-                    // Dropping a savepoint rolls it back.
-                    Ok((applied, false)) => results.push(Ok(applied)),
-                    Err(e) => results.push(Err(e)),
-                }
+                // A write not to be kept (fenced, a busy lease) has written nothing; a write
+                // that fails ends the batch: it is rolled back and each write runs alone.
+                let (applied, _keep) = queued.op.run(&tx)?;
+                results.push(Ok::<_, rusqlite::Error>(applied));
             }
             tx.commit()?;
             Ok(results)
@@ -270,8 +265,9 @@ impl Op {
         self.write.operation()
     }
 
-    /// Runs the write inside the caller's transaction or savepoint; true when it is to be
-    /// kept (a fenced write and a refused lease are rolled back).
+    /// Runs the write inside the caller's transaction; true when it is to be kept. A write not
+    /// to be kept (a fenced record, a busy lease) decides so before it writes anything, so a
+    /// batch needs no savepoint per write.
     fn run(&self, conn: &Connection) -> rusqlite::Result<(Applied, bool)> {
         let done = Applied::Outcome(WriteOutcome::Done);
         match &self.write {

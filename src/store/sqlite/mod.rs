@@ -2,9 +2,9 @@
 //!
 //! One writer connection and a small pool of reader connections: in WAL mode readers never
 //! wait for the writer, so store reads of concurrent turns run on every core while writes
-//! queue on the writer. A turn's writes ([`StateStore::submit`]) go through a queue: the
+//! queue on the writer. A turn's writes ([`StateStore::write`]) go through a queue: the
 //! submitting thread runs it unless another thread already does, and writes queued meanwhile
-//! run as one transaction (group commit), each in a savepoint of its own — no thread sleeps
+//! run as one transaction (group commit), each as if alone — no thread sleeps
 //! waiting for the writer. Every write transaction takes SQLite's write lock up front
 //! (`BEGIN IMMEDIATE`), so a busy database makes it wait up to the busy timeout instead of
 //! failing at once when a read transaction would have to be upgraded. A file store's WAL is

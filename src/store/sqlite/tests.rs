@@ -221,8 +221,8 @@ fn writes_wait_for_the_write_lock() {
 }
 
 /// Writes queued while another thread runs the queue wait for it (their submitters go on
-/// meanwhile), then run in one batch in submission order, each in its own savepoint: a
-/// fenced record is refused and rolled back alone, a release queued before an acquire of
+/// meanwhile), then run in one batch in submission order, each as if alone: a fenced record
+/// is refused and writes nothing, a release queued before an acquire of
 /// the same session frees it for that acquire, and the other writes land.
 #[tokio::test]
 async fn queued_writes_run_as_one_batch_in_order() {
@@ -278,6 +278,40 @@ async fn queued_writes_run_as_one_batch_in_order() {
         s.load_binding("k2").unwrap().unwrap().json,
         "{\"by\":\"other\"}"
     );
+}
+
+/// A write that fails inside a batch (here a transcript entry id the session already has)
+/// gets its own error; the writes batched with it land as if alone, its binding included
+/// neither half-written nor lost for the others.
+#[tokio::test]
+async fn a_failing_write_in_a_batch_fails_alone() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.append_transcript("dup", &[entry("e1", "x")]).unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    let record = |session: &str, entry_id: &str| TurnWrite::RecordTurn {
+        session_id: session.into(),
+        entries: vec![entry(entry_id, "y")],
+        binding_key: format!("k-{session}"),
+        binding_json: "{}".into(),
+        lease_generation: 0,
+        commit: None,
+    };
+    let first = s.submit(record("a", "a1"));
+    let failing = s.submit(record("dup", "e1"));
+    let last = s.submit(record("b", "b1"));
+    s.combining.store(false, Ordering::SeqCst);
+    s.combine();
+    first.await.unwrap();
+    assert!(failing.await.is_err());
+    last.await.unwrap();
+    assert_eq!(s.load_transcript("a").unwrap().len(), 1);
+    assert_eq!(s.load_transcript("b").unwrap().len(), 1);
+    assert_eq!(s.load_transcript("dup").unwrap().len(), 1);
+    assert!(
+        s.load_binding("k-dup").unwrap().is_none(),
+        "half a failed write kept"
+    );
+    assert!(s.load_binding("k-a").unwrap().is_some());
 }
 
 /// A lease acquired for a submitter that stopped waiting (its turn was cancelled while the
