@@ -11,10 +11,82 @@ use super::{
 };
 
 /// A store answered a write with an outcome of another kind: the store is broken.
-fn unexpected(write: &'static str, outcome: WriteOutcome) -> StoreError {
+fn unexpected(operation: &'static str, outcome: WriteOutcome) -> StoreError {
     StoreError::UnexpectedAnswer {
-        operation: write,
+        operation,
         answer: format!("{outcome:?}"),
+    }
+}
+
+/// Runs `write` at once and takes its answer apart with `take` (`None`: an answer of another
+/// kind, a broken store).
+fn answer<S, T>(
+    store: &S,
+    write: TurnWrite,
+    take: impl FnOnce(&WriteOutcome) -> Option<T>,
+) -> Result<T, StoreError>
+where
+    S: StateStore + ?Sized,
+{
+    let operation = write.operation();
+    let outcome = futures::executor::block_on(store.write(write, WriteMode::Now))?;
+    take(&outcome).ok_or_else(|| unexpected(operation, outcome))
+}
+
+fn count(outcome: &WriteOutcome) -> Option<u64> {
+    match outcome {
+        WriteOutcome::Count(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn applied(outcome: &WriteOutcome) -> Option<bool> {
+    match outcome {
+        WriteOutcome::Applied(yes) => Some(*yes),
+        _ => None,
+    }
+}
+
+fn lease(outcome: &WriteOutcome) -> Option<LeaseAttempt> {
+    match outcome {
+        WriteOutcome::Lease(attempt) => Some(attempt.clone()),
+        _ => None,
+    }
+}
+
+/// A turn's record, with its durable commit when given.
+fn record(
+    session_id: &str,
+    entries: &[TranscriptEntry],
+    binding_key: &str,
+    binding_json: &str,
+    lease_generation: u64,
+    commit: Option<&OutboxRow>,
+) -> TurnWrite {
+    TurnWrite::RecordTurn {
+        session_id: session_id.to_owned(),
+        entries: entries.to_vec(),
+        binding_key: binding_key.to_owned(),
+        binding_json: binding_json.to_owned(),
+        lease_generation,
+        commit: commit.cloned(),
+    }
+}
+
+/// A lease acquisition, from `dead_holder` when given.
+fn acquire(
+    session: &str,
+    holder: &str,
+    dead_holder: Option<&str>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> TurnWrite {
+    TurnWrite::AcquireLease {
+        session: session.to_owned(),
+        holder: holder.to_owned(),
+        dead_holder: dead_holder.map(str::to_owned),
+        now_ms,
+        ttl_ms,
     }
 }
 
@@ -78,12 +150,10 @@ pub trait StateStoreExt: StateStore {
 
     /// [`TurnWrite::DeleteSession`]: how many transcript entries went.
     fn delete_session(&self, session_id: &str) -> Result<u64, StoreError> {
-        match self.write_now(TurnWrite::DeleteSession {
+        let write = TurnWrite::DeleteSession {
             session_id: session_id.to_owned(),
-        })? {
-            WriteOutcome::Count(n) => Ok(n),
-            other => Err(unexpected("delete session", other)),
-        }
+        };
+        answer(self, write, count)
     }
 
     /// [`TurnWrite::RecordTurn`] without a commit.
@@ -95,15 +165,15 @@ pub trait StateStoreExt: StateStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        self.write_now(TurnWrite::RecordTurn {
-            session_id: session_id.to_owned(),
-            entries: entries.to_vec(),
-            binding_key: binding_key.to_owned(),
-            binding_json: binding_json.to_owned(),
+        let write = record(
+            session_id,
+            entries,
+            binding_key,
+            binding_json,
             lease_generation,
-            commit: None,
-        })
-        .map(drop)
+            None,
+        );
+        self.write_now(write).map(drop)
     }
 
     /// [`TurnWrite::RecordTurn`] with the turn's durable commit.
@@ -116,15 +186,9 @@ pub trait StateStoreExt: StateStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        self.write_now(TurnWrite::RecordTurn {
-            session_id: session_id.to_owned(),
-            entries: entries.to_vec(),
-            binding_key: binding_key.to_owned(),
-            binding_json: binding_json.to_owned(),
-            lease_generation,
-            commit: Some(commit.clone()),
-        })
-        .map(drop)
+        let (id, key, json) = (session_id, binding_key, binding_json);
+        let write = record(id, entries, key, json, lease_generation, Some(commit));
+        self.write_now(write).map(drop)
     }
 
     /// [`TurnWrite::AppendTranscript`].
@@ -170,13 +234,11 @@ pub trait StateStoreExt: StateStore {
 
     /// [`TurnWrite::MoveOutbox`]: how many rows moved.
     fn move_outbox(&self, from: &str, to: &str) -> Result<u64, StoreError> {
-        match self.write_now(TurnWrite::MoveOutbox {
+        let write = TurnWrite::MoveOutbox {
             from: from.to_owned(),
             to: to.to_owned(),
-        })? {
-            WriteOutcome::Count(n) => Ok(n),
-            other => Err(unexpected("move outbox rows", other)),
-        }
+        };
+        answer(self, write, count)
     }
 
     /// [`TurnWrite::FailOutbox`].
@@ -210,13 +272,11 @@ pub trait StateStoreExt: StateStore {
 
     /// [`TurnWrite::MarkBootstrapped`]: true when the mark was new.
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
-        match self.write_now(TurnWrite::MarkBootstrapped {
+        let write = TurnWrite::MarkBootstrapped {
             session_id: session_id.to_owned(),
             engine_id: engine_id.to_owned(),
-        })? {
-            WriteOutcome::Applied(new) => Ok(new),
-            other => Err(unexpected("mark bootstrapped", other)),
-        }
+        };
+        answer(self, write, applied)
     }
 
     /// [`TurnWrite::AcquireLease`].
@@ -227,16 +287,7 @@ pub trait StateStoreExt: StateStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        match self.write_now(TurnWrite::AcquireLease {
-            session: session.to_owned(),
-            holder: holder.to_owned(),
-            dead_holder: None,
-            now_ms,
-            ttl_ms,
-        })? {
-            WriteOutcome::Lease(attempt) => Ok(attempt),
-            other => Err(unexpected("acquire session lease", other)),
-        }
+        answer(self, acquire(session, holder, None, now_ms, ttl_ms), lease)
     }
 
     /// [`TurnWrite::AcquireLease`] from a holder known to be dead.
@@ -248,16 +299,8 @@ pub trait StateStoreExt: StateStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        match self.write_now(TurnWrite::AcquireLease {
-            session: session.to_owned(),
-            holder: holder.to_owned(),
-            dead_holder: Some(dead_holder.to_owned()),
-            now_ms,
-            ttl_ms,
-        })? {
-            WriteOutcome::Lease(attempt) => Ok(attempt),
-            other => Err(unexpected("take over session lease", other)),
-        }
+        let write = acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
+        answer(self, write, lease)
     }
 
     /// [`TurnWrite::ReleaseLease`].
@@ -268,14 +311,12 @@ pub trait StateStoreExt: StateStore {
 
     /// [`TurnWrite::RenewLease`]: false when the lease is no longer this holder's.
     fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {
-        match self.write_now(TurnWrite::RenewLease {
+        let write = TurnWrite::RenewLease {
             lease: lease.clone(),
             now_ms,
             ttl_ms,
-        })? {
-            WriteOutcome::Applied(renewed) => Ok(renewed),
-            other => Err(unexpected("renew session lease", other)),
-        }
+        };
+        answer(self, write, applied)
     }
 
     /// [`TurnWrite::SaveDocument`].
@@ -290,10 +331,14 @@ pub trait StateStoreExt: StateStore {
 
     /// [`TurnWrite::SweepIdle`]: what went.
     fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError> {
-        match self.write_now(TurnWrite::SweepIdle(request.clone()))? {
-            WriteOutcome::Swept(report) => Ok(report),
-            other => Err(unexpected("sweep idle state", other)),
-        }
+        answer(
+            self,
+            TurnWrite::SweepIdle(request.clone()),
+            |outcome| match outcome {
+                WriteOutcome::Swept(report) => Some(report.clone()),
+                _ => None,
+            },
+        )
     }
 }
 
