@@ -171,7 +171,7 @@ pub fn openclaw_config(config: &Config) -> Value {
 /// The state dir of engine `engine_id`: `<state dir>/engines/<engineId>`, absolute (the
 /// engine may run in another working directory).
 pub fn engine_state_dir(config: &Config, engine_id: &str) -> PathBuf {
-    absolute(state_dir(config).join("engines").join(engine_id))
+    absolute(config.state_dir().join("engines").join(engine_id))
 }
 
 /// `path` made absolute against the current directory (unchanged if that fails).
@@ -297,20 +297,10 @@ fn load_failure(error: EngineError) -> String {
     }
 }
 
-/// The directory of the state store (engines get `<dir>/agents/<agentId>` as agent directory).
-pub fn state_dir(config: &Config) -> PathBuf {
-    config
-        .store
-        .path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-}
-
 /// The directories handed to engine factories.
 pub fn engine_dirs(config: &Config) -> EngineDirs {
     EngineDirs {
-        agent_dir: Some(state_dir(config).join("agents").join(&config.agent.id)),
+        agent_dir: Some(config.state_dir().join("agents").join(&config.agent.id)),
         workspace_dir: std::env::current_dir().ok(),
     }
 }
@@ -402,7 +392,7 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
         cwd: std::env::current_dir()
             .ok()
             .map(|p| p.display().to_string()),
-        session_dir: Some(absolute(state_dir(config).join("sessions"))),
+        session_dir: Some(absolute(config.state_dir().join("sessions"))),
         lease_ttl: config
             .store
             .lease_ttl_ms

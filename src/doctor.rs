@@ -25,10 +25,10 @@ use crate::host::node::{parse_node_version, NodeRange, NODE_SQLITE_MIN};
 use crate::host::requirements::{
     check_host_requirements, declared_operations, HostRequirementError,
 };
-use crate::host::session_file::utc_time;
 use crate::quarantine::QuarantineRecord;
 use crate::registry::{EngineDirs, EngineRegistry};
 use crate::store::{open_store, StateStore, StoreError, StoreStats, StoreTarget};
+use crate::util::format_utc_ms;
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -413,15 +413,6 @@ pub fn inspect_target(target: &StoreTarget, engine_ids: &[String]) -> PersistedS
                 error: error.to_string(),
             }),
     }
-}
-
-/// `ms` since the Unix epoch as an RFC 3339 UTC timestamp (`2023-11-14T22:13:20Z`).
-pub fn format_utc_ms(ms: u64) -> String {
-    let t = utc_time(ms);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second
-    )
 }
 
 /// The warning for a non-owning engine whose `compact` did nothing (docs/architecture.md#compaction-on-threaded-backends).

@@ -51,3 +51,4 @@ pub mod registry;
 pub mod runtime_settings;
 pub mod serve;
 pub mod store;
+pub mod util;

@@ -146,7 +146,7 @@ async fn a_dead_holders_lease_expires() {
     let rig = Rig::new();
     let h = rig.harness(None, cfg());
     let key = h.binding_key_for("s");
-    let now = ctxbridge::harness::now_ms();
+    let now = ctxbridge::util::now_ms();
     let taken = rig
         .store
         .try_acquire_lease(&key, "dead-process", now, 50)
@@ -176,7 +176,7 @@ async fn lease_waits_and_takeovers_reach_the_metrics() {
     let key = h.binding_key_for("s");
     let taken = rig
         .store
-        .try_acquire_lease(&key, "another-process", ctxbridge::harness::now_ms(), 50)
+        .try_acquire_lease(&key, "another-process", ctxbridge::util::now_ms(), 50)
         .unwrap();
     assert!(matches!(taken, LeaseAttempt::Acquired(_)));
     turn(&h, "after the wait").await;
@@ -186,7 +186,7 @@ async fn lease_waits_and_takeovers_reach_the_metrics() {
     let dead = format!("ctxbridge@{host}:{}:1:deadbeef0000", std::process::id());
     let taken = rig
         .store
-        .try_acquire_lease(&key, &dead, ctxbridge::harness::now_ms(), 600_000)
+        .try_acquire_lease(&key, &dead, ctxbridge::util::now_ms(), 600_000)
         .unwrap();
     assert!(matches!(taken, LeaseAttempt::Acquired(_)));
     turn(&h, "after the takeover").await;
@@ -225,7 +225,7 @@ async fn the_lease_is_kept_between_turns_for_the_linger() {
     let key = h.binding_key_for("s");
     turn(&h, "one").await;
     let first = h.binding("s").await.unwrap().unwrap().generation;
-    let now = ctxbridge::harness::now_ms();
+    let now = ctxbridge::util::now_ms();
     let other = rig
         .store
         .try_acquire_lease(&key, "another-process", now, 60_000)
@@ -235,7 +235,7 @@ async fn the_lease_is_kept_between_turns_for_the_linger() {
     let second = h.binding("s").await.unwrap().unwrap().generation;
     assert_eq!(second, first, "the lease was taken back, not taken anew");
     h.release_held_sessions().await;
-    let now = ctxbridge::harness::now_ms();
+    let now = ctxbridge::util::now_ms();
     let other = rig
         .store
         .try_acquire_lease(&key, "another-process", now, 60_000)
@@ -262,7 +262,7 @@ async fn a_kept_lease_is_released_at_once_or_when_the_linger_ends() {
         let key = h.binding_key_for("s");
         turn(&h, "one").await;
         tokio::time::sleep(pause).await;
-        let now = ctxbridge::harness::now_ms();
+        let now = ctxbridge::util::now_ms();
         let other = rig
             .store
             .try_acquire_lease(&key, "another-process", now, 10)

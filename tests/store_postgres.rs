@@ -18,12 +18,13 @@ use ctxbridge::backend::{
     NativeCompaction, ResumeThread, StartThread, ThreadId, ThreadedBackend, TurnEvent, TurnOutcome,
     TurnRequest,
 };
-use ctxbridge::harness::{now_ms, Harness, HarnessConfig, TurnSpec};
+use ctxbridge::harness::{Harness, HarnessConfig, TurnSpec};
 use ctxbridge::quarantine::{QuarantineBook, QuarantineEngine};
 use ctxbridge::store::StateStoreExt;
 use ctxbridge::store::{
     conformance, LeaseAttempt, PostgresOptions, PostgresStore, StateStore, StoreError,
 };
+use ctxbridge::util::now_ms;
 use tokio::sync::{mpsc, Notify};
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

@@ -75,7 +75,7 @@ pub fn codex_home(config: &Config, configured: Option<&Path>) -> CodexHome {
         std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from),
-        &crate::app::state_dir(config),
+        &config.state_dir(),
     )
 }
 

@@ -25,6 +25,7 @@ use crate::store::{
     HeldTimes, PostgresOptions, PostgresStore, ShardedSqliteStore, SqliteStore, StateStore,
     StoreError,
 };
+use crate::util::error_chain;
 
 /// Turns per session of the scale run.
 pub const TURNS_PER_SESSION: usize = 5;
@@ -252,14 +253,17 @@ fn pg_admin(url: &str, sql: &str) -> Result<(), String> {
             .build()
             .map_err(|e| e.to_string())?;
         runtime.block_on(async move {
-            let mut config: tokio_postgres::Config = url.parse().map_err(|e| chain(&e))?;
+            let mut config: tokio_postgres::Config = url.parse().map_err(|e| error_chain(&e))?;
             config.connect_timeout(Duration::from_secs(3));
             let (client, connection) = config
                 .connect(tokio_postgres::NoTls)
                 .await
-                .map_err(|e| chain(&e))?;
+                .map_err(|e| error_chain(&e))?;
             let driver = tokio::spawn(connection);
-            let result = client.batch_execute(&sql).await.map_err(|e| chain(&e));
+            let result = client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| error_chain(&e));
             drop(client);
             let _ = driver.await;
             result
@@ -267,17 +271,6 @@ fn pg_admin(url: &str, sql: &str) -> Result<(), String> {
     })
     .join();
     joined.unwrap_or_else(|_| Err("the PostgreSQL admin thread panicked".to_string()))
-}
-
-/// An error's text followed by its sources'.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
 }
 
 /// Whether a PostgreSQL server answers at `url`; the reason when not.

@@ -238,7 +238,7 @@ async fn serve_in_process(
         ListenAddr::parse("ws://127.0.0.1:0").map_err(|e| runtime_err("serve")(e.to_string()))?;
     let handle = proxy::start(ServeOptions::new(listen, upstream))
         .await
-        .map_err(|e| runtime_err("start serve")(proxy::error_chain(&e)))?;
+        .map_err(|e| runtime_err("start serve")(crate::util::error_chain(&e)))?;
     let addr = handle
         .local_addr
         .ok_or_else(|| runtime_err("start serve")("no address".into()))?;
@@ -453,7 +453,7 @@ async fn relay_flood(messages: usize) -> Result<Throughput, BenchError> {
     let options = ServeOptions::new(listen, AppServerConfig::new("/nonexistent"));
     let handle = proxy::start_with(options, Arc::new(FloodConnector { deltas: messages }))
         .await
-        .map_err(|e| runtime_err("start serve")(proxy::error_chain(&e)))?;
+        .map_err(|e| runtime_err("start serve")(crate::util::error_chain(&e)))?;
     let addr = handle
         .local_addr
         .ok_or_else(|| runtime_err("start serve")("no address".into()))?;

@@ -72,7 +72,7 @@ async fn serve_with_engine(
     options.store = Some(store);
     let handle = proxy::start(options)
         .await
-        .map_err(|e| runtime("start serve")(proxy::error_chain(&e)))?;
+        .map_err(|e| runtime("start serve")(crate::util::error_chain(&e)))?;
     let addr = handle
         .local_addr
         .ok_or_else(|| runtime("start serve")("no address".into()))?;

@@ -4,7 +4,7 @@
 
 use crate::cli::context::{errln, CliError, CommandContext, EXIT_OK};
 use crate::serve::command::options;
-use crate::serve::error_chain;
+use crate::util::error_chain;
 
 pub use crate::serve::command::ServeArgs;
 

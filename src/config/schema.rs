@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::SelectionSource;
-use crate::engines::LEGACY_ENGINE_ID;
+use crate::contract::LEGACY_ENGINE_ID;
 use crate::host::capabilities::HostKind;
 
 /// `agent.id` when none is configured.
@@ -595,6 +595,15 @@ impl EngineSlot {
 }
 
 impl Config {
+    /// The directory of the state store (engines get `<dir>/agents/<agentId>` as agent directory).
+    pub fn state_dir(&self) -> PathBuf {
+        self.store
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    }
+
     /// The engine slot (docs/architecture.md#selection-fault-isolation-and-quarantine): missing, empty or `"legacy"` selects legacy; an engine
     /// disabled in `plugins.entries` yields legacy too (not a failure).
     pub fn engine_slot(&self) -> EngineSlot {

@@ -19,6 +19,9 @@ use super::types::{
 };
 use serde_json::Value;
 
+/// The id the core reserves for the legacy engine, the baseline every host has: the default
+/// when none is selected and the fallback for a quarantined one.
+pub const LEGACY_ENGINE_ID: &str = "legacy";
 /// Every lifecycle operation, named as in the contract (and in quarantine log lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::json_size::message_json_bytes;
 use super::message::AgentMessage;
-use crate::projection::message_json_bytes;
 
 /// The list and its JSON size, kept together so the size never goes stale.
 #[derive(Clone, Default)]
@@ -59,7 +59,7 @@ impl Messages {
     }
 
     /// The JSON size of the list as a JSON array, strings counted unescaped (as
-    /// [`crate::projection::transcript_json_bytes`] measures it), in O(1).
+    /// [`super::transcript_json_bytes`] measures it), in O(1).
     pub fn json_bytes(&self) -> usize {
         2 + self.0.items_json_bytes + self.0.items.len().saturating_sub(1)
     }
@@ -164,7 +164,7 @@ impl<'de> Deserialize<'de> for Messages {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::projection::transcript_json_bytes;
+    use crate::contract::transcript_json_bytes;
 
     /// Appending to a shared list copies it first: the other handle keeps what it had; the
     /// only handle appends in place.

@@ -8,6 +8,7 @@
 mod commands;
 mod engine;
 mod hooks;
+mod json_size;
 mod message;
 mod messages;
 mod runtime;
@@ -15,11 +16,14 @@ mod tools;
 mod types;
 
 pub use commands::{parse_command_line, CommandCallParams, CommandReply, EngineCommand};
-pub use engine::{ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet};
+pub use engine::{
+    ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet, LEGACY_ENGINE_ID,
+};
 pub use hooks::{
     join_blocks, HookCall, PromptBuildResult, SessionEndReason, HOOK_BEFORE_PROMPT_BUILD,
     HOOK_BEFORE_RESET, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP, HOOK_SESSION_END, HOOK_SESSION_START,
 };
+pub use json_size::{message_json_bytes, transcript_json_bytes};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use messages::Messages;
 pub use runtime::RuntimeCallbacks;

@@ -233,7 +233,7 @@ impl<'de> Deserialize<'de> for RuntimeContext {
 }
 
 /// The runtimeSettings snapshot (schemaVersion 1, docs/architecture.md#runtimesettings). Built by
-/// [`crate::runtime_settings`]; unknown values are `null`, never omitted.
+/// the host's `runtime_settings`; unknown values are `null`, never omitted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeSettings {

@@ -5,11 +5,9 @@ use async_trait::async_trait;
 
 use crate::contract::{
     AfterTurnParams, AssembleParams, AssembleResult, CompactParams, CompactResult, ContextEngine,
-    EngineError, EngineInfo, EngineMethod, IngestParams, IngestResult, MethodSet,
+    EngineError, EngineInfo, EngineMethod, IngestParams, IngestResult, MethodSet, LEGACY_ENGINE_ID,
 };
 
-/// The id the core reserves for the legacy engine.
-pub const LEGACY_ENGINE_ID: &str = "legacy";
 /// Its display name.
 pub const LEGACY_ENGINE_NAME: &str = "Legacy Context Engine";
 

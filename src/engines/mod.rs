@@ -4,5 +4,6 @@ pub mod legacy;
 pub mod process;
 pub mod sample;
 
-pub use legacy::{LegacyEngine, LEGACY_ENGINE_ID, LEGACY_ENGINE_NAME};
+pub use crate::contract::LEGACY_ENGINE_ID;
+pub use legacy::{LegacyEngine, LEGACY_ENGINE_NAME};
 pub use process::{HostIdentity, ProcessEngine, ProcessEngineConfig};

@@ -5,7 +5,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::session::now_ms;
 use super::turn::{RecordedTurn, TurnContext};
 use super::{Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
@@ -19,6 +18,7 @@ use crate::host::params::project_host_params;
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
 use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
+use crate::util::now_ms;
 
 impl Harness {
     /// A durable engine's commit of this turn (docs/architecture.md#durable-turns-committurn): its `commitTurn` params and the

@@ -55,7 +55,7 @@ use crate::store::{
 
 use crate::store::StateStoreExt;
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
-pub use session::{now_ms, SessionLockError};
+pub use session::SessionLockError;
 use session::{SessionGuard, SessionLocks};
 pub use session_end::{fire_swept_session_ends, ResetReport};
 pub use thread_history::{ThreadHistory, THREAD_HISTORY_NAMESPACE};

@@ -17,20 +17,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
 use crate::store::StateStoreExt;
 use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+use crate::util::now_ms;
 
 /// The prefix of holder ids written by this build.
 const HOLDER_PREFIX: &str = "ctxbridge@";
@@ -112,31 +106,33 @@ pub fn describe_holder(holder: &str) -> String {
     }
 }
 
-/// This host's name (`/proc/sys/kernel/hostname`, `/etc/hostname`, `$HOSTNAME`, else
-/// `localhost`).
+/// This host's name (the kernel's, by `gethostname`; `$HOSTNAME`, else `localhost`, when it
+/// is empty or not UTF-8).
 pub fn host_name() -> String {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
+    gethostname::gethostname()
+        .into_string()
+        .ok()
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`); `None`
-/// when the process does not exist.
+/// A process's start time in clock ticks since boot (`starttime` of `/proc/PID/stat`);
+/// `None` when the process does not exist, or off Linux.
 pub fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat_start(&stat)
-}
-
-/// Field 22 of a `/proc/PID/stat` line. The command name (field 2) is in parentheses and may
-/// itself hold spaces and parentheses, so fields are counted after the last `)`.
-fn parse_stat_start(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    // After the name come field 3 (state) onwards: field 22 is the 20th of them.
-    after.split_whitespace().nth(19)?.parse().ok()
+    #[cfg(target_os = "linux")]
+    {
+        let pid = i32::try_from(pid).ok()?;
+        procfs::process::Process::new(pid)
+            .and_then(|process| process.stat())
+            .map(|stat| stat.starttime)
+            .ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
 }
 
 /// Why a session could not be taken.
@@ -618,12 +614,14 @@ mod tests {
         assert_eq!(HolderId::parse("ctxbridge-12-abc"), None);
     }
 
-    /// The start time is field 22 of `/proc/PID/stat`, counted after a name that holds spaces
-    /// and parentheses.
+    /// This process has a start time that does not change; a PID that does not exist has none.
+    #[cfg(target_os = "linux")]
     #[test]
-    fn stat_start_time_is_field_22() {
-        let stat = "123 (a b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 999 20 21";
-        assert_eq!(parse_stat_start(stat), Some(999));
+    fn start_times_of_processes() {
+        let started = process_start(std::process::id()).unwrap();
+        assert!(started > 0);
+        assert_eq!(process_start(std::process::id()), Some(started));
+        assert_eq!(process_start(u32::MAX - 1), None);
     }
 
     /// This process is alive; a PID that does not exist on this host, or this PID with another

@@ -10,16 +10,17 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::session::{now_ms, SessionGuard};
+use super::session::SessionGuard;
 use super::{store_err, Harness, HarnessError, SESSION_NAMESPACE};
 use crate::contract::{
     CommandCallParams, CommandReply, ContextEngine, EngineCommand, HookCall, SessionEndReason,
     HOOK_BEFORE_RESET, HOOK_SESSION_END,
 };
-use crate::host::session_file::iso_timestamp;
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
 use crate::store::SweepReport;
+use crate::util::iso_timestamp;
+use crate::util::now_ms;
 
 /// What a reset did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

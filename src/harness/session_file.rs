@@ -6,13 +6,13 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::session::now_ms;
 use super::Harness;
 use crate::contract::AgentMessage;
 use crate::host::session_file::{
-    file_name, header_timestamp, iso_timestamp, last_entry_id, message_lines, render_file,
+    file_name, header_timestamp, last_entry_id, message_lines, render_file,
 };
 use crate::store::{StateStore, TranscriptEntry};
+use crate::util::{iso_timestamp, now_ms};
 
 fn pairs(entries: &[TranscriptEntry]) -> Vec<(String, AgentMessage)> {
     entries

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::session::{now_ms, SessionFacts, SessionGuard};
+use super::session::{SessionFacts, SessionGuard};
 use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::ThreadedBackend;
@@ -33,6 +33,7 @@ use crate::projection::{
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
 use crate::store::TranscriptEntry;
+use crate::util::now_ms;
 
 /// What every step of one turn works with once the session is held and the serving engine
 /// chosen (instead of long parameter lists).

@@ -7,7 +7,6 @@ use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::contract::{AgentMessage, Role};
-use crate::projection::fingerprint::sha256_hex;
 
 /// The session file format version this host writes.
 pub const SESSION_FILE_VERSION: u32 = 4;
@@ -40,50 +39,7 @@ pub fn file_name(session_id: &str) -> String {
     format!("sha256-{}.jsonl", sha256_hex(session_id))
 }
 
-/// A UTC calendar time: year, month, day, hour, minute, second, millisecond.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UtcTime {
-    pub year: i64,
-    pub month: i64,
-    pub day: i64,
-    pub hour: u64,
-    pub minute: u64,
-    pub second: u64,
-    pub millis: u64,
-}
-
-/// `ms` since the Unix epoch as a UTC calendar time (proleptic Gregorian calendar).
-pub fn utc_time(ms: u64) -> UtcTime {
-    let secs = ms / 1000;
-    let (days, day_secs) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    UtcTime {
-        year: yoe + era * 400 + i64::from(month <= 2),
-        month,
-        day,
-        hour: day_secs / 3_600,
-        minute: day_secs % 3_600 / 60,
-        second: day_secs % 60,
-        millis: ms % 1000,
-    }
-}
-
-/// `ms` since the Unix epoch as JavaScript's `toISOString()` (`2026-01-02T03:04:05.678Z`).
-pub fn iso_timestamp(ms: u64) -> String {
-    let t = utc_time(ms);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year, t.month, t.day, t.hour, t.minute, t.second, t.millis
-    )
-}
+use crate::util::{iso_timestamp, sha256_hex};
 
 /// The header line (without the newline).
 pub fn header_line(session_id: &str, timestamp: &str, cwd: &str) -> String {

@@ -26,8 +26,8 @@ use super::binding::{BindingProjection, EngineBinding, ThreadBinding, BINDING_SC
 use super::mode::EffectiveMode;
 use super::render::RenderMode;
 use crate::backend::{BackendKind, ThreadId};
+use crate::contract::LEGACY_ENGINE_ID;
 use crate::contract::{ContextProjection, ProjectionMode};
-use crate::engines::legacy::LEGACY_ENGINE_ID;
 
 /// What the turn sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

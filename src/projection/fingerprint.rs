@@ -6,17 +6,9 @@
 //! depend on whether `serde_json::Map` keeps insertion order (`preserve_order`) or not.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-/// Lowercase hex SHA-256 of `text` (used for `developerInstructionsSha256`).
-pub fn sha256_hex(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
-}
-
-/// Lowercase hex SHA-256 of raw bytes.
-pub(crate) fn sha256_hex_bytes(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::util::digest::sha256_hex;
+pub(crate) use crate::util::digest::sha256_hex_bytes;
 
 /// The canonical JSON text of `value` (sorted keys, compact).
 pub fn canonical_json(value: &Value) -> String {

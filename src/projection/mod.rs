@@ -26,14 +26,13 @@ pub mod plan;
 pub mod redact;
 pub mod render;
 
+pub use crate::contract::{message_json_bytes, transcript_json_bytes};
 pub use binding::{
     binding_key, policy_canonical_json, policy_fingerprint, tool_catalogue_entry,
     tools_fingerprint, BindingProjection, EngineBinding, PolicyInputs, ThreadBinding,
     BINDING_SCHEMA_VERSION, POLICY_SCHEMA_VERSION,
 };
-pub use bound::{
-    bound_assembled, message_json_bytes, transcript_json_bytes, Bounded, BOUNDED_EPOCH_PREFIX,
-};
+pub use bound::{bound_assembled, Bounded, BOUNDED_EPOCH_PREFIX};
 pub use decision::{
     decide, BlankEpochWarning, DecisionInput, DecisionReason, ProjectionAction, ProjectionDecision,
     ThreadChoice,

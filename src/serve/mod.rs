@@ -472,15 +472,3 @@ impl upstream::Connector for CountingConnector {
         self.inner.connect(generation).await
     }
 }
-
-/// An error and its sources on one line (messages to clients and the CLI).
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}

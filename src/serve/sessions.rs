@@ -134,7 +134,7 @@ impl EngineSessions {
             .base
             .client("initialize")
             .await
-            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
+            .map_err(|e| internal(crate::util::error_chain(&e)))?;
         let (call, accepted) = ClientCall::new(upstream, facts);
         let call = Arc::new(call);
         let client = AppServerClient::over(
@@ -165,7 +165,7 @@ impl EngineSessions {
             match &outcome {
                 Ok(_) => call.settle(TurnEnd::AsUpstream),
                 Err(error) => {
-                    tracing::warn!(%session, error = %crate::serve::error_chain(error), "serve: {what} failed");
+                    tracing::warn!(%session, error = %crate::util::error_chain(error), "serve: {what} failed");
                     call.settle(turn_end(error));
                 }
             }
@@ -178,7 +178,7 @@ impl EngineSessions {
             Ok(()) = accepted => Ok(SessionAnswer::Sent),
             done = done_rx => match done {
                 Ok(Ok(value)) => Ok(SessionAnswer::Result(value)),
-                Ok(Err(error)) => Err(RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&error))),
+                Ok(Err(error)) => Err(RpcError::new(INVALID_REQUEST, crate::util::error_chain(&error))),
                 Err(_) => Err(RpcError::new(INTERNAL_ERROR, format!("{what} was cancelled"))),
             },
         }
@@ -195,7 +195,7 @@ impl EngineSessions {
             .harness
             .binding(&session)
             .await
-            .map_err(|e| RpcError::new(INVALID_REQUEST, crate::serve::error_chain(&e)))?;
+            .map_err(|e| RpcError::new(INVALID_REQUEST, crate::util::error_chain(&e)))?;
         // The session's first turn adopts the thread the client started.
         let adopt =
             (bound.is_none() && request.backend_thread_id == session).then(|| session.clone());
@@ -268,14 +268,14 @@ impl EngineSessions {
         let history = self
             .harness
             .thread_history(session)
-            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
+            .map_err(|e| internal(crate::util::error_chain(&e)))?;
         let Some(&earlier_messages) = history.threads.get(backend) else {
             return Ok(Vec::new());
         };
         let transcript = self
             .harness
             .transcript(session)
-            .map_err(|e| internal(crate::serve::error_chain(&e)))?;
+            .map_err(|e| internal(crate::util::error_chain(&e)))?;
         let earlier = &transcript[..earlier_messages.min(transcript.len())];
         Ok(history::transcript_turns(session, earlier))
     }
@@ -495,7 +495,7 @@ fn turn_end(error: &HarnessError) -> TurnEnd {
                 | BackendError::Unavailable { .. },
             ..
         } => TurnEnd::AsUpstream,
-        other => TurnEnd::Failed(crate::serve::error_chain(other)),
+        other => TurnEnd::Failed(crate::util::error_chain(other)),
     }
 }
 

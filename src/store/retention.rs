@@ -7,12 +7,13 @@
 //! [`MAX_BATCHES_PER_TICK`] batches, so a large backlog is worked off over several ticks.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use super::{StateStore, SweepReport, SweepRequest};
 use crate::store::StateStoreExt;
+use crate::util::now_ms;
 
 /// Time between two sweeps.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(10 * 60);
@@ -26,12 +27,6 @@ const MAX_BATCHES_PER_TICK: usize = 10;
 /// The sweep cutoff: state last active before this instant (ms since the Unix epoch) is idle.
 pub fn idle_before_ms(now_ms: u64, retention: Duration) -> u64 {
     now_ms.saturating_sub(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// One tick: batches until one comes back short (nothing more is idle) or the tick's batch

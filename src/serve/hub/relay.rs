@@ -23,7 +23,7 @@ impl Hub {
             let generation = self.generation;
             let (live, mut events) = self.connector.connect(generation).await.map_err(|error| {
                 tracing::warn!(%error, "serve: could not start the upstream");
-                RpcError::new(INTERNAL_ERROR, crate::serve::error_chain(&error))
+                RpcError::new(INTERNAL_ERROR, crate::util::error_chain(&error))
             })?;
             let tx = self.tx.clone();
             tokio::spawn(async move {

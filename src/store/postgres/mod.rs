@@ -40,11 +40,12 @@ use super::{
     StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry, TurnWrite,
     WriteFuture, WriteMode,
 };
+use crate::util::error_chain;
 use migrations::SCHEMA_VERSION;
 use queries::{from_db, insert_entries, insert_outbox, outbox_row, to_db};
 pub use redact::redact_url;
 use redact::UNPARSABLE_URL;
-use worker::{describe, Worker};
+use worker::Worker;
 
 /// First key of the advisory locks this store takes (the second names what is locked).
 const LOCK_MIGRATE: &str = "ctxbridge.migrate";
@@ -147,7 +148,7 @@ impl PostgresStore {
                 // wrong place would be shown. Name it without repeating it.
                 store: UNPARSABLE_URL.to_owned(),
                 operation: "parse the URL",
-                message: describe(&source),
+                message: error_chain(&source),
                 source: Box::new(source),
             })?;
         let statement_ms = options.statement_timeout.as_millis().max(1);

@@ -1,5 +1,5 @@
 //! The PostgreSQL store's worker: the thread with its own tokio runtime that runs every call's
-//! job on a pooled connection, and how a failed job is described.
+//! job on a pooled connection.
 
 use std::future::Future;
 use std::sync::mpsc;
@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::PostgresStore;
 use crate::store::StoreError;
+use crate::util::error_chain;
 
 /// The store's own thread and runtime; dropping it stops the thread (and with it every pooled
 /// connection's task).
@@ -83,7 +84,7 @@ impl PostgresStore {
             Ok(Err(JobError::Pg(source))) => Err(StoreError::Backend {
                 store: self.url.clone(),
                 operation,
-                message: describe(&source),
+                message: error_chain(&source),
                 source: Box::new(source),
             }),
             Ok(Err(JobError::Pool(PoolError::Timeout(_)))) | Ok(Err(JobError::Timeout)) => {
@@ -96,7 +97,10 @@ impl PostgresStore {
             Ok(Err(JobError::Pool(source))) => Err(StoreError::Backend {
                 store: self.url.clone(),
                 operation,
-                message: format!("cannot get a PostgreSQL connection: {}", describe(&source)),
+                message: format!(
+                    "cannot get a PostgreSQL connection: {}",
+                    error_chain(&source)
+                ),
                 source: Box::new(source),
             }),
             // The job was dropped unrun: the worker's runtime has stopped.
@@ -107,19 +111,4 @@ impl PostgresStore {
             }),
         }
     }
-}
-
-/// The error and its causes, joined (the driver's own `Display` names only the kind).
-pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let next = e.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = e.source();
-    }
-    text
 }

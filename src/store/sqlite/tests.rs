@@ -468,7 +468,7 @@ fn every_write_path_dates_its_key() {
         .unwrap();
     assert_eq!(triggers, 0, "old activity triggers left in place");
 
-    let started = i64::try_from(crate::harness::now_ms()).unwrap() - 1;
+    let started = i64::try_from(crate::util::now_ms()).unwrap() - 1;
     let dated = |scope: &str, key: &str| {
         let at = activity(&path, scope, key);
         assert!(
