@@ -23,6 +23,7 @@ use crate::engines::LEGACY_ENGINE_ID;
 use crate::quarantine::{
     panic_message, CallTimeouts, FailedOperation, QuarantineBook, QuarantineEngine,
 };
+use crate::util::lock;
 
 /// The owner of the built-in engines (and of the reserved id `legacy`).
 pub const CORE_OWNER: &str = "core";
@@ -139,9 +140,7 @@ impl EngineRegistry {
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Registration>> {
         // Inserts and removals are single map operations; a poisoned lock holds a valid map.
-        self.engines
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.engines)
     }
 
     /// Registers `factory` for `id` on behalf of `owner`. The id `legacy` is the core's; an id

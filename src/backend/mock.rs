@@ -23,6 +23,7 @@ use super::{
 };
 use crate::store::StateStore;
 use crate::store::StateStoreExt;
+use crate::util::lock;
 
 /// The documents namespace the mock backend keeps its threads in (swept by retention).
 pub const THREADS_NAMESPACE: &str = "mock-thread";
@@ -225,7 +226,7 @@ impl MockBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, MockState> {
         // The state is plain data; a panic elsewhere cannot leave it half-written in a way that
         // matters to a test double, so recover the guard.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Scripts the behaviour of the next turn (queued, first in first out).

@@ -25,6 +25,7 @@ use crate::contract::{
     ContextProjection, EngineError, EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult,
     IngestParams, IngestResult, Messages, MethodSet, ProjectionMode, Role,
 };
+use crate::util::lock;
 
 /// The engine's id.
 pub const BENCH_ENGINE_ID: &str = "ctxbridge-bench";
@@ -123,7 +124,7 @@ impl BenchEngine {
     /// The background of an epoch (built once, then shared).
     pub fn background(&self, epoch_index: usize) -> Arc<[AgentMessage]> {
         // Plain cache of immutable values: a panic elsewhere cannot leave it inconsistent.
-        let mut cache = self.backgrounds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = lock(&self.backgrounds);
         cache
             .entry(epoch_index)
             .or_insert_with(|| build_background(epoch_index, self.config.background_chars).into())
@@ -153,11 +154,7 @@ impl BenchEngine {
         transcript: &[AgentMessage],
     ) -> (Messages, String, usize) {
         // Plain map of owned values: a panic elsewhere cannot leave it inconsistent.
-        let previous = self
-            .views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(session_id);
+        let previous = lock(&self.views).remove(session_id);
         // The previous view still describes this transcript's start (same length prefix, same
         // last message: the host's transcript only grows unless it is rewritten).
         let grown = previous.filter(|v| {
@@ -196,10 +193,7 @@ impl BenchEngine {
             Self::epoch_label(view.epoch_index),
             view.chars,
         );
-        self.views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(session_id.to_string(), view);
+        lock(&self.views).insert(session_id.to_string(), view);
         out
     }
 }

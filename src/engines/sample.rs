@@ -26,6 +26,7 @@ use crate::contract::{
     ContextProjection, EngineError, EngineInfo, EngineMethod, IngestParams, IngestResult,
     MaintainParams, MaintainResult, MethodSet, ProjectionMode, Role,
 };
+use crate::util::lock;
 
 /// The engine's id.
 pub const SAMPLE_ENGINE_ID: &str = "sample-summary";
@@ -114,7 +115,7 @@ impl SampleSummaryEngine {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionState>> {
         // Plain counters: a panic elsewhere cannot leave them inconsistent.
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.sessions)
     }
 
     fn save(&self, sessions: &HashMap<String, SessionState>) -> Result<(), String> {

@@ -54,6 +54,7 @@ use crate::store::{
 };
 
 use crate::store::StateStoreExt;
+use crate::util::lock;
 pub use callbacks::{complete_through, completion_request, HostCallbacks, HostLlmCallbacks};
 pub use session::SessionLockError;
 use session::{SessionGuard, SessionLocks};
@@ -569,11 +570,7 @@ impl Harness {
         self.metrics
             .lease_acquired(guard.waited(), guard.took_over());
         let generation = guard.generation();
-        let previous = self
-            .lease_generations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), generation);
+        let previous = lock(&self.lease_generations).insert(key.to_string(), generation);
         // A lease kept from this harness's own last turn has the generation it last saw.
         let continues = |seen: u64| {
             seen.saturating_add(1) == generation || (guard.reused() && seen == generation)
@@ -627,7 +624,7 @@ impl Harness {
         // Held only across the synchronous store read; the session lock already orders turns.
         // A poisoned slot only means a panic mid-update: the cursor and list were replaced
         // together or not at all, so its content is still coherent.
-        let mut cached = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cached = lock(&slot);
         let read = self
             .store_for(session_key)
             .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
@@ -645,7 +642,7 @@ impl Harness {
     }
 
     fn warn_once(&self, key: String, message: &str) {
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut warned = lock(&self.warned);
         if warned.insert(key) {
             tracing::warn!("{message}");
         }

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::store::StateStoreExt;
 use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
+use crate::util::lock;
 use crate::util::now_ms;
 
 /// The prefix of holder ids written by this build.
@@ -204,7 +205,7 @@ impl Parking {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Parked>> {
         // The map only holds leases and task handles; a panic while it was locked leaves each
         // entry whole.
-        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.leases)
     }
 
     /// Takes the parked lease of `key`, if any (its expiry task no longer runs after this).
@@ -435,7 +436,7 @@ impl SessionLocks {
         session: &str,
     ) -> Arc<AsyncMutex<()>> {
         // The map only holds Arcs; a panic while it was locked cannot corrupt it.
-        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = lock(&map);
         map.entry(session.to_string())
             .or_insert_with(|| Arc::new(AsyncMutex::new(())))
             .clone()

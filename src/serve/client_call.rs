@@ -19,7 +19,7 @@
 //!   the harness recorded the turn, or failed it — then they hear why).
 
 use std::collections::HashSet;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 use codex_app_server_client::{developer_message, loaded_thread, AppServerError, Route, Transport};
@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use crate::serve::codex_link::HubTransport;
 use crate::serve::hub::ConnId;
 use crate::serve::seam::{ClientAnswer, TurnEnd, UpstreamHandle};
+use crate::util::lock;
 
 /// What a client's `turn/start` sent beside its text.
 #[derive(Debug, Clone, Default)]
@@ -78,10 +79,6 @@ pub(crate) struct ClientCall {
     accepted_turn: Mutex<Option<(String, Option<String>)>>,
 }
 
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl ClientCall {
     /// The connection of the request `facts` names, and what resolves once the upstream
     /// accepted it (its answer went to the client).
@@ -107,7 +104,7 @@ impl ClientCall {
     /// The harness call is done with the accepted turn: its completion goes to the clients as
     /// `end` says. Once; nothing when no turn was accepted (the request's error answers it).
     pub(crate) fn settle(&self, end: TurnEnd) {
-        if let Some((thread, turn)) = locked(&self.accepted_turn).take() {
+        if let Some((thread, turn)) = lock(&self.accepted_turn).take() {
             self.upstream().settle(&thread, turn, end);
         }
     }
@@ -184,7 +181,7 @@ impl ClientCall {
         if method != self.answers {
             return None;
         }
-        locked(&self.pending_answer).take()
+        lock(&self.pending_answer).take()
     }
 }
 
@@ -199,7 +196,7 @@ impl Transport for ClientCall {
         let ephemeral = params.get("ephemeral").and_then(Value::as_bool) == Some(true);
         let params = match method {
             "thread/start" if !ephemeral => {
-                let adopt = locked(&self.adopt).take();
+                let adopt = lock(&self.adopt).take();
                 if let Some(thread) = adopt {
                     return self.adopt(thread, &params).await;
                 }
@@ -224,7 +221,7 @@ impl Transport for ClientCall {
         let Some((answer, accepted)) = self.take_answer(method) else {
             let result = self.hub.request_via(method, params, route, None).await?;
             if let Some(thread) = loaded_thread(method, &result) {
-                locked(&self.attached).insert(thread);
+                lock(&self.attached).insert(thread);
             }
             return Ok(result);
         };
@@ -240,14 +237,14 @@ impl Transport for ClientCall {
             Ok(result) => {
                 if let Some(thread) = params_thread {
                     let turn = result.pointer("/turn/id").and_then(Value::as_str);
-                    *locked(&self.accepted_turn) = Some((thread, turn.map(str::to_owned)));
+                    *lock(&self.accepted_turn) = Some((thread, turn.map(str::to_owned)));
                 }
                 let _ = accepted.send(());
                 Ok(result)
             }
             Err(error) => {
                 // Not accepted: a retry (a new thread after an overflow) may still answer.
-                *locked(&self.pending_answer) = Some((answer, accepted));
+                *lock(&self.pending_answer) = Some((answer, accepted));
                 Err(error)
             }
         }
@@ -258,11 +255,11 @@ impl Transport for ClientCall {
     }
 
     async fn attach(&self, thread_id: &str, params: Value) -> Result<(), AppServerError> {
-        if locked(&self.attached).contains(thread_id) {
+        if lock(&self.attached).contains(thread_id) {
             return Ok(());
         }
         self.hub.attach(thread_id, params).await?;
-        locked(&self.attached).insert(thread_id.to_owned());
+        lock(&self.attached).insert(thread_id.to_owned());
         Ok(())
     }
 

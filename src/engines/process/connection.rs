@@ -33,6 +33,7 @@ use crate::contract::{
     CompactParams, EngineError, EngineMethod, LlmCompleteRequest, RuntimeCallbacks,
     TranscriptRewriteRequest,
 };
+use crate::util::lock;
 
 /// How many stderr lines are kept for the detail of a process failure.
 const STDERR_TAIL_LINES: usize = 8;
@@ -291,13 +292,6 @@ impl Drop for CancelOnDrop<'_> {
             let _ = self.commands.send(Command::Cancel { id: self.id });
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A poisoned lock only means another thread panicked mid-update of a plain value.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct ConnectionTask {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::util::lock;
 use rusqlite::Connection;
 
 /// Commits after which the checkpointer runs.
@@ -34,7 +35,7 @@ struct Shared {
 impl Shared {
     fn stopped(&self) -> MutexGuard<'_, bool> {
         // Holds only a flag; a panic elsewhere cannot leave it inconsistent.
-        self.stop.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.stop)
     }
 }
 
@@ -97,7 +98,7 @@ fn run(conn: &Connection, shared: &Shared, idle: Duration) {
                 .wait_timeout_while(stop, idle, |stop| {
                     !*stop && shared.commits.load(Ordering::Relaxed) < CHECKPOINT_AFTER_COMMITS
                 })
-                .unwrap_or_else(|p| p.into_inner());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             *stop
         };
         if shared.commits.swap(0, Ordering::Relaxed) > 0 || stop {

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
@@ -16,6 +15,7 @@ use super::StoreInner;
 use crate::store::{
     Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
 };
+use crate::util::lock;
 
 impl StoreInner {
     /// `record_turn`, queueing `commit` too when given: one fenced transaction.
@@ -80,14 +80,14 @@ impl StoreInner {
             // an error instead of an answer), so the queue never stays claimed.
             let role = CombinerRole(&self.combining);
             loop {
-                let batch = std::mem::take(&mut *lock_queue(&self.queue));
+                let batch = std::mem::take(&mut *lock(&self.queue));
                 if batch.is_empty() {
                     break;
                 }
                 self.run_batch(batch);
             }
             drop(role);
-            if lock_queue(&self.queue).is_empty() {
+            if lock(&self.queue).is_empty() {
                 return;
             }
         }
@@ -108,7 +108,7 @@ impl StoreInner {
                 leases = orphans.len(),
                 "releasing leases acquired for cancelled turns"
             );
-            lock_queue(&self.queue).extend(orphans.into_iter().map(|lease| QueuedWrite {
+            lock(&self.queue).extend(orphans.into_iter().map(|lease| QueuedWrite {
                 op: TurnWrite::ReleaseLease(lease).into(),
                 reply: None,
             }));
@@ -215,11 +215,6 @@ impl Drop for CombinerRole<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
-}
-
-/// Locks the write queue (it only holds owned writes; a panic elsewhere cannot corrupt it).
-pub(super) fn lock_queue(queue: &Mutex<Vec<QueuedWrite>>) -> MutexGuard<'_, Vec<QueuedWrite>> {
-    queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A turn write as the writer runs it: a [`TurnWrite`] whose transcript entries were taken

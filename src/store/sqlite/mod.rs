@@ -35,8 +35,9 @@ use super::{
     StoredBinding, SweepReport, SweepRequest, TranscriptCursor, TranscriptEntry, TranscriptRead,
     TurnWrite, WriteFuture, WriteMode, WriteOutcome,
 };
+use crate::util::lock;
 use checkpointer::{Checkpointer, CHECKPOINT_IDLE};
-use group_commit::{classify, lock_queue, Op, QueuedWrite};
+use group_commit::{classify, Op, QueuedWrite};
 use pool::{Target, READERS};
 use queries::{insert_entries, stale_check, stats_of, upsert_binding};
 use schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
@@ -468,7 +469,7 @@ impl StateStore for SqliteStore {
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let (reply, mut answer) = tokio::sync::oneshot::channel();
-        lock_queue(&self.queue).push(QueuedWrite::new(op, Some(reply)));
+        lock(&self.queue).push(QueuedWrite::new(op, Some(reply)));
         let mut runner = QueueRunner(Some(self.inner.clone()));
         if mode == WriteMode::Now {
             runner.run();

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -12,6 +11,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use super::group_commit::classify;
 use super::StoreInner;
 use crate::store::StoreError;
+use crate::util::{lock, read, write};
 
 /// Reader connections per store.
 pub(super) const READERS: usize = 4;
@@ -47,9 +47,6 @@ fn add_elapsed(total: &AtomicU64, since: Instant) {
 
 /// Locks a connection; a poisoned lock only means another thread panicked mid-statement, and
 /// SQLite's own transaction rollback keeps the database consistent, so it stays usable.
-fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    conn.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl StoreInner {
     /// Runs `f` on the writer connection.
@@ -60,10 +57,7 @@ impl StoreInner {
     ) -> Result<T, StoreError> {
         let mut conn = lock(&self.writer);
         // A poisoned lock guards no data: the panic left nothing half-done behind it.
-        let _exclusive = self
-            .memory_lock
-            .as_ref()
-            .map(|l| l.write().unwrap_or_else(|p| p.into_inner()));
+        let _exclusive = self.memory_lock.as_ref().map(|l| write(l));
         let held = Instant::now();
         let result =
             f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));
@@ -96,10 +90,7 @@ impl StoreInner {
             Some(guard) => guard,
             None => lock(&self.readers[start % n]),
         };
-        let _shared = self
-            .memory_lock
-            .as_ref()
-            .map(|l| l.read().unwrap_or_else(|p| p.into_inner()));
+        let _shared = self.memory_lock.as_ref().map(|l| read(l));
         let held = Instant::now();
         let result =
             f(&mut conn).map_err(|e| classify(&self.path, operation, e, self.busy_timeout));

@@ -2,11 +2,11 @@
 //! files, incremental transcript reads, leases, concurrent opens, the write queue and the
 //! activity dates.
 
-use super::group_commit::lock_queue;
 use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::contract::AgentMessage;
 use crate::store::StateStoreExt;
+use crate::util::lock;
 
 /// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
 fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
@@ -249,11 +249,11 @@ async fn queued_writes_run_as_one_batch_in_order() {
         s.load_binding("k2").unwrap().is_none(),
         "ran before its turn"
     );
-    assert_eq!(lock_queue(&s.queue).len(), 4);
+    assert_eq!(lock(&s.queue).len(), 4);
 
     s.combining.store(false, Ordering::SeqCst);
     s.combine();
-    assert!(lock_queue(&s.queue).is_empty());
+    assert!(lock(&s.queue).is_empty());
     released.await.unwrap();
     let WriteOutcome::Lease(LeaseAttempt::Acquired(new)) = acquired.await.unwrap() else {
         panic!("the release queued first did not free the session");
@@ -325,7 +325,7 @@ fn a_lease_acquired_for_a_cancelled_turn_is_released() {
     drop(acquire);
     s.combining.store(false, Ordering::SeqCst);
     s.combine();
-    assert!(lock_queue(&s.queue).is_empty());
+    assert!(lock(&s.queue).is_empty());
     let LeaseAttempt::Acquired(lease) = s.try_acquire_lease("k", "p2", 10, 60_000).unwrap() else {
         panic!("the cancelled turn's lease was left held");
     };
@@ -408,7 +408,7 @@ fn a_write_whose_caller_stopped_waiting_still_runs() {
         last_error: None,
     };
     drop(s.submit(TurnWrite::EnqueueOutbox(row.clone())));
-    assert!(lock_queue(&s.queue).is_empty());
+    assert!(lock(&s.queue).is_empty());
     assert_eq!(s.pending_outbox("s").unwrap(), [row]);
 }
 
