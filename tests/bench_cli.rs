@@ -61,7 +61,7 @@ fn bench_engines_prints_a_row_per_engine() {
         );
     }
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let pinned = repo.join("examples/openclaw-plugin-host/node_modules/.bin/node");
+    let pinned = repo.join("hosts/openclaw-node/node_modules/.bin/node");
     if repo
         .join("../shared/plugins/lossless-claw/dist/index.js")
         .is_file()

@@ -1,6 +1,6 @@
 //! One behaviour suite for the engine contract (docs/architecture.md#the-engine-contract), run against an in-process Rust
 //! engine, the Python example engine (`examples/python-engine/engine.py`) and the OpenClaw
-//! sample plugin served by the Node host (`examples/openclaw-plugin-host/`), the last two
+//! sample plugin served by the Node host (`hosts/openclaw-node/`), the last two
 //! through `ProcessEngine`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -552,8 +552,8 @@ async fn node_hosted_openclaw_plugin_conforms() {
         "recent-window",
         vec![
             "node".into(),
-            "examples/openclaw-plugin-host/host.mjs".into(),
-            "examples/openclaw-plugin-host/sample-plugin/index.mjs".into(),
+            "hosts/openclaw-node/host.mjs".into(),
+            "hosts/openclaw-node/sample-plugin/index.mjs".into(),
         ],
         json!({"windowSize": 32, "projection": "thread_bootstrap"}),
     ))

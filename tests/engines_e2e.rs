@@ -6,8 +6,8 @@
 //! carries over between invocations only through the store (and the engine's own files).
 //!
 //! The configurations of the Python example engine and of the Node-hosted OpenClaw sample plugin
-//! are read from the examples' READMEs (the first `json5` block, with `examples/…` paths made
-//! absolute), so the documented configuration is the tested one.
+//! are read from their READMEs (the first `json5` block, with `examples/…` and `hosts/…` paths
+//! made absolute), so the documented configuration is the tested one.
 //!
 //! Python 3 and Node are needed; a test whose tool is missing says so on stderr and passes
 //! without running (CI has both).
@@ -47,8 +47,9 @@ fn have(tool: &str, test: &str) -> bool {
     found
 }
 
-/// The first ```json5 block of an example's README, parsed, with every command argument that
-/// starts with `examples/` made absolute (the tests run in a temporary directory).
+/// The first ```json5 block of an example's or a host's README, parsed, with every command
+/// argument that starts with `examples/` or `hosts/` made absolute (the tests run in a
+/// temporary directory).
 fn readme_config(readme: &str) -> Value {
     let text = std::fs::read_to_string(repo().join(readme)).unwrap();
     let start = text.find("```json5\n").expect("README has a json5 block") + "```json5\n".len();
@@ -61,7 +62,7 @@ fn readme_config(readme: &str) -> Value {
     {
         for arg in entry["command"].as_array_mut().unwrap() {
             let s = arg.as_str().unwrap();
-            if s.starts_with("examples/") {
+            if s.starts_with("examples/") || s.starts_with("hosts/") {
                 *arg = Value::String(repo().join(s).display().to_string());
             }
         }
@@ -76,7 +77,7 @@ fn python_config() -> Value {
 
 /// The Node-hosted sample plugin's documented configuration.
 fn node_config() -> Value {
-    readme_config("examples/openclaw-plugin-host/README.md")
+    readme_config("hosts/openclaw-node/README.md")
 }
 
 /// A configuration selecting `tests/fixtures/engines/broken_engine.py MODE` under the id the

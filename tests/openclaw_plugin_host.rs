@@ -4,7 +4,7 @@
 //! binary and the Node plugin host (issue 16; docs/engine-protocol.md#the-engine-process-protocol).
 //!
 //! The plugin needs Node >= 22.5 (`node:sqlite`): the test uses the pinned Node that
-//! `examples/openclaw-plugin-host/package.json` installs (`npm ci` there), else a `node` on
+//! `hosts/openclaw-node/package.json` installs (`npm ci` there), else a `node` on
 //! PATH that is new enough; without either it says so on stderr and passes without running.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -51,7 +51,7 @@ fn published_api_plugin_runs_unchanged_through_ctxbridge() {
     };
     let dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let plugin = repo().join("examples/openclaw-summary-plugin");
     let config = json!({
         "plugins": {
@@ -155,7 +155,7 @@ async fn plugin_reads_the_session_file_and_its_prompts_reach_the_model() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let plugin = repo().join("examples/openclaw-summary-plugin");
     let config = |enabled: bool| {
         json!({
@@ -300,7 +300,7 @@ async fn rollback_handle_of_a_prepared_spawn_runs_when_the_launch_fails() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let plugin = repo().join("examples/openclaw-summary-plugin");
     let config = json!({
         "plugins": {

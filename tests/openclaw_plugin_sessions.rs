@@ -12,7 +12,7 @@
 //!
 //! The recording plugin (`tests/fixtures/openclaw-recording-plugin`) runs on any Node >= 20;
 //! the session-summary plugin needs Node >= 22.5 (`node:sqlite`): the pinned one from
-//! `examples/openclaw-plugin-host` (`npm ci` there), else a new enough `node` on PATH. Without
+//! `hosts/openclaw-node` (`npm ci` there), else a new enough `node` on PATH. Without
 //! a Node (or, for the Codex test, without Codex) a test says so on stderr and passes without
 //! running.
 
@@ -74,7 +74,7 @@ fn write_config(dir: &Path, config: &Value) {
 
 /// The recording plugin as the context engine, on `backend`.
 fn recorder_config(node: &str, backend: Value) -> Value {
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let plugin = repo().join("tests/fixtures/openclaw-recording-plugin/index.mjs");
     json!({
         "plugins": {
@@ -428,7 +428,7 @@ fn codex_backend(binary: &Path, dir: &Path, mock: &MockModelServer) -> Value {
 /// The session-summary plugin, unchanged, on `backend`; `keepRecent` is large so that no
 /// summary request takes a scripted model reply.
 fn summary_config(node: &str, backend: Value) -> Value {
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let plugin = repo().join("examples/openclaw-summary-plugin");
     json!({
         "plugins": {
@@ -557,7 +557,7 @@ fn lossless_claw(test: &str) -> Option<PathBuf> {
 /// lossless-claw, unchanged, on `backend`, with the small config its folder documents (so it
 /// compacts within a few turns) and its database in `dir`.
 fn lossless_config(node: &str, plugin: &Path, dir: &Path, backend: Value) -> Value {
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     json!({
         "plugins": {
             "slots": { "contextEngine": "lossless-claw" },

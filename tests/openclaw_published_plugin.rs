@@ -192,7 +192,7 @@ async fn published_graphiti_plugin_runs_unchanged() {
         plugin.join("node_modules"),
     )
     .unwrap();
-    let host = repo().join("examples/openclaw-plugin-host/host.mjs");
+    let host = repo().join("hosts/openclaw-node/host.mjs");
     let config = json!({
         "plugins": {
             "slots": { "contextEngine": "graphiti" },

@@ -33,8 +33,8 @@ pub struct EngineCase {
     pub plugins: Value,
 }
 
-/// Where the engines' programs are: the repository (for `examples/`), the Node to run the
-/// plugin host with, and lossless-claw's build.
+/// Where the engines' programs are: the repository (for `examples/` and `hosts/`), the Node to
+/// run the plugin host with, and lossless-claw's build.
 #[derive(Debug, Clone)]
 pub struct EngineSources {
     pub repo: PathBuf,
@@ -53,12 +53,12 @@ impl EngineSources {
         if python.is_none() {
             eprintln!("bench --engines: SKIPPED the Python engine: no python3");
         }
-        let pinned = repo.join("examples/openclaw-plugin-host/node_modules/.bin/node");
+        let pinned = repo.join("hosts/openclaw-node/node_modules/.bin/node");
         let node = [pinned.display().to_string(), "node".to_owned()]
             .into_iter()
             .find(|node| node_at_least(node, &NODE_SQLITE_MIN));
         if node.is_none() {
-            eprintln!("bench --engines: SKIPPED lossless-claw: no Node >= 22.5 (run `npm ci` in examples/openclaw-plugin-host)");
+            eprintln!("bench --engines: SKIPPED lossless-claw: no Node >= 22.5 (run `npm ci` in hosts/openclaw-node)");
         }
         let lossless_claw = lossless_claw
             .unwrap_or_else(|| repo.join("../shared/plugins/lossless-claw"))
@@ -104,7 +104,7 @@ impl EngineSources {
             });
         }
         if let (Some(node), Some(plugin)) = (&self.node, &self.lossless_claw) {
-            let host = self.repo.join("examples/openclaw-plugin-host/host.mjs");
+            let host = self.repo.join("hosts/openclaw-node/host.mjs");
             cases.push(EngineCase {
                 label: "lossless-claw (Node plugin host, stdio)".into(),
                 engine_id: "lossless-claw".into(),

@@ -1,5 +1,5 @@
 //! The Node the OpenClaw plugin tests run on: the pinned one (`npm ci` in
-//! `examples/openclaw-plugin-host`), else `node` on PATH.
+//! `hosts/openclaw-node`), else `node` on PATH.
 
 #![allow(dead_code)]
 
@@ -24,14 +24,14 @@ pub fn node_version(node: &str) -> Option<(u32, u32)> {
 /// naming `test`) otherwise.
 pub fn node_at_least(min: (u32, u32), test: &str) -> Option<String> {
     let pinned = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/openclaw-plugin-host/node_modules/.bin/node");
+        .join("hosts/openclaw-node/node_modules/.bin/node");
     for candidate in [pinned.display().to_string(), "node".to_string()] {
         if node_version(&candidate).is_some_and(|v| v >= min) {
             return Some(candidate);
         }
     }
     eprintln!(
-        "SKIPPED {test}: no Node >= {}.{} (run `npm ci` in examples/openclaw-plugin-host for the pinned one)",
+        "SKIPPED {test}: no Node >= {}.{} (run `npm ci` in hosts/openclaw-node for the pinned one)",
         min.0, min.1
     );
     None

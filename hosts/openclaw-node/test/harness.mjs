@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 
 export const HOST_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 export const HOST = path.join(HOST_DIR, "host.mjs");
-export const EXAMPLES = path.resolve(HOST_DIR, "..");
+export const EXAMPLES = path.resolve(HOST_DIR, "..", "..", "examples");
 
 /** The pinned Node (package.json here) when installed, else the one running the tests. */
 export function pinnedNode() {
