@@ -21,9 +21,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use crate::contract::{
-    AgentMessage, AssembleParams, AssembleResult, CompactParams, CompactResult, ContextEngine,
-    ContextProjection, EngineError, EngineInfo, EngineMethod, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, Messages, MethodSet, ProjectionMode, Role,
+    estimate_tokens, AgentMessage, AssembleParams, AssembleResult, CompactParams, CompactResult,
+    ContextEngine, ContextProjection, EngineError, EngineInfo, EngineMethod, IngestBatchParams,
+    IngestBatchResult, IngestParams, IngestResult, Messages, MethodSet, ProjectionMode, Role,
 };
 use crate::util::lock;
 
@@ -234,7 +234,7 @@ impl ContextEngine for BenchEngine {
         };
         let result = AssembleResult {
             messages,
-            estimated_tokens: (chars / 4) as f64,
+            estimated_tokens: estimate_tokens(chars).floor(),
             system_prompt_addition: Some(BENCH_SYSTEM_PROMPT_ADDITION.to_string()),
             prompt_authority: None,
             context_projection: Some(projection),

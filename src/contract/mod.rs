@@ -12,6 +12,7 @@ mod json_size;
 mod message;
 mod messages;
 mod runtime;
+mod tokens;
 mod tools;
 mod types;
 
@@ -27,6 +28,7 @@ pub use json_size::{message_json_bytes, transcript_json_bytes};
 pub use message::{json_kind, AgentMessage, ContentPart, ContentPartError, MessageContent, Role};
 pub use messages::Messages;
 pub use runtime::RuntimeCallbacks;
+pub use tokens::{estimate_tokens, CHARS_PER_TOKEN};
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
 pub use types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,

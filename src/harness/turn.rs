@@ -17,9 +17,10 @@ use crate::backend::{
     TurnTools,
 };
 use crate::contract::{
-    AgentMessage, AssembleParams, AssembleResult, BootstrapParams, CommitTurnParams, ContextEngine,
-    EngineInfo, EngineMethod, HookCall, HostOperation, MaintainReason, Messages, PromptAuthority,
-    PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD, HOOK_SESSION_START,
+    estimate_tokens, AgentMessage, AssembleParams, AssembleResult, BootstrapParams,
+    CommitTurnParams, ContextEngine, EngineInfo, EngineMethod, HookCall, HostOperation,
+    MaintainReason, Messages, PromptAuthority, PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD,
+    HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -528,7 +529,7 @@ impl Harness {
                 .iter()
                 .map(|m| m.plain_text().chars().count())
                 .sum();
-            estimate = estimate.max(chars as f64 / 4.0);
+            estimate = estimate.max(estimate_tokens(chars));
         }
         estimate > budget as f64
     }

@@ -6,7 +6,9 @@ use ctxbridge_jsonrpc::{codes, Dialect};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::contract::{json_kind, EngineInfo, EngineMethod, EngineTool, MethodSet};
+use crate::contract::{
+    estimate_tokens, json_kind, EngineInfo, EngineMethod, EngineTool, MethodSet,
+};
 use crate::host::capabilities::Capability;
 
 /// The protocol version this host speaks.
@@ -141,7 +143,7 @@ pub fn fill_estimated_tokens(result: &mut Value) -> bool {
         .sum();
     obj.insert(
         "estimatedTokens".into(),
-        Value::from(chars.div_ceil(4) as u64),
+        Value::from(estimate_tokens(chars).ceil() as u64),
     );
     true
 }
