@@ -29,13 +29,14 @@
 //! - [`app`]: wiring a configuration into a running harness.
 //! - [`cli`] (`cli/`): the `ctxbridge` command line (docs/config.md#configuration-reference) — parsing and dispatch, the shared
 //!   command context and errors, and one file per command.
-//! - [`bench`](mod@bench): the measurements behind `ctxbridge bench` — projection cost, per-turn overhead
-//!   and scale figures.
+//! - `bench` (the `bench` feature, on by default): the measurements behind `ctxbridge bench` —
+//!   projection cost, per-turn overhead and scale figures — written against the public API only.
 //! - [`serve`] (`serve/`): `ctxbridge serve`, the Codex app-server proxy (docs/serve.md#the-serve-command) — listeners,
 //!   one actor per client connection, the shared upstream, the thread-id map and the router.
 
 pub mod app;
 pub mod backend;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use ctxbridge::backend::mock::{MockCall, MockFault};
 use ctxbridge::backend::{BackendError, MockBackend};
+#[cfg(feature = "bench")]
 use ctxbridge::bench::timed_store::{StoreOp, TimedStore};
 use ctxbridge::contract::*;
 use ctxbridge::harness::{HarnessConfig, HarnessError, SubagentSpawn, TurnSpec, DOCTOR_NAMESPACE};
@@ -142,6 +143,7 @@ async fn durable_commit_is_exactly_once_across_a_crash() {
 /// A durable turn's commit is queued in the same store write as the recorded turn (one
 /// `record_turn`, no separate enqueue), so a crash between the two cannot leave the turn
 /// recorded without its commit; the queued row carries the turn's advancement key.
+#[cfg(feature = "bench")]
 #[tokio::test]
 async fn durable_commit_is_queued_with_the_recorded_turn() {
     let engine = durable_engine();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use ctxbridge_mock_model::MockModelError;
 
 use crate::app::{self, App, AppError, EngineConfigError};
+#[cfg(feature = "bench")]
 use crate::bench::BenchError;
 use crate::config::discover::{self, ConfigFile};
 use crate::config::{Config, ConfigError};
@@ -151,6 +152,7 @@ pub enum CliError {
         source: MockModelError,
     },
     /// A benchmark could not run.
+    #[cfg(feature = "bench")]
     #[error("bench: {source}")]
     Bench {
         #[source]
@@ -184,9 +186,10 @@ impl CliError {
             | CliError::Json { .. }
             | CliError::Io { .. }
             | CliError::MockModel { .. }
-            | CliError::Bench { .. }
             | CliError::Serve { .. }
             | CliError::Degraded { .. } => EXIT_RUNTIME_FAILURE,
+            #[cfg(feature = "bench")]
+            CliError::Bench { .. } => EXIT_RUNTIME_FAILURE,
         }
     }
 

@@ -6,6 +6,7 @@
 //! 2 usage or configuration error), the context and [`CliError`]. Commands depend on
 //! `context`, never on this dispatcher.
 
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod chat;
 pub mod command;
@@ -67,6 +68,7 @@ pub enum Command {
     /// Run the Responses-compatible mock model server on 127.0.0.1.
     MockModel(mock_model::MockModelArgs),
     /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
     /// Serve the Codex app-server protocol in front of the configured Codex backend (docs/serve.md#the-serve-command).
     Serve(serve::ServeArgs),
@@ -79,10 +81,13 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         stdout: Stdout::default(),
         found_config: std::sync::OnceLock::new(),
     };
-    if matches!(
-        cli.command,
-        Command::Demo(_) | Command::MockModel(_) | Command::Bench(_)
-    ) {
+    let runs_without_config = match &cli.command {
+        Command::Demo(_) | Command::MockModel(_) => true,
+        #[cfg(feature = "bench")]
+        Command::Bench(_) => true,
+        _ => false,
+    };
+    if runs_without_config {
         context.check_named_config()?;
     }
     let code = match cli.command {
@@ -94,6 +99,7 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Compact(args) => compact::run(&context, args).await,
         Command::Demo(args) => demo::run(&context, args).await,
         Command::MockModel(args) => mock_model::run(&context, args).await,
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(&context, args).await,
         Command::Serve(args) => serve::run(&context, args).await,
     }?;

@@ -436,7 +436,7 @@ impl SessionLocks {
         session: &str,
     ) -> Arc<AsyncMutex<()>> {
         // The map only holds Arcs; a panic while it was locked cannot corrupt it.
-        let mut map = lock(&map);
+        let mut map = lock(map);
         map.entry(session.to_string())
             .or_insert_with(|| Arc::new(AsyncMutex::new(())))
             .clone()

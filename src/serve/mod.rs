@@ -76,7 +76,7 @@ pub use sessions::EngineSessions;
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
 pub use upstream::UpstreamError;
-pub(crate) use upstream::{Connector, Live, UpstreamEvent};
+pub use upstream::{Connector, Live, MemoryPeer, OversizeLine, UpstreamEvent};
 
 /// Default limit of one client message (a WebSocket message or a line).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -284,8 +284,9 @@ pub async fn start(options: ServeOptions) -> Result<ServeHandle, ServeError> {
     start_with(options, connector).await
 }
 
-/// As [`start`] with the upstream obtained from `connector` (the bench's scripted upstream).
-pub(crate) async fn start_with(
+/// As [`start`] with the upstream obtained from `connector`: an upstream of the caller's own,
+/// such as the bench's scripted flood of deltas.
+pub async fn start_with(
     options: ServeOptions,
     connector: Arc<dyn upstream::Connector>,
 ) -> Result<ServeHandle, ServeError> {

@@ -18,7 +18,7 @@ mod oversize;
 mod socket;
 
 pub(crate) use child::ChildConnector;
-pub(crate) use oversize::OversizeLine;
+pub use oversize::OversizeLine;
 pub(crate) use socket::UrlConnector;
 
 use std::sync::Arc;
@@ -72,7 +72,7 @@ pub(crate) const DIALECT: Dialect = Dialect::Bare;
 
 /// What the child's stdout produced.
 #[derive(Debug)]
-pub(crate) enum UpstreamEvent {
+pub enum UpstreamEvent {
     /// One JSON-RPC message, classified by the reader (off the hub's loop).
     Message(Incoming),
     /// A line that is no JSON-RPC message but names the id of a request: that request fails.
@@ -83,8 +83,8 @@ pub(crate) enum UpstreamEvent {
     Closed(String),
 }
 
-/// A running, initialized upstream child.
-pub(crate) struct Live {
+/// A running, initialized upstream connection (a child, a socket, or an in-memory peer).
+pub struct Live {
     /// The child's `initialize` result.
     pub initialize_result: Value,
     pub(super) writer: mpsc::UnboundedSender<String>,
@@ -132,9 +132,10 @@ pub(super) type Tail = Arc<StderrTail>;
 
 /// How the router obtains an upstream connection: a `codex app-server` child
 /// ([`ChildConnector`]), or an already running app-server (`backend.url`, [`UrlConnector`]);
-/// an in-memory peer in the router's tests.
+/// an upstream of the caller's own through [`crate::serve::start_with`] — an in-memory peer
+/// ([`Live::in_memory`]) in the router's tests and the bench's scripted upstream.
 #[async_trait::async_trait]
-pub(crate) trait Connector: Send + Sync {
+pub trait Connector: Send + Sync {
     /// A new, initialized connection; its events end with one `Closed`.
     async fn connect(
         &self,
@@ -144,14 +145,16 @@ pub(crate) trait Connector: Send + Sync {
 
 /// An in-memory upstream (the router's tests, the bench's scripted upstream): what the router
 /// writes, and a way to answer it.
-pub(crate) struct MemoryPeer {
+pub struct MemoryPeer {
+    /// What the router wrote to the upstream, one line each.
     pub written: mpsc::UnboundedReceiver<String>,
+    /// Where the peer's messages go to the router.
     pub events: mpsc::UnboundedSender<UpstreamEvent>,
 }
 
 impl Live {
     /// A connection whose other end is a [`MemoryPeer`].
-    pub(crate) fn in_memory(
+    pub fn in_memory(
         initialize_result: Value,
     ) -> (Live, mpsc::UnboundedReceiver<UpstreamEvent>, MemoryPeer) {
         let (writer, written) = mpsc::unbounded_channel();

@@ -10,13 +10,18 @@ pub(super) const OVERSIZE_ENDS: usize = 4 * 1024;
 /// and turn — so the request or the turn it belongs to can be failed instead of waiting
 /// forever for a message that will not come.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OversizeLine {
+pub struct OversizeLine {
+    /// The line's length in bytes.
     pub len: usize,
+    /// The line limit it went over.
     pub limit: usize,
     /// A response's id (the message starts `{"id":N`).
     pub response_id: Option<i64>,
+    /// A notification's or request's method.
     pub method: Option<String>,
+    /// The `threadId` it names.
     pub thread: Option<String>,
+    /// The `turnId` it names.
     pub turn: Option<String>,
 }
 
@@ -24,7 +29,7 @@ impl OversizeLine {
     /// Reads what the kept ends of a dropped line name. Codex writes compact JSON whose first
     /// key is `id` (a response) or `method` (a notification or request); `threadId` and
     /// `turnId` stand before or after the bulk of the params.
-    pub(crate) fn read(over: &Overlong, limit: usize) -> OversizeLine {
+    pub fn read(over: &Overlong, limit: usize) -> OversizeLine {
         let response_id = over
             .head
             .strip_prefix(b"{\"id\":")

@@ -45,8 +45,9 @@ fn add_elapsed(total: &AtomicU64, since: Instant) {
     total.fetch_add(nanos, Ordering::Relaxed);
 }
 
-/// Locks a connection; a poisoned lock only means another thread panicked mid-statement, and
-/// SQLite's own transaction rollback keeps the database consistent, so it stays usable.
+// Connections are locked with `util::lock`: a poisoned lock only means another thread
+// panicked mid-statement, and SQLite's own transaction rollback keeps the database consistent,
+// so it stays usable.
 
 impl StoreInner {
     /// Runs `f` on the writer connection.
