@@ -23,6 +23,7 @@ pub mod engine;
 pub mod engines;
 pub mod overhead;
 mod peer;
+pub mod process;
 pub mod projection_cost;
 pub mod scale;
 pub mod serve;
@@ -43,6 +44,7 @@ use crate::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
 use crate::store::{StateStore, StoreError};
 
 pub use engine::{bench_prompt, BenchEngine, BenchEngineConfig, BenchView, BENCH_ENGINE_ID};
+pub use process::{load_average, load_line};
 pub use timed::TimedBackend;
 
 /// The agent id of every bench harness.
@@ -225,22 +227,6 @@ pub fn bench_harness(
     };
     let harness = Harness::new(config, Arc::new(guarded), backend, store);
     (harness, engine)
-}
-
-/// The machine's load averages over 1, 5 and 15 minutes as `/proc/loadavg` gives them (for the
-/// reports: absolute figures mean little on a loaded machine); `None` off Linux.
-pub fn load_average() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
-    (fields.len() == 3).then(|| fields.join(" "))
-}
-
-/// The load line printed under a report's heading.
-pub fn load_line() -> String {
-    match load_average() {
-        Some(load) => format!("machine load average (1/5/15 min): {load}"),
-        None => "machine load average: not available".to_string(),
-    }
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of sorted values; `None` when empty.

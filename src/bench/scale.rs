@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
+use super::process::{load_line, peak_rss_bytes, process_cpu_time, reset_peak_rss, rss_bytes};
 use super::{
     bench_harness, bench_prompt, harness_err, BenchEngineConfig, BenchError, BenchMode,
     BENCH_AGENT_ID,
@@ -34,55 +35,8 @@ pub const SESSIONS_IN_FLIGHT: usize = 64;
 /// Background of the bench engine in the scale run.
 pub const SCALE_BACKGROUND_CHARS: usize = 2_000;
 
-/// A field of `/proc/self/status` in kB (`VmRSS`, `VmHWM`); `None` off Linux.
-pub fn proc_status_kb(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|line| {
-        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
-
-/// Clock ticks per second of the CPU times in `/proc/<pid>/stat` (`USER_HZ`, which Linux fixes at
-/// 100 for user space whatever the kernel's own tick rate).
-const USER_HZ: u64 = 100;
-
-/// User + system CPU time of a process from its `/proc/<pid>/stat` line, in clock ticks. The
-/// fields are counted after the command name's closing parenthesis (the name may hold spaces or
-/// parentheses itself).
-pub fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3; utime and stime are fields 14 and 15.
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// The least CPU time of each run for the report to compare the two runs' CPU use.
 const MIN_CPU_TO_COMPARE: Duration = Duration::from_millis(200);
-
-/// CPU time this process (all its threads) has used so far; `None` off Linux.
-pub fn process_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    cpu_ticks_of_stat(&stat).map(|ticks| Duration::from_millis(ticks * 1000 / USER_HZ))
-}
-
-/// Current resident set size in bytes.
-pub fn rss_bytes() -> Option<u64> {
-    proc_status_kb("VmRSS").map(|kb| kb * 1024)
-}
-
-/// Peak resident set size in bytes.
-pub fn peak_rss_bytes() -> Option<u64> {
-    proc_status_kb("VmHWM").map(|kb| kb * 1024)
-}
-
-/// Resets the peak-RSS mark (`VmHWM`) to the current RSS (Linux `clear_refs` value 5), so a
-/// later [`peak_rss_bytes`] is the peak since now; false where that is not supported.
-pub fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
 
 /// The result of one scale run.
 #[derive(Debug, Clone)]
@@ -728,7 +682,7 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
             "store split by session over {shards} SQLite databases (store.shards: {shards}), in every run; held times below are the busiest database's"
         );
     }
-    let _ = writeln!(out, "{}", super::load_line());
+    let _ = writeln!(out, "{}", load_line());
     if results
         .first()
         .is_some_and(|r| r.store == ScaleStore::Postgres && r.sessions == POSTGRES_DEFAULT_SESSIONS)
@@ -876,37 +830,6 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    /// On Linux the RSS fields are read from /proc and the peak is at least the current RSS.
-    #[test]
-    fn reads_rss_from_proc() {
-        if !std::path::Path::new("/proc/self/status").exists() {
-            return;
-        }
-        let rss = rss_bytes().unwrap();
-        let peak = peak_rss_bytes().unwrap();
-        assert!(rss > 0 && peak >= rss);
-    }
-
-    /// The CPU times are read after the command name, whatever the name holds.
-    #[test]
-    fn cpu_ticks_are_read_after_the_command_name() {
-        let stat = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0";
-        assert_eq!(cpu_ticks_of_stat(stat), Some(287));
-        assert_eq!(cpu_ticks_of_stat("4242 (x) S 1 2"), None);
-        assert_eq!(cpu_ticks_of_stat("no name here"), None);
-        if std::path::Path::new("/proc/self/stat").exists() {
-            // Burn a little CPU: the process's time does not go backwards and is counted.
-            let before = process_cpu_time().unwrap();
-            let mut x = 0u64;
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_millis(60) {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-            }
-            std::hint::black_box(x);
-            assert!(process_cpu_time().unwrap() > before);
-        }
-    }
 
     fn run(workers: usize, seconds: f64, cpu_seconds: f64) -> ScaleResult {
         ScaleResult {
