@@ -483,6 +483,8 @@ fn engine_config_error_exits_2_and_doctor_names_the_key() {
 /// and what serves instead, and exit 1 — although the engine itself loads fine now.
 #[test]
 fn an_earlier_runs_quarantine_degrades_the_selected_engine() {
+    use ctxbridge::contract::EngineMethod;
+    use ctxbridge::quarantine::FailedOperation;
     use ctxbridge::store::{QuarantineRecord, SqliteStore};
     let dir = tempfile::tempdir().unwrap();
     let path = write(
@@ -494,7 +496,7 @@ fn an_earlier_runs_quarantine_degrades_the_selected_engine() {
     store
         .record_quarantine(&QuarantineRecord {
             engine_id: "sample-summary".into(),
-            operation: "assemble".into(),
+            operation: FailedOperation::Method(EngineMethod::Assemble),
             reason: "assemble failed: out of cheese".into(),
             at_ms: 1_700_000_000_000,
         })

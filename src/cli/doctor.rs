@@ -77,7 +77,8 @@ pub async fn run(context: &CommandContext, args: DoctorArgs) -> Result<u8, CliEr
         .collect();
     report.node_checks = doctor::node_checks(&config).await;
     if args.json {
-        outln!(context.stdout, "{}", report.to_json());
+        let json = report.to_json().map_err(CliError::json("doctor"))?;
+        outln!(context.stdout, "{json}");
     } else {
         context.stdout.write(&report.to_string());
     }

@@ -321,10 +321,8 @@ impl Harness {
         }
         for record in self.engine.quarantine_book().records() {
             let row = QuarantineRecord {
-                engine_id: record.engine_id.clone(),
-                operation: record.operation.as_str().to_string(),
-                reason: record.reason.clone(),
                 at_ms: now_ms(),
+                ..record
             };
             if let Err(e) = self.store.record_quarantine(&row) {
                 tracing::warn!(error = %e, "could not persist a quarantine record");

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::AgentMessage;
 
+pub use crate::quarantine::QuarantineRecord;
 pub use ext::StateStoreExt;
 pub use postgres::{redact_url, PostgresOptions, PostgresStore};
 pub use retention::{
@@ -147,15 +148,6 @@ pub struct OutboxRow {
     pub params_json: String,
     pub attempts: u32,
     pub last_error: Option<String>,
-}
-
-/// A persisted quarantine record (shown by `doctor` across invocations).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuarantineRecord {
-    pub engine_id: String,
-    pub operation: String,
-    pub reason: String,
-    pub at_ms: u64,
 }
 
 /// A session lease: who holds the session and with which fencing generation.

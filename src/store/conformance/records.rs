@@ -1,5 +1,7 @@
 //! Conformance: quarantine records, bootstrap marks and documents.
 
+use crate::contract::EngineMethod;
+use crate::quarantine::FailedOperation;
 use crate::store::StateStoreExt;
 use crate::store::{QuarantineRecord, StateStore};
 
@@ -9,7 +11,7 @@ pub fn quarantine_records(store: &dyn StateStore) {
     assert!(store.quarantines().unwrap().is_empty(), "{at}");
     let record = |engine: &str, reason: &str, at_ms: u64| QuarantineRecord {
         engine_id: engine.into(),
-        operation: "assemble".into(),
+        operation: FailedOperation::Method(EngineMethod::Assemble),
         reason: reason.into(),
         at_ms,
     };

@@ -290,15 +290,21 @@ impl StateStore for PostgresStore {
                 .await?
                 .iter()
                 .map(|row| {
-                    Ok(QuarantineRecord {
-                        engine_id: row.try_get(0)?,
-                        operation: row.try_get(1)?,
-                        reason: row.try_get(2)?,
-                        at_ms: from_db(row.try_get(3)?),
-                    })
+                    Ok((
+                        row.try_get::<_, String>(0)?,
+                        row.try_get::<_, String>(1)?,
+                        row.try_get::<_, String>(2)?,
+                        from_db(row.try_get(3)?),
+                    ))
                 })
-                .collect()
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+        })?
+        .into_iter()
+        .map(|(engine_id, operation, reason, at_ms)| {
+            QuarantineRecord::from_row(engine_id.clone(), &operation, reason, at_ms)
+                .map_err(|message| self.record_error("read quarantines", &engine_id, message))
         })
+        .collect()
     }
 
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
@@ -568,7 +574,7 @@ impl super::StoreWrites for PostgresStore {
                     "INSERT INTO ctxbridge_quarantine (engine_id, operation, reason, at_ms) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (engine_id) DO UPDATE SET operation = EXCLUDED.operation,
                        reason = EXCLUDED.reason, at_ms = EXCLUDED.at_ms",
-                    &[&record.engine_id, &record.operation, &record.reason, &to_db(record.at_ms)],
+                    &[&record.engine_id, &record.operation.as_str(), &record.reason, &to_db(record.at_ms)],
                 )
                 .await
                 .map(|_| ())

@@ -432,15 +432,21 @@ impl StateStore for SqliteStore {
                 "SELECT engine_id, operation, reason, at_ms FROM quarantine ORDER BY engine_id",
             )?;
             let rows = stmt.query_map([], |r| {
-                Ok(QuarantineRecord {
-                    engine_id: r.get(0)?,
-                    operation: r.get(1)?,
-                    reason: r.get(2)?,
-                    at_ms: r.get::<_, i64>(3)? as u64,
-                })
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)? as u64,
+                ))
             })?;
-            rows.collect()
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })?
+        .into_iter()
+        .map(|(engine_id, operation, reason, at_ms)| {
+            QuarantineRecord::from_row(engine_id.clone(), &operation, reason, at_ms)
+                .map_err(|message| self.record_error("read quarantines", &engine_id, message))
         })
+        .collect()
     }
 
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
@@ -700,7 +706,7 @@ impl super::StoreWrites for SqliteStore {
             conn.prepare_cached("INSERT INTO quarantine (engine_id, operation, reason, at_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(engine_id) DO UPDATE SET operation = excluded.operation,
                    reason = excluded.reason, at_ms = excluded.at_ms")?
-                .execute(params![record.engine_id, record.operation, record.reason, record.at_ms as i64],
+                .execute(params![record.engine_id, record.operation.as_str(), record.reason, record.at_ms as i64],
             )
             .map(|_| ())
         })
