@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use codex_app_server_client::locate_codex_binary;
 
-use crate::backend::codex::{CodexBackend, CodexBackendConfig};
-use crate::backend::codex_config::{codex_overrides, turn_limits};
+use crate::backend::codex::{AppServerConfig, CodexBackend};
+use crate::backend::codex_config::app_server_config;
 use crate::backend::responses::{
     ResponsesBackend, ResponsesBackendConfig, ResponsesBackendConfigError, ResponsesThreads,
 };
@@ -319,7 +319,7 @@ fn on_path(program: &str) -> bool {
 pub fn codex_backend_config(
     config: &Config,
     codex: &crate::config::CodexBackendConfig,
-) -> Result<CodexBackendConfig, AppError> {
+) -> Result<AppServerConfig, AppError> {
     if let Some(url) = &codex.url {
         return Err(AppError::BackendUrlNeedsServe {
             url: url.to_string(),
@@ -329,16 +329,7 @@ pub fn codex_backend_config(
     if command.is_empty() {
         return Err(AppError::EmptyCodexCommand);
     }
-    let codex_home =
-        crate::backend::codex_home::codex_home(config, codex.codex_home.as_deref()).path;
-    Ok(CodexBackendConfig {
-        command,
-        codex_home,
-        overrides: codex_overrides(codex),
-        cwd: std::env::current_dir().ok(),
-        env: Vec::new(),
-        turn_limits: turn_limits(codex),
-    })
+    Ok(app_server_config(config, codex, command))
 }
 
 /// `backend.command`, with a bare `codex` that is not on `PATH` replaced by the one `npm ci`

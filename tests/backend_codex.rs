@@ -8,7 +8,7 @@ use std::sync::Arc;
 use codex_app_server_client::{
     locate_codex_binary, offline_overrides, AppServerConfig, TurnLimits,
 };
-use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
+use ctxbridge::backend::codex::CodexBackend;
 use ctxbridge::backend::{
     conformance, BackendError, StartThread, ThreadId, ThreadedBackend, TurnRequest,
 };
@@ -25,14 +25,12 @@ async fn setup(test: &str) -> Option<(CodexBackend, MockModelServer, tempfile::T
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let backend = CodexBackend::new(CodexBackendConfig {
-        command: vec![binary.display().to_string(), "app-server".into()],
-        codex_home: dir.path().join("codex-home"),
-        overrides: offline_overrides(&mock.base_url()),
-        cwd: Some(dir.path().to_path_buf()),
-        env: Vec::new(),
-        turn_limits: Default::default(),
-    });
+    let backend = CodexBackend::new(
+        AppServerConfig::new(dir.path().join("codex-home"))
+            .with_command(vec![binary.display().to_string(), "app-server".into()])
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .with_cwd(dir.path().to_path_buf()),
+    );
     Some((backend, mock, dir))
 }
 

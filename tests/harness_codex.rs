@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides};
-use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
+use ctxbridge::backend::codex::{AppServerConfig, CodexBackend};
 use ctxbridge::backend::ContextDelivery;
 use ctxbridge::contract::ProjectionMode;
 use ctxbridge::engines::sample::{SampleEngineConfig, SampleSummaryEngine, SAMPLE_ENGINE_ID};
@@ -268,14 +268,12 @@ async fn codex_harness_with(
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CodexBackend::new(CodexBackendConfig {
-        command: vec![binary.display().to_string(), "app-server".into()],
-        codex_home: dir.path().join("codex-home"),
-        overrides: offline_overrides(&mock.base_url()),
-        cwd: Some(dir.path().to_path_buf()),
-        env: Vec::new(),
-        turn_limits: Default::default(),
-    }));
+    let backend = Arc::new(CodexBackend::new(
+        AppServerConfig::new(dir.path().join("codex-home"))
+            .with_command(vec![binary.display().to_string(), "app-server".into()])
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .with_cwd(dir.path().to_path_buf()),
+    ));
     let harness = Harness::new(
         HarnessConfig {
             base_instructions: Some("You are a test model.".into()),

@@ -11,7 +11,7 @@ mod support;
 use std::sync::Arc;
 
 use codex_app_server_client::{locate_codex_binary, offline_overrides};
-use ctxbridge::backend::codex::{CodexBackend, CodexBackendConfig};
+use ctxbridge::backend::codex::{AppServerConfig, CodexBackend};
 use ctxbridge::backend::mock::{MockCall, MockFault, MockItem};
 use ctxbridge::backend::responses::ResponsesThreads;
 use ctxbridge::backend::{ResponsesBackend, ResponsesBackendConfig};
@@ -156,14 +156,12 @@ async fn codex_calls_an_engine_tool() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CodexBackend::new(CodexBackendConfig {
-        command: vec![binary.display().to_string(), "app-server".into()],
-        codex_home: dir.path().join("codex-home"),
-        overrides: offline_overrides(&mock.base_url()),
-        cwd: Some(dir.path().to_path_buf()),
-        env: Vec::new(),
-        turn_limits: Default::default(),
-    }));
+    let backend = Arc::new(CodexBackend::new(
+        AppServerConfig::new(dir.path().join("codex-home"))
+            .with_command(vec![binary.display().to_string(), "app-server".into()])
+            .with_overrides(offline_overrides(&mock.base_url()))
+            .with_cwd(dir.path().to_path_buf()),
+    ));
     let engine = ScriptEngine::plain();
     engine.set_tools(vec![otter_tool()]);
     let harness = Harness::new(

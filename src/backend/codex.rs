@@ -16,10 +16,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use codex_app_server_client::{
-    AdditionalContext, AppServerClient, AppServerConfig, AppServerError, CodexVersion, ConfigValue,
-    DynamicToolCallResponse, DynamicToolSpec, ItemKind, ThreadResumeParams, ThreadStartParams,
-    TurnEvent as CodexEvent, TurnLimitKind, TurnLimits, TurnStartParams, TurnStatus,
+    AdditionalContext, AppServerClient, AppServerError, CodexVersion, DynamicToolCallResponse,
+    DynamicToolSpec, ItemKind, ThreadResumeParams, ThreadStartParams, TurnEvent as CodexEvent,
+    TurnLimitKind, TurnStartParams, TurnStatus,
 };
+
+/// How to run the app-server: the adapter's own settings, the one definition of them.
+pub use codex_app_server_client::AppServerConfig;
 use futures::StreamExt;
 use tokio::sync::{mpsc, Mutex};
 
@@ -45,39 +48,6 @@ fn dynamic_tools(tools: &[ToolSpec]) -> Option<Vec<DynamicToolSpec>> {
             .map(|t| DynamicToolSpec::function(&t.name, &t.description, t.parameters.clone()))
             .collect(),
     )
-}
-
-/// How to run the app-server.
-#[derive(Debug, Clone)]
-pub struct CodexBackendConfig {
-    /// The command, e.g. `["codex", "app-server"]`.
-    pub command: Vec<String>,
-    /// `CODEX_HOME` (created if missing); threads persist there.
-    pub codex_home: PathBuf,
-    /// `-c key=value` overrides.
-    pub overrides: Vec<(String, ConfigValue)>,
-    /// Working directory of the child and of new threads.
-    pub cwd: Option<PathBuf>,
-    /// Extra environment for the child.
-    pub env: Vec<(String, String)>,
-    /// When a turn is cut off (idle, deadline, reply size).
-    pub turn_limits: TurnLimits,
-}
-
-impl CodexBackendConfig {
-    fn app_server_config(&self) -> AppServerConfig {
-        let mut c = AppServerConfig::new(self.codex_home.clone())
-            .with_command(self.command.clone())
-            .with_overrides(self.overrides.clone())
-            .with_turn_limits(self.turn_limits);
-        if let Some(cwd) = &self.cwd {
-            c = c.with_cwd(cwd.clone());
-        }
-        for (k, v) in &self.env {
-            c = c.with_env(k.clone(), v.clone());
-        }
-        c
-    }
 }
 
 /// Where a [`CodexBackend`]'s connection comes from.
@@ -168,13 +138,11 @@ fn map_error(operation: &'static str, thread_id: &str, e: AppServerError) -> Bac
 }
 
 impl CodexBackend {
-    /// A backend that spawns the app-server on first use.
-    pub fn new(config: CodexBackendConfig) -> Self {
+    /// A backend that spawns the app-server `config` describes on first use; new threads
+    /// start in the child's working directory.
+    pub fn new(config: AppServerConfig) -> Self {
         let cwd = config.cwd.clone();
-        let mut backend = Self::over(
-            Arc::new(SpawnChild(config.app_server_config())),
-            "the Codex app-server",
-        );
+        let mut backend = Self::over(Arc::new(SpawnChild(config)), "the Codex app-server");
         backend.cwd = cwd;
         backend
     }

@@ -4,9 +4,30 @@
 
 use std::time::Duration;
 
-use codex_app_server_client::{ConfigValue, TurnLimits};
+use codex_app_server_client::{AppServerConfig, ConfigValue, TurnLimits};
 
-use crate::config::{CodexBackendConfig, CodexConfigValue};
+use crate::backend::codex_home::codex_home;
+use crate::config::{CodexBackendConfig, CodexConfigValue, Config};
+
+/// The app-server `codex` (the configuration's `backend`) describes, run as `command` (the
+/// caller resolves the program): `CODEX_HOME` for this configuration, the `-c` overrides and the
+/// turn limits, started in the current directory. The one conversion from the configuration's
+/// Codex settings to the Codex client's; `ctxbridge turn` and `serve` both start Codex from it.
+pub fn app_server_config(
+    config: &Config,
+    codex: &CodexBackendConfig,
+    command: Vec<String>,
+) -> AppServerConfig {
+    let home = codex_home(config, codex.codex_home.as_deref()).path;
+    let app_server = AppServerConfig::new(home)
+        .with_command(command)
+        .with_overrides(codex_overrides(codex))
+        .with_turn_limits(turn_limits(codex));
+    match std::env::current_dir() {
+        Ok(cwd) => app_server.with_cwd(cwd),
+        Err(_) => app_server,
+    }
+}
 
 /// A `backend.config` value as the Codex client passes it.
 pub fn codex_value(value: &CodexConfigValue) -> ConfigValue {

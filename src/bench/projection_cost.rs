@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, TurnLimits};
+use codex_app_server_client::{locate_codex_binary, offline_overrides};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, RecordedRequest, RequestKind};
 use tokio::sync::mpsc;
 
@@ -35,7 +35,7 @@ use super::{
     BenchError, BenchMode, BenchView, BENCH_BASE_INSTRUCTIONS, BENCH_DEVELOPER_INSTRUCTIONS,
     BENCH_TOKEN_BUDGET,
 };
-use crate::backend::codex::{CodexBackend, CodexBackendConfig};
+use crate::backend::codex::{AppServerConfig, CodexBackend};
 use crate::backend::responses::{ResponsesBackend, ResponsesBackendConfig, ResponsesThreads};
 use crate::backend::{MockBackend, StartThread, ThreadedBackend, TurnRequest};
 use crate::harness::Harness;
@@ -471,14 +471,12 @@ async fn codex_backend(
         path: std::env::temp_dir(),
         source,
     })?;
-    let backend = CodexBackend::new(CodexBackendConfig {
-        command: vec![binary.display().to_string(), "app-server".into()],
-        codex_home: home.path().join("codex-home"),
-        overrides: offline_overrides(&server.base_url()),
-        cwd: Some(home.path().to_path_buf()),
-        env: Vec::new(),
-        turn_limits: TurnLimits::default(),
-    });
+    let backend = CodexBackend::new(
+        AppServerConfig::new(home.path().join("codex-home"))
+            .with_command(vec![binary.display().to_string(), "app-server".into()])
+            .with_overrides(offline_overrides(&server.base_url()))
+            .with_cwd(home.path().to_path_buf()),
+    );
     backend
         .connect()
         .await

@@ -4,11 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
-use codex_app_server_client::AppServerConfig;
 
 use crate::app::{open_with_backend, store_target};
 use crate::backend::codex::CodexBackend;
-use crate::backend::codex_config::{codex_overrides, turn_limits};
+use crate::backend::codex_config::{app_server_config, turn_limits};
 use crate::config::{BackendConfig, Config};
 use crate::serve::outbound::{
     OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
@@ -152,14 +151,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
     if command.is_empty() && codex.url.is_none() {
         return Err(ServeSetupError::EmptyCommand);
     }
-    let codex_home =
-        crate::backend::codex_home::codex_home(config, codex.codex_home.as_deref()).path;
-    let mut upstream = AppServerConfig::new(codex_home)
-        .with_command(command)
-        .with_overrides(codex_overrides(codex));
-    if let Ok(cwd) = std::env::current_dir() {
-        upstream = upstream.with_cwd(cwd);
-    }
+    let upstream = app_server_config(config, codex, command);
     if let Some(parent) = config
         .store
         .path
