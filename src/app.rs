@@ -344,6 +344,25 @@ pub fn codex_command(codex: &crate::config::CodexBackendConfig) -> Vec<String> {
     command
 }
 
+/// The Codex binary when no configuration names one (`ctxbridge bench`): `CODEX_BIN` when it
+/// names a file, else `codex` on `PATH`, else the npm install in `node_modules` (as `turn`,
+/// `doctor` and `serve` find `codex`).
+pub fn find_codex_binary() -> Option<PathBuf> {
+    let named = std::env::var_os("CODEX_BIN")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    named
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("codex"))
+                    .find(|p| p.is_file())
+            })
+        })
+        .or_else(locate_codex_binary)
+}
+
 /// Whether the Codex program of `backend.command` can be started: an existing path, a name on
 /// `PATH`, or `codex` installed from npm.
 pub fn codex_program_found(program: &str) -> bool {

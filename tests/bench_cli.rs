@@ -507,3 +507,129 @@ fn sharded_scale_runs_and_postgres_refuses_shards() {
     assert!(!ok);
     assert!(stderr.contains("--scale-shards"), "{stderr}");
 }
+
+/// `bench` says on stderr what it measures next (a scale run of many seconds is never silent),
+/// writes the chart as PNG beside the SVG, and prints figures and ratios, not verdicts against
+/// targets.
+#[test]
+fn bench_reports_progress_writes_a_png_and_prints_no_verdicts() {
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "bench",
+            "--turns",
+            "3",
+            "--overhead-sessions",
+            "1",
+            "--sessions",
+            "20",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for phase in [
+        "bench: projection cost on the mock backend (3 turns per mode) …",
+        "bench: overhead per turn (1 sessions × 3 turns per mode) …",
+        "bench: scale on 1 worker (20 sessions × 5 turns;",
+        "bench: scale on 2 workers (20 sessions × 5 turns;",
+    ] {
+        assert!(stderr.contains(phase), "no {phase:?} in: {stderr}");
+    }
+    assert!(
+        !stdout.contains("MISSED") && !stdout.contains("target:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("scaling 1 → 2 workers: "), "{stdout}");
+    let png = std::fs::read(out.path().join("projection-mock.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(png.len() > 10_000, "a chart with text: {} bytes", png.len());
+    assert!(stdout.contains("projection-mock.png"), "{stdout}");
+}
+
+/// `bench --backend codex` finds `codex` on `PATH` as `turn`, `doctor` and `serve` do, before
+/// the npm install: here a `codex` on `PATH` that only leaves a mark that it was run.
+#[test]
+fn bench_finds_codex_on_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("ran");
+    let fake = dir.path().join("codex");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\ntouch '{}'\nexit 3\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "bench",
+            "--backend",
+            "codex",
+            "--turns",
+            "1",
+            "--skip-scale",
+        ])
+        .args(["--overhead-sessions", "0", "--out"])
+        .arg(dir.path().join("out"))
+        .env("PATH", path)
+        .env_remove("CODEX_BIN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(!stderr.contains("no Codex binary found"), "{stderr}");
+    assert!(mark.exists(), "the codex on PATH was not run: {stderr}");
+}
+
+/// On the real Codex, the chart shows every mode the run measured, the additional-context
+/// delivery included (the CSV has its rows; the chart used to leave it out).
+#[test]
+fn bench_on_codex_charts_every_mode() {
+    let Some(binary) = codex_app_server_client::locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED bench_on_codex_charts_every_mode: no codex binary (run `npm ci` at the repo root or set CODEX_BIN) !!!!!!!!\n");
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "bench",
+            "--backend",
+            "codex",
+            "--turns",
+            "2",
+            "--skip-scale",
+        ])
+        .args(["--overhead-sessions", "0", "--out"])
+        .arg(out.path())
+        .env("CODEX_BIN", &binary)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let csv = std::fs::read_to_string(out.path().join("projection-codex.csv")).unwrap();
+    let svg = std::fs::read_to_string(out.path().join("projection-codex.svg")).unwrap();
+    for mode in [
+        "legacy",
+        "per_turn",
+        "thread_bootstrap",
+        "thread_bootstrap_ac",
+    ] {
+        assert!(csv.contains(&format!(",{mode},")), "the CSV lacks {mode}");
+        assert!(
+            svg.lines().any(|line| line.trim() == mode),
+            "the chart's legend lacks {mode}"
+        );
+    }
+}

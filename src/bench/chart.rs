@@ -1,10 +1,15 @@
-//! The SVG chart of a projection-cost run: cumulative model-request bytes per turn for the three
-//! modes, with the cumulative minimum as a reference line. Several runs (the Responses backend's
-//! two thread kinds) share one chart: the first run's lines solid, the others' dashed.
+//! The chart of a projection-cost run, as SVG and PNG: cumulative model-request bytes per turn
+//! for every mode the run measured (the Codex run's additional-context mode too), with the
+//! cumulative minimum as a reference line. Several runs (the Responses backend's two thread
+//! kinds) share one chart: the first run's lines solid, the others' dashed, and the legend
+//! draws each line as the chart does.
 
 use std::path::Path;
 
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+use plotters::style::FontStyle;
 
 use super::projection_cost::ProjectionRun;
 use super::{BenchError, BenchMode};
@@ -27,21 +32,75 @@ fn unit_for(max_bytes: usize) -> (&'static str, f64) {
     }
 }
 
-/// Draws the chart of `runs` (one or more runs of the same session) into `path` (SVG).
-pub fn write_svg(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> {
-    draw(runs, path).map_err(|e| BenchError::Chart {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+/// Chart width and height in pixels (SVG user units).
+const SIZE: (u32, u32) = (1000, 620);
+
+/// The modes `run` measured, in the chart's order.
+fn modes_of(run: &ProjectionRun) -> Vec<BenchMode> {
+    BenchMode::ALL
+        .into_iter()
+        .chain([BenchMode::ThreadBootstrapAdditionalContext])
+        .filter(|mode| run.rows_of(*mode).next().is_some())
+        .collect()
 }
 
-fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+/// A legend sample of a dashed series: dashes, as the series is drawn.
+fn dashed_sample(
+    x: i32,
+    y: i32,
+    color: RGBColor,
+) -> DashedPathElement<std::vec::IntoIter<(i32, i32)>, i32> {
+    DashedPathElement::new(vec![(x, y), (x + 24, y)], 5, 3, color.stroke_width(2))
+}
+
+/// Draws the chart of `runs` (one or more runs of the same session) into `path` (SVG).
+pub fn write_svg(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> {
+    let error = |message: String| BenchError::Chart {
+        path: path.to_path_buf(),
+        message,
+    };
+    // The layout measures text with the same font the PNG draws it in.
+    register_font().map_err(error)?;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    draw(runs, &root).map_err(|e| error(e.to_string()))
+}
+
+/// Draws the same chart into `path` as PNG, its text in the embedded DejaVu Sans (a bitmap
+/// needs a font, and the machine may have none installed).
+pub fn write_png(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> {
+    let error = |message: String| BenchError::Chart {
+        path: path.to_path_buf(),
+        message,
+    };
+    register_font().map_err(error)?;
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    draw(runs, &root).map_err(|e| error(e.to_string()))
+}
+
+/// Registers DejaVu Sans as the charts' `sans-serif` (once per process).
+fn register_font() -> Result<(), String> {
+    static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+                .map_err(|_| "the embedded DejaVu Sans font does not load".to_string())
+        })
+        .clone()
+}
+
+fn draw<DB: DrawingBackend>(
+    runs: &[ProjectionRun],
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
     let Some(run) = runs.first() else {
         return Err("no run to draw".into());
     };
     let max_bytes = runs
         .iter()
-        .flat_map(|r| BenchMode::ALL.iter().map(|m| r.total_model_bytes(*m)))
+        .flat_map(|r| modes_of(r).into_iter().map(|m| r.total_model_bytes(m)))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -67,15 +126,14 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
         )
     };
 
-    let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(
             format!(
                 "Cumulative model-request size per turn — {} ({} turns, epoch every {})",
                 backend, run.turns, run.engine.epoch_turns
             ),
-            ("sans-serif", 22),
+            ("sans-serif", 17),
         )
         .margin(20)
         .x_label_area_size(50)
@@ -92,7 +150,7 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
         .draw()?;
 
     for (index, series_run) in runs.iter().enumerate() {
-        for mode in BenchMode::ALL {
+        for mode in modes_of(series_run) {
             let color = series_color(mode);
             let points: Vec<(usize, f64)> = series_run
                 .rows_of(mode)
@@ -114,9 +172,7 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
                 chart
                     .draw_series(DashedLineSeries::new(points, 4, 4, color.stroke_width(2)))?
                     .label(label)
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 10, y)], color.stroke_width(2))
-                    });
+                    .legend(move |(x, y)| dashed_sample(x, y, color));
             }
         }
     }
@@ -129,11 +185,16 @@ fn draw(runs: &[ProjectionRun], path: &Path) -> Result<(), Box<dyn std::error::E
             (r.turn, cumulative as f64 / divisor)
         })
         .collect();
-    let green = RGBColor(0x2c, 0xa0, 0x2c);
+    let minimum_color = RGBColor(0x11, 0x11, 0x11);
     chart
-        .draw_series(DashedLineSeries::new(minimum, 8, 6, green.stroke_width(2)))?
-        .label("minimum (fresh thread per turn), dashed")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], green.stroke_width(2)));
+        .draw_series(DashedLineSeries::new(
+            minimum,
+            8,
+            6,
+            minimum_color.stroke_width(2),
+        ))?
+        .label("minimum (fresh thread per turn)")
+        .legend(move |(x, y)| dashed_sample(x, y, minimum_color));
 
     chart
         .configure_series_labels()

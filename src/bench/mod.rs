@@ -167,7 +167,7 @@ pub enum BenchError {
         #[source]
         source: ctxbridge_mock_model::MockModelError,
     },
-    #[error("no Codex binary found: run `npm ci` at the repository root or set CODEX_BIN")]
+    #[error("no Codex binary found: `codex` is not on PATH nor installed in node_modules (`npm ci` at the repository root), and CODEX_BIN names no file")]
     NoCodexBinary,
     #[error("{operation}: {message}")]
     Runtime {

@@ -22,7 +22,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use codex_app_server_client::{locate_codex_binary, offline_overrides, AppServerConfig};
+use codex_app_server_client::{offline_overrides, AppServerConfig};
 use ctxbridge_jsonrpc::Incoming;
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Map, Value};
@@ -602,7 +602,7 @@ async fn concurrent_clients(url: &str, clients: usize, turns: usize) -> (usize, 
 
 /// Runs every measurement of `bench --serve`.
 pub async fn run(options: &ServeBenchOptions) -> Result<ServeBenchReport, BenchError> {
-    let binary = locate_codex_binary().ok_or(BenchError::NoCodexBinary)?;
+    let binary = crate::app::find_codex_binary().ok_or(BenchError::NoCodexBinary)?;
     let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
         operation: "create a temporary directory",
         path: std::env::temp_dir(),

@@ -1,5 +1,5 @@
 //! `ctxbridge bench`: the arguments, and the order in which the measurements of
-//! [`crate::bench`] run and are printed; CSV and SVG go to `--out`.
+//! [`crate::bench`] run and are printed; CSV, SVG and PNG go to `--out`.
 
 use std::path::PathBuf;
 
@@ -7,7 +7,13 @@ use clap::Args;
 
 use crate::bench::scale::{self, ScaleStore, ScaleTarget};
 use crate::bench::{chart, engines, overhead, projection_cost, BenchBackend, BenchError};
-use crate::cli::context::{outln, CliError, CommandContext, Stdout, EXIT_OK};
+use crate::cli::context::{errln, outln, CliError, CommandContext, Stdout, EXIT_OK};
+
+/// Says on stderr what is measured next, so a run of many seconds is never silent (the
+/// figures go to stdout).
+fn phase(what: std::fmt::Arguments<'_>) {
+    errln!("bench: {what} …");
+}
 
 /// `ctxbridge bench` arguments.
 #[derive(Debug, Clone, Args)]
@@ -18,7 +24,7 @@ pub struct BenchArgs {
     /// The backend of the projection-cost run (overhead and scale always use the in-process mock).
     #[arg(long, value_enum, default_value_t = BenchBackend::Mock)]
     pub backend: BenchBackend,
-    /// Where the CSV and SVG go.
+    /// Where the CSV, SVG and PNG go.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
     /// Sessions of the scale run (5 turns each; default 10 000, 200 on PostgreSQL).
@@ -121,9 +127,16 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     let binding_memory = if skip_scale {
         None
     } else {
+        phase(format_args!(
+            "binding cache memory ({sessions} cached bindings)"
+        ));
         Some(scale::measure_binding_cache(sessions).await?)
     };
 
+    phase(format_args!(
+        "projection cost on the {} backend ({turns} turns per mode)",
+        args.backend.as_str()
+    ));
     let runs = projection_cost::run(args.backend, turns).await?;
     for run in &runs {
         out.write(&projection_cost::format_table(run));
@@ -136,9 +149,21 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
         .out
         .join(format!("projection-{}.svg", args.backend.as_str()));
     chart::write_svg(&runs, &svg)?;
-    outln!(out, "wrote {} and {}", csv.display(), svg.display());
+    let png = svg.with_extension("png");
+    chart::write_png(&runs, &png)?;
+    outln!(
+        out,
+        "wrote {}, {} and {}",
+        csv.display(),
+        svg.display(),
+        png.display()
+    );
 
     if args.overhead_sessions > 0 {
+        phase(format_args!(
+            "overhead per turn ({} sessions × {turns} turns per mode)",
+            args.overhead_sessions
+        ));
         let report = overhead::run(args.overhead_sessions, turns).await?;
         out.write(&overhead::format_table(
             &report,
@@ -148,6 +173,7 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     }
 
     if args.long_session {
+        phase(format_args!("one long session (2 005 turns)"));
         let points = overhead::long_session(&overhead::LONG_SESSION_CHECKPOINTS).await?;
         out.write(&overhead::format_long_session(&points));
     }
@@ -155,9 +181,18 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     if let Some(memory) = binding_memory {
         let mut results = Vec::new();
         for workers in [1, 2] {
+            phase(format_args!(
+                "scale on {workers} worker{} ({sessions} sessions × {} turns; --sessions N or --skip-scale for less)",
+                if workers == 1 { "" } else { "s" },
+                scale::TURNS_PER_SESSION
+            ));
             results.push(scale::run_on_own_runtime(sessions, workers, target.clone()).await?);
         }
         if args.scale_split {
+            phase(format_args!(
+                "scale on 2 workers sharing nothing ({sessions} sessions × {} turns)",
+                scale::TURNS_PER_SESSION
+            ));
             results.push(scale::run_split_on_own_threads(sessions, 2, target.clone()).await?);
         }
         out.write(&scale::format_report(&results, &memory));
