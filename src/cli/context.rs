@@ -56,42 +56,63 @@ impl Interrupt {
     }
 }
 
-/// Resolves on the first SIGINT or SIGTERM (the handlers are installed on the first poll).
-/// Where a handler cannot be installed, that signal keeps its default action.
-pub async fn interrupted() -> Interrupt {
+/// SIGINT and SIGTERM, caught from [`Signals::install`] on: a signal then no longer ends the
+/// process by its default action but is awaited with [`Signals::next`]. Where a handler cannot
+/// be installed, that signal keeps its default action.
+pub struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).ok();
-        let mut int = signal(SignalKind::interrupt()).ok();
-        let term_recv = async {
-            match term.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers now (must run inside the tokio runtime).
+    pub fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
             }
-        };
-        let int_recv = async {
-            match int.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            () = term_recv => Interrupt::Sigterm,
-            () = int_recv => Interrupt::Sigint,
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        match tokio::signal::ctrl_c().await {
-            Ok(()) => Interrupt::Sigint,
-            Err(_) => std::future::pending().await,
+
+    /// The next SIGINT or SIGTERM.
+    pub async fn next(&mut self) -> Interrupt {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = recv(self.term.as_mut()) => Interrupt::Sigterm,
+                () = recv(self.int.as_mut()) => Interrupt::Sigint,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => Interrupt::Sigint,
+                Err(_) => std::future::pending().await,
+            }
         }
     }
+}
+
+/// Resolves on the first SIGINT or SIGTERM (the handlers are installed on the first poll).
+pub async fn interrupted() -> Interrupt {
+    Signals::install().next().await
 }
 
 /// A command that could not do its job. Each variant knows its exit code; the runtime failures

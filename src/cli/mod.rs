@@ -14,6 +14,7 @@ pub mod compact;
 pub mod context;
 pub mod demo;
 pub mod doctor;
+pub mod generate;
 pub mod mock_model;
 pub mod reset;
 pub mod serve;
@@ -31,9 +32,19 @@ use self::context::{
 
 /// Bridges context engines into threaded agent backends.
 #[derive(Debug, Parser)]
-#[command(name = "ctxbridge", version, about)]
+#[command(
+    name = "ctxbridge",
+    version,
+    about,
+    // Our own `help` subcommand (below), so that `ctxbridge help --help` works too.
+    disable_help_subcommand = true,
+    max_term_width = 100
+)]
 pub struct Cli {
-    /// Configuration file (JSON5). Default: ./ctxbridge.json5 when it exists.
+    /// Configuration file (JSON5).
+    ///
+    /// Default: $CTXBRIDGE_CONFIG, else the nearest ctxbridge.json5 up from the working
+    /// directory, else the user configuration directory's ctxbridge/ctxbridge.json5.
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
@@ -45,17 +56,23 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Show the selected context engine, quarantines (this run's and earlier runs'),
-    /// host-capability checks and, on the Codex backend, the Codex version; exits 1 when the
-    /// engine cannot run on the configured backend, is degraded to legacy by a quarantine, or
-    /// the state store is unusable.
+    /// Check the engine, backend and state store; exit 1 on a problem.
+    ///
+    /// Shows the selected context engine, quarantines (this run's and earlier runs'),
+    /// host-capability checks and, on the Codex backend, the Codex home, binary and version.
+    /// Exits 1 when the engine cannot run on the configured backend, is degraded to legacy by
+    /// a quarantine, or the state store is unusable.
     Doctor(doctor::DoctorArgs),
     /// Run one turn of a session (state persists between invocations).
     Turn(turn::TurnArgs),
-    /// Interactive session: one turn per line; `/compact` runs manual compaction, `/reset`
-    /// resets the session, `/NAME ARGS` runs a command the context engine registered. Exits 0
-    /// when every line went through, 1 when a turn or a compaction failed or a line was
-    /// skipped (not UTF-8: reported, and the session went on), so a script sees it.
+    /// Interactive session: one turn per line.
+    ///
+    /// `/help` lists the commands: `/compact` runs manual compaction, `/reset` resets the
+    /// session, `/NAME ARGS` runs a command the context engine registered, `/quit` leaves; a
+    /// line starting with `//` is sent as a prompt with one `/` removed. On a terminal the line
+    /// can be edited and earlier lines recalled. Exits 0 when every line went through, 1 when a
+    /// turn or a compaction failed or a line was skipped (not UTF-8, or an unknown `/command`:
+    /// reported, and the session went on), so a script sees it; 130 on Ctrl-C.
     Chat(chat::ChatArgs),
     /// Reset a session (fires `before_reset` and `session_end`; the next turn starts anew).
     Reset(reset::ResetArgs),
@@ -67,11 +84,21 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Run the Responses-compatible mock model server on 127.0.0.1.
     MockModel(mock_model::MockModelArgs),
-    /// Measure projection cost, per-turn overhead and scale; writes CSV and SVG.
+    /// Measure projection cost, per-turn overhead and scale; writes CSV, SVG and PNG.
     #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
-    /// Serve the Codex app-server protocol in front of the configured Codex backend (docs/serve.md#the-serve-command).
+    /// Serve the Codex app-server protocol in front of the configured Codex backend.
+    ///
+    /// See docs/serve.md.
     Serve(serve::ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    ///
+    /// For example `ctxbridge completions bash > ~/.local/share/bash-completion/completions/ctxbridge`.
+    Completions(generate::CompletionsArgs),
+    /// Print the manual page (roff) on stdout, e.g. `ctxbridge man | man -l -`.
+    Man(generate::ManArgs),
+    /// Print the help of ctxbridge or of one of its subcommands.
+    Help(generate::HelpArgs),
 }
 
 /// Runs a parsed command line.
@@ -83,6 +110,7 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
     };
     let runs_without_config = match &cli.command {
         Command::Demo(_) | Command::MockModel(_) => true,
+        Command::Completions(_) | Command::Man(_) | Command::Help(_) => false,
         #[cfg(feature = "bench")]
         Command::Bench(_) => true,
         _ => false,
@@ -102,6 +130,9 @@ pub async fn run(cli: Cli) -> Result<u8, CliError> {
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(&context, args).await,
         Command::Serve(args) => serve::run(&context, args).await,
+        Command::Completions(args) => generate::completions(&context, args),
+        Command::Man(args) => generate::man(&context, args),
+        Command::Help(args) => generate::help(&context, args),
     }?;
     if code == EXIT_OK && context.stdout.lost() {
         errln!("ctxbridge: stdout was closed: the output was lost");

@@ -1,0 +1,236 @@
+//! What a new user meets at the command line, through the built binary: `help` (also
+//! `help --help`), shell completions, the manual page and help lines that fit a terminal;
+//! `chat`'s `/help`, its refusal of an unknown `/word` and its Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+/// The binary in `dir`, Codex's home (`CODEX_HOME`) inside it, never the user's.
+fn ctxbridge(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctxbridge"));
+    cmd.current_dir(dir)
+        .env("CODEX_HOME", dir.join("codex-home"))
+        .env_remove("CTXBRIDGE_CONFIG")
+        .env_remove("CTXBRIDGE_LOG")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    ctxbridge(dir).args(args).output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn write_config(dir: &Path, config: &Value) {
+    std::fs::write(
+        dir.join("ctxbridge.json5"),
+        serde_json::to_string_pretty(config).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Rows of `sql` (one integer column) in the store at `db`.
+fn count(db: &Path, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// The subcommands `ctxbridge --help` lists.
+fn subcommands(dir: &Path) -> Vec<String> {
+    let help = stdout(&run(dir, &["--help"]));
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// `ctxbridge help` is a subcommand like the others: `help --help` works, `help doctor`
+/// prints doctor's long help, and an unknown name is a usage error listing the subcommands.
+#[test]
+fn help_is_a_command_with_help_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["help", "--help"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains("Usage: ctxbridge help"),
+        "{}",
+        describe(&out)
+    );
+
+    let out = run(dir.path(), &["help", "doctor"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        stdout(&out).contains("Usage: ctxbridge doctor"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        stdout(&out).contains("Exits 1 when"),
+        "the long help: {}",
+        describe(&out)
+    );
+
+    let out = run(dir.path(), &["help", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no subcommand \"nope\""), "{stderr}");
+    assert!(stderr.contains("doctor, turn, chat"), "{stderr}");
+}
+
+/// Every line of the help of ctxbridge and of each subcommand, short and long, fits a
+/// 100-column terminal.
+#[test]
+fn help_lines_fit_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = subcommands(dir.path());
+    assert!(commands.len() >= 10, "{commands:?}");
+    let mut invocations: Vec<Vec<String>> = vec![vec!["-h".into()], vec!["--help".into()]];
+    for command in &commands {
+        for flag in ["-h", "--help"] {
+            invocations.push(vec![command.clone(), flag.into()]);
+        }
+    }
+    for args in invocations {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = ctxbridge(dir.path())
+            .env_remove("COLUMNS")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        for line in stdout(&out).lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{args:?}: a line of {} characters: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}
+
+/// `completions SHELL` writes a completion script naming every subcommand; `man` a roff page
+/// with a section per subcommand.
+#[test]
+fn completions_and_the_manual_page_cover_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = subcommands(dir.path());
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(dir.path(), &["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", describe(&out));
+        let script = stdout(&out);
+        for command in &commands {
+            assert!(script.contains(command.as_str()), "{shell} lacks {command}");
+        }
+    }
+    assert!(stdout(&run(dir.path(), &["completions", "bash"])).contains("complete -F _ctxbridge"));
+    let out = run(dir.path(), &["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+
+    let out = run(dir.path(), &["man"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let page = stdout(&out);
+    assert!(page.starts_with(".ie") || page.starts_with(".TH"), "{page}");
+    assert!(page.contains(".TH ctxbridge"), "{page}");
+    for command in &commands {
+        assert!(
+            page.contains(&format!("CTXBRIDGE {}", command.to_uppercase())),
+            "no section for {command}"
+        );
+    }
+}
+
+/// `chat` reads `/help` as a list of the commands and refuses an unknown `/word` (exit 1 in
+/// the end, the session going on); neither reaches the model. `//TEXT` sends `/TEXT`.
+#[test]
+fn chat_lists_its_commands_and_refuses_unknown_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    let mut child = ctxbridge(dir.path())
+        .args(["chat", "--session", "c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/help\n/hlep\n//etc is a path\n/quit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    for listed in ["/help", "/compact", "/reset", "/quit", "//TEXT"] {
+        assert!(text.contains(listed), "/help lacks {listed}: {text}");
+    }
+    assert!(
+        text.contains("/hlep is no command, and was not sent to the model"),
+        "{text}"
+    );
+    let db = dir.path().join("state.db");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM transcript"),
+        2,
+        "one turn (user and assistant): the escaped line only"
+    );
+    let first: String = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT message FROM transcript ORDER BY seq LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(first.contains("/etc is a path"), "{first}");
+}
+
+/// Ctrl-C (SIGINT) while `chat` waits for a line ends it with 130 and a message, not 0.
+#[test]
+fn chat_interrupted_at_the_prompt_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = ctxbridge(dir.path())
+        .args(["chat", "--session", "c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open until the child is gone: closing it would end the chat before the signal.
+    let stdin = child.stdin.take().unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    assert!(banner.contains("ctxbridge chat"), "{banner}");
+    // The handlers are installed before the banner is written.
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    drop(stdin);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("chat interrupted by SIGINT"), "{stderr}");
+}
