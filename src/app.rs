@@ -460,6 +460,11 @@ impl App {
         self.resolved.engine.quarantine_book().get(selected)
     }
 
+    /// Where the state is kept, as errors name it (a file path, or a redacted URL).
+    pub fn store_location(&self) -> String {
+        self.harness.store().location()
+    }
+
     /// The configuration error of the selected engine, if it reported one.
     pub fn selected_config_error(&self) -> Option<&EngineConfigError> {
         self.config_errors

@@ -1,6 +1,8 @@
 //! What a new user meets at the command line, through the built binary: `help` (also
 //! `help --help`), shell completions, the manual page and help lines that fit a terminal;
-//! `chat`'s `/help`, its refusal of an unknown `/word` and its Ctrl-C.
+//! `chat`'s `/help`, its refusal of an unknown `/word` and its Ctrl-C; `reset` and `compact`
+//! refusing a session no turn has run on; doctor's problems as one status and as a JSON list;
+//! whole token counts written as integers; absent log fields left out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -233,4 +235,201 @@ fn chat_interrupted_at_the_prompt_exits_130() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("chat interrupted by SIGINT"), "{stderr}");
+}
+
+/// `reset` and `compact` of a session no turn has run on fail (exit 1) naming the session and
+/// the store, and leave no file behind; on a session with turns they run.
+#[test]
+fn reset_and_compact_refuse_an_unknown_session() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    let turn = run(dir.path(), &["turn", "--session", "known", "hello"]);
+    assert!(turn.status.success(), "{}", describe(&turn));
+    let before: Vec<_> = walk(dir.path());
+    for command in ["reset", "compact"] {
+        let out = run(dir.path(), &[command, "--session", "nobody"]);
+        assert_eq!(out.status.code(), Some(1), "{command}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "{command}: no session \"nobody\" in the state store"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("state.db"), "{stderr}");
+    }
+    let after: Vec<_> = walk(dir.path())
+        .into_iter()
+        .filter(|p| !p.ends_with("state.db-wal") && !p.ends_with("state.db-shm"))
+        .collect();
+    let before: Vec<_> = before
+        .into_iter()
+        .filter(|p| !p.ends_with("state.db-wal") && !p.ends_with("state.db-shm"))
+        .collect();
+    assert_eq!(
+        before, after,
+        "a refused reset or compact left files behind"
+    );
+    for command in ["compact", "reset"] {
+        let out = run(dir.path(), &[command, "--session", "known"]);
+        assert!(out.status.success(), "{command}: {}", describe(&out));
+    }
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path.display().to_string());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `compact --json` writes whole token counts as integers (`"tokensBefore":0`, never `0.0`).
+#[test]
+fn compact_json_writes_whole_token_counts_as_integers() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({"store": {"path": "state.db"}, "plugins": {"slots": {"contextEngine": "sample-summary"}}}),
+    );
+    for prompt in ["one", "two"] {
+        let out = run(dir.path(), &["turn", "--session", "s", prompt]);
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let out = run(dir.path(), &["compact", "--session", "s", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = stdout(&out);
+    let report: Value = serde_json::from_str(text.trim()).unwrap();
+    let tokens = &report["result"]["result"]["tokensBefore"];
+    assert!(tokens.is_u64() || tokens.is_i64(), "{text}");
+    assert!(!text.contains(".0,") && !text.contains(".0}"), "{text}");
+}
+
+/// With several problems doctor prints one `status:` line counting them and lists each;
+/// `doctor --json` lists them under `problems` beside `passes: false` (and none when it
+/// passes), and names the store's file `location` whether or not it exists.
+#[test]
+fn doctor_lists_its_problems_under_one_status() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({
+            "plugins": {"slots": {"contextEngine": "sample-summary"}},
+            "backend": {"kind": "codex", "command": ["/nonexistent/codex", "app-server"]},
+            "store": {"path": "state.db"},
+        }),
+    );
+    let holder_dir = dir.path().to_path_buf();
+    std::fs::write(holder_dir.join("state.db"), b"this is no database").unwrap();
+    let out = run(dir.path(), &["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("status:").count(),
+        1,
+        "one status line: {text}"
+    );
+    assert!(text.contains("status: 2 problems:\n"), "{text}");
+    assert!(text.contains("  - the backend cannot run turns"), "{text}");
+    assert!(
+        text.contains("  - the state store cannot be used"),
+        "{text}"
+    );
+
+    let out = run(dir.path(), &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["passes"], false);
+    let kinds: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["backend", "storeUnusable"], "{report}");
+
+    // Passing: no problems; a store not created yet is named `location` too.
+    write_config(dir.path(), &json!({"store": {"path": "fresh.db"}}));
+    let out = run(dir.path(), &["doctor", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["passes"], true);
+    assert_eq!(report["problems"], json!([]));
+    assert_eq!(report["persisted"]["state"], "noStore");
+    assert!(
+        report["persisted"]["location"]
+            .as_str()
+            .unwrap()
+            .ends_with("fresh.db"),
+        "{report}"
+    );
+    assert!(report["persisted"].get("path").is_none(), "{report}");
+}
+
+/// The projection decision's log event leaves out what the turn did not have (legacy: no
+/// epoch, no fingerprint) instead of writing empty strings; an engine's fingerprint shows.
+#[test]
+fn absent_fields_are_left_out_of_the_projection_event() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    let out = ctxbridge(dir.path())
+        .env("CTXBRIDGE_LOG", "info")
+        .args(["turn", "--session", "l", "hello"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let event = stderr
+        .lines()
+        .find(|l| l.contains("projection decision"))
+        .unwrap_or_else(|| panic!("no projection event: {stderr}"));
+    assert!(!event.contains("fingerprint="), "{event}");
+    assert!(!event.contains("epoch="), "{event}");
+    assert!(!event.contains("=\"\""), "{event}");
+    assert!(event.contains("mode="), "{event}");
+}
+
+/// A first turn that fails before the backend answers (here a Codex that exits at once)
+/// leaves no session behind: no bootstrap mark, no session in doctor's count; the next turn
+/// starts the session anew and is recorded.
+#[test]
+fn a_first_turn_the_backend_never_answered_leaves_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        &json!({
+            "store": {"path": "state.db"},
+            "plugins": {"slots": {"contextEngine": "sample-summary"}},
+            "backend": {"kind": "codex", "command": ["/bin/false"]},
+        }),
+    );
+    let out = run(dir.path(), &["turn", "--session", "gone", "hello"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let db = dir.path().join("state.db");
+    assert_eq!(count(&db, "SELECT count(*) FROM bootstrapped"), 0);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM activity WHERE scope = 's'"),
+        0
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM transcript"), 0);
+    let doctor = stdout(&run(dir.path(), &["doctor"]));
+    assert!(doctor.contains("state store: 0 sessions"), "{doctor}");
+
+    write_config(
+        dir.path(),
+        &json!({
+            "store": {"path": "state.db"},
+            "plugins": {"slots": {"contextEngine": "sample-summary"}},
+        }),
+    );
+    let out = run(dir.path(), &["turn", "--session", "gone", "hello"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(count(&db, "SELECT count(*) FROM bootstrapped"), 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM transcript"), 2);
 }

@@ -247,6 +247,9 @@ fn closed_stdout_is_reported_not_a_panic() {
 fn every_command_reports_a_closed_stdout() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &json!({"store": {"path": "state.db"}}));
+    // `reset` refuses a session no turn has run on.
+    let first = turn(dir.path(), "p", "hello");
+    assert!(first.status.success(), "{}", describe(&first));
     for args in [
         vec!["demo", "--turns", "2"],
         vec!["doctor"],

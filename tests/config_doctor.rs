@@ -554,7 +554,9 @@ sys.stdin.read()
         "{text}"
     );
     assert!(!text.contains("info failed"), "{text}");
-    assert!(text.contains("status: degraded: context engine \"p\" is quarantined (in this run): failed to load (factory): "), "{text}");
+    // Two problems (the degradation and the configuration error) under one status line.
+    assert!(text.contains("status: 2 problems:\n"), "{text}");
+    assert!(text.contains("\n  - degraded: context engine \"p\" is quarantined (in this run): failed to load (factory): "), "{text}");
 }
 
 /// Doctor names the Codex home (from `CODEX_HOME`, else `~/.codex`, unless

@@ -679,6 +679,9 @@ fn doctor_shows_the_no_op_compact_note_of_an_earlier_run() {
     }
     // broken_engine.py in `echo_keys` mode answers compact with {ok: true, compacted: false}.
     let ws = Workspace::new(&broken_config("echo_keys", None));
+    // `compact` refuses a session no turn has run on.
+    let out = ws.run(&["turn", "--session", "s", "hello"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = ws.run(&["compact", "--session", "s", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let (code, text) = ws.doctor();

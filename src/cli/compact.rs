@@ -19,6 +19,21 @@ pub struct CompactArgs {
 pub async fn run(context: &CommandContext, args: CompactArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
     let app = context.open_app(&config).await?;
+    match app.harness.has_session(&args.session) {
+        Ok(true) => {}
+        Ok(false) => {
+            app.harness.shutdown().await;
+            return Err(CliError::UnknownSession {
+                operation: "compact",
+                session: args.session,
+                store: app.store_location(),
+            });
+        }
+        Err(error) => {
+            app.harness.shutdown().await;
+            return Err(CliError::harness("compact")(error));
+        }
+    }
     let result = app.harness.compact(&args.session).await;
     app.harness.shutdown().await;
     let report = result.map_err(CliError::harness("compact"))?;

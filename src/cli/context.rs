@@ -185,6 +185,13 @@ pub enum CliError {
         #[source]
         source: crate::serve::ServeError,
     },
+    /// `reset` or `compact` named a session no turn has run on.
+    #[error("{operation}: no session {session:?} in the state store {store}: no turn has run on it (check the key; `ctxbridge doctor` counts the stored sessions)")]
+    UnknownSession {
+        operation: &'static str,
+        session: String,
+        store: String,
+    },
     /// `plugins.strict` (or `--strict`): the selected engine is quarantined, and `legacy` is
     /// not to answer in its place.
     #[error("strict: context engine \"{engine}\" is quarantined (failed during {operation}: {error}); not falling back to legacy")]
@@ -208,7 +215,8 @@ impl CliError {
             | CliError::Io { .. }
             | CliError::MockModel { .. }
             | CliError::Serve { .. }
-            | CliError::Degraded { .. } => EXIT_RUNTIME_FAILURE,
+            | CliError::Degraded { .. }
+            | CliError::UnknownSession { .. } => EXIT_RUNTIME_FAILURE,
             #[cfg(feature = "bench")]
             CliError::Bench { .. } => EXIT_RUNTIME_FAILURE,
         }

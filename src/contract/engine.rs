@@ -8,14 +8,14 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::commands::{CommandCallParams, CommandReply, EngineCommand};
+use super::compact::{CompactParams, CompactResult};
 use super::hooks::HookCall;
 use super::tools::{EngineTool, ToolCallParams, ToolCallResult};
 use super::types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CommitTurnParams, CommitTurnResult, CompactParams, CompactResult, EngineInfo,
-    IngestBatchParams, IngestBatchResult, IngestParams, IngestResult, MaintainParams,
-    MaintainResult, OnSubagentEndedParams, PrepareSubagentSpawnParams, PrepareSubagentSpawnResult,
-    RollbackSubagentSpawnParams,
+    CommitTurnParams, CommitTurnResult, EngineInfo, IngestBatchParams, IngestBatchResult,
+    IngestParams, IngestResult, MaintainParams, MaintainResult, OnSubagentEndedParams,
+    PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, RollbackSubagentSpawnParams,
 };
 use serde_json::Value;
 

@@ -6,8 +6,10 @@
 #![warn(missing_docs)]
 
 mod commands;
+mod compact;
 mod engine;
 mod hooks;
+pub mod js_number;
 mod json_size;
 mod message;
 mod messages;
@@ -17,6 +19,7 @@ mod tools;
 mod types;
 
 pub use commands::{parse_command_line, CommandCallParams, CommandReply, EngineCommand};
+pub use compact::{CompactDetails, CompactParams, CompactResult, CompactionTarget};
 pub use engine::{
     ConfigIssue, ContextEngine, EngineError, EngineMethod, MethodSet, LEGACY_ENGINE_ID,
 };
@@ -32,11 +35,10 @@ pub use tokens::{estimate_tokens, CHARS_PER_TOKEN};
 pub use tools::{EngineTool, ToolCallParams, ToolCallResult};
 pub use types::{
     AfterTurnParams, AssembleParams, AssembleResult, BootstrapParams, BootstrapResult,
-    CommitTurnParams, CommitTurnResult, CompactDetails, CompactParams, CompactResult,
-    CompactionTarget, ContextEngineSelection, ContextProjection, Diagnostics, EngineInfo,
-    ExecutionHost, HostOperation, HostRequirement, IngestBatchParams, IngestBatchResult,
-    IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult, LlmUsage,
-    MaintainParams, MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams,
+    CommitTurnParams, CommitTurnResult, ContextEngineSelection, ContextProjection, Diagnostics,
+    EngineInfo, ExecutionHost, HostOperation, HostRequirement, IngestBatchParams,
+    IngestBatchResult, IngestParams, IngestResult, Limits, LlmCompleteRequest, LlmCompleteResult,
+    LlmUsage, MaintainParams, MaintainReason, MaintainResult, ModelInfo, OnSubagentEndedParams,
     PrepareSubagentSpawnParams, PrepareSubagentSpawnResult, ProjectionMode, PromptAuthority,
     ReasonCode, RollbackSubagentSpawnParams, RuntimeContext, RuntimeFacts, RuntimeInfo,
     RuntimeMode, RuntimeSettings, SelectionSource, SessionTarget, SubagentContextMode,

@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 
+use super::compact::{CompactParams, CompactResult};
 use super::engine::EngineError;
 use super::types::{
-    CompactParams, CompactResult, LlmCompleteRequest, LlmCompleteResult, TranscriptRewriteRequest,
-    TranscriptRewriteResult,
+    LlmCompleteRequest, LlmCompleteResult, TranscriptRewriteRequest, TranscriptRewriteResult,
 };
 
 /// What the host lets an engine call back into while a lifecycle method runs.

@@ -32,6 +32,8 @@ struct ReportJson<'a> {
     codex_setup: Option<CodexSetupJson<'a>>,
     codex: Option<CodexJson>,
     degradation: Option<super::Degradation>,
+    /// Why `passes` is false: empty exactly when it is true.
+    problems: Vec<super::Problem>,
     passes: bool,
 }
 
@@ -164,6 +166,7 @@ impl DoctorReport {
             codex_setup: self.codex_setup.as_ref().map(CodexSetupJson::from),
             codex: self.codex.as_ref().map(CodexJson::from),
             degradation: self.degradation(),
+            problems: self.problems(),
             passes: self.passes(),
         })
     }

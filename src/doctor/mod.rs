@@ -26,6 +26,7 @@ mod codex;
 mod json;
 mod node;
 mod persisted;
+mod problems;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
@@ -36,6 +37,7 @@ pub use node::{judge_node, node_checks, node_hosted, NodeCheck, NodeCommand};
 pub use persisted::{
     inspect_store, inspect_target, no_op_compact_note_key, read_persisted_state, PersistedState,
 };
+pub use problems::{Problem, ProblemKind};
 
 /// One operation's host-requirement check.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,12 +191,7 @@ impl DoctorReport {
     /// the backend, the state store (if there is one) is usable, and the selected engine is not
     /// degraded to legacy by a quarantine. `ctxbridge doctor` exits 1 otherwise.
     pub fn passes(&self) -> bool {
-        self.can_run
-            && self.persisted.is_usable()
-            && self.config_errors.is_empty()
-            && self.node_checks.iter().all(|c| c.problem.is_none())
-            && self.backend_problems.is_empty()
-            && self.degradation().is_none()
+        self.problems().is_empty()
     }
 
     /// Why the selected engine is degraded to legacy, if it is: its quarantine in this run,

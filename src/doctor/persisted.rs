@@ -14,8 +14,12 @@ use crate::store::{open_store, StateStore, StoreError, StoreStats, StoreTarget};
 pub enum PersistedState {
     /// The store was not looked at (a report built without one).
     NotInspected,
-    /// The configured store file does not exist yet: no earlier run left anything.
-    NoStore { path: String },
+    /// The configured store file does not exist yet: no earlier run left anything. Its JSON
+    /// form names the file `location`, as in every other state.
+    NoStore {
+        #[serde(rename = "location")]
+        path: String,
+    },
     /// Read from the store at `location`.
     Read {
         location: String,

@@ -333,12 +333,13 @@ fn node_versions_are_judged_against_the_plugin_requirement() {
 }
 
 /// The hand-built `doctor --json` object the derived view replaced, kept as the reference the
-/// derived output must match byte for byte.
+/// derived output must match byte for byte (since extended by `problems`, and the store's
+/// `location` named so in every state).
 fn hand_built_json(report: &DoctorReport) -> serde_json::Value {
     use serde_json::json;
     let persisted = match &report.persisted {
         PersistedState::NotInspected => json!({"state": "notInspected"}),
-        PersistedState::NoStore { path } => json!({"state": "noStore", "path": path}),
+        PersistedState::NoStore { path } => json!({"state": "noStore", "location": path}),
         PersistedState::Read {
             location,
             quarantines,
@@ -387,6 +388,10 @@ fn hand_built_json(report: &DoctorReport) -> serde_json::Value {
         "warnings": report.warnings,
         "canRun": report.can_run,
         "persisted": persisted,
+        "problems": report.problems().iter().map(|p| json!({
+            "kind": serde_json::to_value(p.kind).unwrap(),
+            "message": p.message,
+        })).collect::<Vec<_>>(),
         "retentionMs": report.retention.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         "codexSetup": report.codex_setup.as_ref().map(|setup| json!({
             "home": setup.home.path.display().to_string(),
@@ -606,7 +611,7 @@ async fn derived_json_fixed_form() {
             r#""configFile":null,"degradation":null,"disabled":false,"host":{"capabilities":["compact"],"label":"the mock backend"},"#,
             r#""hostChecks":[],"passes":true,"persisted":{"location":"/tmp/s.db","notes":[],"#,
             r#""quarantines":[{"atMs":1700000000000,"engineId":"py","operation":"assemble","reason":"engine exploded"}],"#,
-            r#""state":"read","stats":null},"quarantines":[],"retentionMs":60000,"selectedId":"legacy","#,
+            r#""state":"read","stats":null},"problems":[],"quarantines":[],"retentionMs":60000,"selectedId":"legacy","#,
             r#""source":"default","unoffered":[],"warnings":[]}"#
         )
     );

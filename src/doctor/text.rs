@@ -212,57 +212,16 @@ impl fmt::Display for DoctorReport {
         for warning in &self.warnings {
             writeln!(f, "warning: {warning}")?;
         }
-        if self.passes() {
-            return writeln!(f, "status: ok");
-        }
-        if !self.can_run {
-            writeln!(
-                f,
-                "status: context engine \"{}\" cannot run on {}",
-                self.active_engine_id, self.host_label
-            )?;
-        }
-        if !self.backend_problems.is_empty() {
-            writeln!(
-                f,
-                "status: the backend cannot run turns; fix the problem above"
-            )?;
-        }
-        match &self.persisted {
-            PersistedState::Locked { .. } => writeln!(
-                f,
-                "status: the state store is locked by another process; it is not damaged — keep it, and retry once that process has finished (or stop it if it hangs)"
-            )?,
-            PersistedState::Unusable { .. } => writeln!(
-                f,
-                "status: the state store cannot be used; fix it or move it away before running turns"
-            )?,
-            _ => {}
-        }
-        if let Some(d) = self.degradation() {
-            let when = match d.recorded_at_ms {
-                None => "in this run".to_string(),
-                Some(ms) => format!("recorded by an earlier run at {}", format_utc_ms(ms)),
-            };
-            writeln!(
-                f,
-                "status: degraded: context engine \"{}\" is quarantined ({when}): {}; \"{}\" serves instead",
-                self.selected_id,
-                describe_failure(&d.operation, &d.reason),
-                crate::engines::LEGACY_ENGINE_ID
-            )?;
-        }
-        if !self.config_errors.is_empty() {
-            writeln!(
-                f,
-                "status: fix the engine configuration above before running turns"
-            )?;
-        }
-        if self.node_checks.iter().any(|c| c.problem.is_some()) {
-            writeln!(
-                f,
-                "status: a Node-hosted engine cannot run on its interpreter"
-            )?;
+        // One line when there is one problem (or none); a count and a list otherwise.
+        match self.problems().as_slice() {
+            [] => writeln!(f, "status: ok")?,
+            [one] => writeln!(f, "status: {}", one.message)?,
+            many => {
+                writeln!(f, "status: {} problems:", many.len())?;
+                for problem in many {
+                    writeln!(f, "  - {}", problem.message)?;
+                }
+            }
         }
         Ok(())
     }

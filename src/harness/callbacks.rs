@@ -71,9 +71,9 @@ pub async fn complete_through(
     request: LlmCompleteRequest,
 ) -> Result<LlmCompleteResult, EngineError> {
     tracing::info!(
-        purpose = request.purpose.as_deref().unwrap_or(""),
-        session = request.session_id.as_deref().unwrap_or(""),
-        model = request.model.as_deref().unwrap_or(""),
+        purpose = request.purpose.as_deref(),
+        session = request.session_id.as_deref(),
+        model = request.model.as_deref(),
         "llm.complete for the engine"
     );
     let done = backend

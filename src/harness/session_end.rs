@@ -149,6 +149,31 @@ impl Harness {
         self.engine.call_command(params).await.map_err(engine_error)
     }
 
+    /// Whether any turn left a trace of `session_key` in the store: a session id, a thread
+    /// binding or a transcript. `ctxbridge reset` and `compact` refuse a session without one
+    /// rather than "resetting" or "compacting" nothing with exit 0.
+    pub fn has_session(&self, session_key: &str) -> Result<bool, HarnessError> {
+        let store = self.store_for(session_key);
+        if store
+            .load_document(SESSION_NAMESPACE, session_key)
+            .map_err(store_err("load session id"))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+        if store
+            .load_binding(&self.binding_key_for(session_key))
+            .map_err(store_err("load binding"))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+        Ok(!store
+            .load_transcript(session_key)
+            .map_err(store_err("load transcript"))?
+            .is_empty())
+    }
+
     /// Resets a session (`ctxbridge reset`, `/reset`): fires `before_reset {sessionFile,
     /// messages, reason: "reset"}`, archives the session file to `<file>.reset.<timestamp>`,
     /// fires `session_end {…, reason: "reset", nextSessionId}`, then drops the thread binding

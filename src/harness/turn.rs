@@ -187,9 +187,14 @@ impl Harness {
         // 3. First encounter → bootstrap + maintain(bootstrap).
         let engine_id = serving.active_engine_id().to_string();
         let mut bootstrapped = known.map(|f| f.bootstrapped).unwrap_or_default();
+        // A session this turn starts (no transcript, no binding, bootstrapped just now) that
+        // ends before the backend answers is forgotten again (see `forget_unanswered`).
+        let mut starts_session = false;
         if !bootstrapped.contains(&engine_id) {
-            self.bootstrap_if_new(serving, &spec.session_key, &session_id)
+            let marked = self
+                .bootstrap_if_new(serving, &spec.session_key, &session_id)
                 .await?;
+            starts_session = marked && messages.is_empty() && stored.is_none();
             bootstrapped.push(engine_id);
         }
         // Whether what this turn learns of the session holds at its end (a compaction may name
@@ -203,14 +208,19 @@ impl Harness {
                 "assembled context exceeds the token budget; compacting before the turn"
             );
             facts_hold = false;
-            self.compact_locked(
-                &backend,
-                &spec.session_key,
-                &session_id,
-                stored.as_deref(),
-                &guard,
-            )
-            .await?;
+            if let Err(error) = self
+                .compact_locked(
+                    &backend,
+                    &spec.session_key,
+                    &session_id,
+                    stored.as_deref(),
+                    &guard,
+                )
+                .await
+            {
+                self.forget_unanswered(&guard, starts_session, &session_id);
+                return Err(error);
+            }
             assembled = self.assemble(serving, &spec, &session_id, &messages).await;
         }
         // Active = an engine other than legacy answers this turn. Comparing wrappers by pointer
@@ -276,6 +286,7 @@ impl Harness {
                         _ => false,
                     };
                     if retried || !recoverable {
+                        self.forget_unanswered(&guard, starts_session, &ctx.session_id);
                         return Err(HarnessError::Backend {
                             session: spec.session_key.clone(),
                             source: error,
@@ -352,19 +363,43 @@ impl Harness {
         None
     }
 
+    /// Forgets a session whose first turn ended before the backend answered: its bootstrap
+    /// mark and its place among the store's sessions go, so a turn that failed (Codex not
+    /// logged in, a backend that is down) leaves no session behind, and the next turn starts
+    /// it as new (the engine's `session_start` and `bootstrap` run again; both are meant to be
+    /// repeatable). `starts_session` false: nothing to forget.
+    fn forget_unanswered(&self, guard: &SessionGuard, starts_session: bool, session_id: &str) {
+        if !starts_session {
+            return;
+        }
+        match guard.store().delete_session(session_id) {
+            Ok(_) => tracing::debug!(
+                session_id,
+                "forgot a session whose first turn was not answered"
+            ),
+            Err(error) => tracing::warn!(
+                session_id,
+                %error,
+                "could not forget a session whose first turn was not answered; the retention sweep will"
+            ),
+        }
+    }
+
+    /// Bootstraps the session for `serving` unless the store says it was; true when it marks
+    /// the session bootstrapped now.
     pub(super) async fn bootstrap_if_new(
         &self,
         serving: &QuarantineEngine,
         session_key: &str,
         session_id: &str,
-    ) -> Result<(), HarnessError> {
+    ) -> Result<bool, HarnessError> {
         let engine_id = serving.active_engine_id().to_string();
         let done = self
             .store_for(session_key)
             .is_bootstrapped(session_id, &engine_id)
             .map_err(store_err("read bootstrap mark"))?;
         if done {
-            return Ok(());
+            return Ok(false);
         }
         if serving.hooks().iter().any(|h| h == HOOK_SESSION_START) {
             let call = HookCall {
@@ -410,7 +445,7 @@ impl Harness {
         self.store_for(session_key)
             .mark_bootstrapped(session_id, &engine_id)
             .map_err(store_err("mark bootstrapped"))?;
-        Ok(())
+        Ok(true)
     }
 
     pub(super) async fn assemble(
@@ -592,10 +627,12 @@ impl Harness {
             session = %ctx.session_key(),
             engine = %ctx.info.id,
             mode = %decision.mode,
-            epoch = decision.epoch.as_deref().unwrap_or(""),
-            fingerprint = decision.fingerprint.as_deref().unwrap_or(""),
-            previous_thread = decision.previous_thread.as_ref().map_or("", |t| t.as_str()),
-            previous_epoch = decision.previous_epoch.as_deref().unwrap_or(""),
+            // Absent values are left out of the event (as `turn --json` has them null), not
+            // written as empty strings.
+            epoch = decision.epoch.as_deref(),
+            fingerprint = decision.fingerprint.as_deref(),
+            previous_thread = decision.previous_thread.as_ref().map(|t| t.as_str()),
+            previous_epoch = decision.previous_epoch.as_deref(),
             projected = decision.projected(),
             reason = %decision.reason,
             rendered_chars = plan.rendered_context_chars,
