@@ -433,3 +433,46 @@ fn a_first_turn_the_backend_never_answered_leaves_no_session() {
     assert_eq!(count(&db, "SELECT count(*) FROM bootstrapped"), 1);
     assert_eq!(count(&db, "SELECT count(*) FROM transcript"), 2);
 }
+
+/// The README's quick start: its first configuration (the shipped engine on the Codex
+/// backend), written as the README says, passes `doctor` with the Codex binary found and its
+/// version read (Codex's home here a scratch one, so doctor warns of no login, which is not a
+/// failure).
+#[test]
+fn the_readmes_quick_start_configuration_passes_doctor() {
+    let Some(codex) = codex_app_server_client::locate_codex_binary() else {
+        eprintln!("\n!!!!!!!! SKIPPED the_readmes_quick_start_configuration_passes_doctor: no codex binary (run `npm ci` at the repo root) !!!!!!!!\n");
+        return;
+    };
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme.find("```json5\n").expect("a json5 block") + "```json5\n".len();
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    assert!(
+        block.contains("sample-summary") && block.contains("codex"),
+        "{block}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ctxbridge.json5"), block).unwrap();
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(&codex, bin_dir.join("codex")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = ctxbridge(dir.path())
+        .env("PATH", path)
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        text.contains("context engine: sample-summary (configured)"),
+        "{text}"
+    );
+    assert!(text.contains("codex: 0."), "the version was read: {text}");
+    assert!(text.ends_with("status: ok\n"), "{text}");
+}
