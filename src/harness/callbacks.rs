@@ -29,6 +29,9 @@ pub struct HostCallbacks {
     pub(crate) delegated: Arc<AtomicBool>,
     /// Set by a successful transcript rewrite (the mirrored transcript changed).
     pub(crate) rewrote: Arc<AtomicBool>,
+    /// The harness's cached transcripts: a rewrite drops the session's copy, which a turn
+    /// under a kept lease would otherwise use without reading the store.
+    pub(crate) transcripts: super::TranscriptCache,
     /// The session's transcript file, rewritten after a transcript rewrite.
     pub(crate) session_file: Option<std::path::PathBuf>,
     /// The working directory written in a rewritten session file's header.
@@ -223,6 +226,7 @@ impl RuntimeCallbacks for HostCallbacks {
             .replace_transcript_entries(&self.session_id, &entries)
             .map_err(|e| Self::refuse(OP, e.to_string()))?;
         self.rewrote.store(true, Ordering::SeqCst);
+        self.transcripts.invalidate(&self.session_id).await;
         if let Some(path) = self.session_file.as_deref().filter(|p| p.exists()) {
             super::session_file::rewrite_session_file(
                 path,

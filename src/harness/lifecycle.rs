@@ -86,6 +86,7 @@ impl Harness {
             user,
             assistant,
             commit,
+            ..
         } = recorded;
         let serving = ctx.serving;
         let session_key = ctx.session_key();

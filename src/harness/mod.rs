@@ -429,7 +429,10 @@ pub struct SubagentSpawn {
 const RECORD_ATTEMPTS: u32 = 4;
 
 /// A session transcript as this harness last read it, with the store cursor where it ends.
-struct CachedTranscript {
+/// The harness's copies of session transcripts, per session id.
+type TranscriptCache = moka::future::Cache<String, Arc<Mutex<Option<CachedTranscript>>>>;
+
+pub(crate) struct CachedTranscript {
     cursor: TranscriptCursor,
     messages: Messages,
 }
@@ -449,7 +452,7 @@ pub struct Harness {
     bindings: moka::future::Cache<String, Option<Arc<ThreadBinding>>>,
     /// Session transcripts as last read, per session id: a turn reads only the entries
     /// appended since (a rewrite anywhere makes the store hand out the whole transcript).
-    transcripts: moka::future::Cache<String, Arc<Mutex<Option<CachedTranscript>>>>,
+    transcripts: TranscriptCache,
     locks: Arc<SessionLocks>,
     holder: String,
     background: TaskTracker,
@@ -641,6 +644,38 @@ impl Harness {
         Ok(messages)
     }
 
+    /// The cached copy of `session_id`'s transcript when it is at `cursor`: what this harness
+    /// appended under a lease it kept holds, unless a rewrite dropped the copy since.
+    async fn cached_transcript(
+        &self,
+        session_id: &str,
+        cursor: TranscriptCursor,
+    ) -> Option<Messages> {
+        let slot = self.transcripts.get(session_id).await?;
+        let cached = lock(&slot);
+        cached
+            .as_ref()
+            .filter(|c| c.cursor == cursor)
+            .map(|c| c.messages.clone())
+    }
+
+    /// Appends this turn's recorded entries to the cached copy of the transcript (the copy the
+    /// turn read, which the store now continues with them) and returns where the copy ends;
+    /// `None` when there is no copy to continue.
+    async fn extend_cached_transcript(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+    ) -> Option<TranscriptCursor> {
+        let slot = self.transcripts.get(session_id).await?;
+        let mut cached = lock(&slot);
+        let copy = cached.as_mut()?;
+        copy.messages
+            .extend(entries.iter().map(|e| e.message.clone()));
+        copy.cursor.next_seq += entries.len() as u64;
+        Some(copy.cursor)
+    }
+
     fn warn_once(&self, key: String, message: &str) {
         let mut warned = lock(&self.warned);
         if warned.insert(key) {
@@ -815,6 +850,7 @@ impl Harness {
             allow_rewrite,
             delegated: delegated.clone(),
             rewrote: Arc::new(AtomicBool::new(false)),
+            transcripts: self.transcripts.clone(),
             session_file: self.session_file_path(session_id),
             cwd: self.cfg.cwd.clone().unwrap_or_else(|| ".".to_string()),
         });

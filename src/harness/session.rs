@@ -199,6 +199,10 @@ pub struct SessionFacts {
     pub outbox_empty: bool,
     /// Engines whose bootstrap of the session is marked done.
     pub bootstrapped: Vec<String>,
+    /// Where the harness's copy of the transcript ended after this process's own append: the
+    /// next turn under the kept lease uses the copy without reading the store, if it is still
+    /// there at this cursor (a rewrite drops it).
+    pub transcript: Option<crate::store::TranscriptCursor>,
 }
 
 impl Parking {

@@ -103,6 +103,8 @@ pub(super) struct RecordedTurn {
     pub(super) assistant: AgentMessage,
     /// A durable engine's `commitTurn` params, queued in the outbox with the turn.
     pub(super) commit: Option<CommitTurnParams>,
+    /// Where the harness's copy of the transcript ends with this turn's entries appended.
+    pub(super) cursor: Option<crate::store::TranscriptCursor>,
 }
 
 impl Harness {
@@ -154,9 +156,17 @@ impl Harness {
             _ => self.flush_outbox(&spec.session_key, &session_id).await,
         };
         let stored = self.load_binding(&spec.session_key, &key).await?;
-        let messages = self
-            .session_messages(&spec.session_key, &session_id)
-            .await?;
+        let cached = match known.as_ref().and_then(|f| f.transcript) {
+            Some(cursor) => self.cached_transcript(&session_id, cursor).await,
+            None => None,
+        };
+        let messages = match cached {
+            Some(messages) => messages,
+            None => {
+                self.session_messages(&spec.session_key, &session_id)
+                    .await?
+            }
+        };
         // The session file starts from the transcript as it is before this turn.
         self.ensure_session_file(&spec.session_key, &session_id);
 
@@ -321,6 +331,7 @@ impl Harness {
             recorded();
         }
         let queued_commit = recorded.commit.is_some();
+        let recorded_cursor = recorded.cursor;
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -328,6 +339,7 @@ impl Harness {
             session_id: ctx.session_id.clone(),
             outbox_empty: outbox_was_empty && !queued_commit,
             bootstrapped,
+            transcript: recorded_cursor,
         };
         let report = turn_report(&ctx, plan, executed, retried);
         if facts_hold {
@@ -823,11 +835,15 @@ impl Harness {
             };
         self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard)
             .await?;
+        let cursor = self
+            .extend_cached_transcript(&ctx.session_id, &entries)
+            .await;
         self.append_session_file(&ctx.session_id, &entries);
         Ok(RecordedTurn {
             user,
             assistant,
             commit,
+            cursor,
         })
     }
 }

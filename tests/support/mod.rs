@@ -138,6 +138,8 @@ pub struct Script {
     pub projection: Option<ContextProjection>,
     pub addition: Option<String>,
     assemble_count: u32,
+    /// The transcript messages the last `assemble` call was given.
+    pub last_assembled: Vec<AgentMessage>,
     /// Fail the n-th (1-based) `assemble` call.
     pub fail_assemble_at: Option<(u32, FailKind)>,
     /// Block the n-th (1-based) `assemble` call until [`ScriptEngine::release_assemble`].
@@ -208,6 +210,7 @@ impl ScriptEngine {
                 projection: None,
                 addition: None,
                 assemble_count: 0,
+                last_assembled: Vec::new(),
                 fail_assemble_at: None,
                 block_assemble_at: None,
                 block_maintain_turn: false,
@@ -383,6 +386,7 @@ impl ContextEngine for ScriptEngine {
         let (n, fail, block, rewrite) = {
             let mut s = self.script();
             s.assemble_count += 1;
+            s.last_assembled = params.messages.iter().cloned().collect();
             s.calls.push(Call::Assemble {
                 messages: params.messages.len(),
                 prompt: params.prompt.clone(),

@@ -1,0 +1,136 @@
+//! The harness's copy of a session's transcript under a kept lease: the turn after this
+//! process's own turn uses the copy without reading the store, and a transcript rewrite in
+//! between (an engine's `rewriteTranscriptEntries`) makes it read again, so what the engine
+//! is shown is always what the store holds.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxbridge::harness::HarnessConfig;
+use ctxbridge::quarantine::QuarantineRecord;
+use ctxbridge::store::{
+    OutboxRow, StateStore, StoreError, StoreStats, StoredBinding, TranscriptCursor,
+    TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteMode,
+};
+use support::*;
+
+/// A store that counts its transcript reads and forwards everything to the rig's store.
+struct CountingStore {
+    inner: Arc<dyn StateStore>,
+    transcript_reads: AtomicUsize,
+}
+
+impl StateStore for CountingStore {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn load_binding(&self, key: &str) -> Result<Option<StoredBinding>, StoreError> {
+        self.inner.load_binding(key)
+    }
+    fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+        self.transcript_reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load_transcript(session_id)
+    }
+    fn transcript_since(
+        &self,
+        session_id: &str,
+        cursor: Option<TranscriptCursor>,
+    ) -> Result<TranscriptRead, StoreError> {
+        self.transcript_reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.transcript_since(session_id, cursor)
+    }
+    fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        self.inner.pending_outbox(session_id)
+    }
+    fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
+        self.inner.quarantines()
+    }
+    fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.inner.is_bootstrapped(session_id, engine_id)
+    }
+    fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.inner.load_document(namespace, key)
+    }
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats()
+    }
+    fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
+        self.inner.write(write, mode)
+    }
+}
+
+fn counting(rig: &Rig) -> Arc<CountingStore> {
+    Arc::new(CountingStore {
+        inner: rig.store.clone(),
+        transcript_reads: AtomicUsize::new(0),
+    })
+}
+
+fn kept(linger: Duration) -> HarnessConfig {
+    HarnessConfig {
+        lease_linger: linger,
+        ..cfg()
+    }
+}
+
+/// Under a kept lease the second and third turns read no transcript from the store, and the
+/// engine still sees every earlier message; without a linger every turn reads it. (The first
+/// turn reads it twice: for the engine, and to start the session's transcript file.)
+#[tokio::test]
+async fn a_kept_lease_turn_uses_the_copy_without_reading_the_store() {
+    for (linger, reads) in [(Duration::from_secs(30), 2), (Duration::ZERO, 4)] {
+        let rig = Rig::new();
+        let store = counting(&rig);
+        let engine = ScriptEngine::bootstrap("e1");
+        let h = build_harness_on(
+            Some(&engine),
+            kept(linger),
+            store.clone(),
+            rig.backend.clone(),
+        );
+        for prompt in ["one", "two", "three"] {
+            turn(&h, prompt).await;
+        }
+        assert_eq!(
+            store.transcript_reads.load(Ordering::SeqCst),
+            reads,
+            "linger {linger:?}"
+        );
+        assert_eq!(
+            engine.assembled_message_counts(),
+            [0, 2, 4],
+            "linger {linger:?}: the engine saw the whole transcript each turn"
+        );
+        h.shutdown().await;
+    }
+}
+
+/// A rewrite by the engine after a turn (in `maintain`) drops the copy: the next turn under
+/// the kept lease reads the store again and the engine sees the rewritten message.
+#[tokio::test]
+async fn a_rewrite_drops_the_copy() {
+    let rig = Rig::new();
+    let store = counting(&rig);
+    let engine = ScriptEngine::bootstrap("e1");
+    engine.script().rewrite_in_maintain = Some(RewritePlan::ReplaceFirst("[redacted]".into()));
+    let h = build_harness_on(
+        Some(&engine),
+        kept(Duration::from_secs(30)),
+        store.clone(),
+        rig.backend.clone(),
+    );
+    turn(&h, "my password is hunter2").await;
+    let before = store.transcript_reads.load(Ordering::SeqCst);
+    turn(&h, "two").await;
+    assert!(
+        store.transcript_reads.load(Ordering::SeqCst) > before,
+        "the turn after a rewrite read the store"
+    );
+    let shown = engine.script().last_assembled.clone();
+    assert_eq!(shown[0].plain_text(), "[redacted]", "{shown:?}");
+    h.shutdown().await;
+}
