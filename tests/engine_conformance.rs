@@ -431,13 +431,29 @@ async fn conformance_suite(engine: Arc<dyn ContextEngine>) {
 
     // Durable turns: committed once, duplicate on a retry with the same key.
     if info.declares_durable_turns() && methods.contains(EngineMethod::CommitTurn) {
-        let admission = AgentMessage::user("durable question").with_id("t1-u");
-        let terminal = AgentMessage::assistant("durable answer").with_id("t1-a");
+        let question = AgentMessage::user("durable question").with_id("t1-u");
+        let answer = AgentMessage::assistant("durable answer").with_id("t1-a");
+        let anchor = |entry_id: &str, seq: u64, parent: Option<&str>| TranscriptEntryAnchor {
+            agent_id: "main".into(),
+            session_id: "conf-e".into(),
+            session_key: "conf-e".into(),
+            store_path: "state.db".into(),
+            generation: "0".into(),
+            entry_id: entry_id.into(),
+            raw_seq: seq,
+            effective_parent_id: parent.map(str::to_string),
+            active_message_position: seq,
+            idempotency_key: None,
+        };
         let commit = CommitTurnParams {
             advancement_key: "turn-1".into(),
-            admission: admission.clone(),
-            terminal: terminal.clone(),
-            messages: vec![admission, terminal],
+            admission: TranscriptTurnAdmission {
+                anchor: anchor("t1-u", 0, None),
+                logical_turn_id: "turn-1".into(),
+                role: "user".into(),
+            },
+            terminal: anchor("t1-a", 1, Some("t1-u")),
+            messages: vec![question, answer],
             session_id: "conf-e".into(),
             session_key: None,
             session_target: None,

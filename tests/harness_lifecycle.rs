@@ -62,7 +62,8 @@ fn commits(engine: &ScriptEngine) -> Vec<(String, String)> {
 }
 
 /// A durable engine gets `commitTurn` (not `afterTurn`) with the advancement key, the admitted
-/// user entry, the accepted terminal entry and only that range; the outbox is then empty.
+/// user entry and the accepted terminal entry as OpenClaw's anchors (entry ids, positions,
+/// parent, the turn id), and only that range; the outbox is then empty.
 #[tokio::test]
 async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
     let rig = Rig::new();
@@ -85,15 +86,58 @@ async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
         unreachable!()
     };
     assert!(!key.is_empty());
-    assert_eq!(admission, "remember this");
-    assert_eq!(terminal, r.reply);
-    assert_eq!(messages, 2);
+    assert_eq!(messages, ["remember this", r.reply.as_str()]);
     assert_eq!(status, "committed");
     assert_eq!(engine.count("afterTurn"), 0);
     assert_eq!(engine.count("maintain(turn)"), 1);
     assert!(rig.store.pending_outbox("s").unwrap().is_empty());
     let transcript = rig.store.load_transcript("s").unwrap();
     assert_eq!(transcript[0].entry_id, format!("{key}-user"));
+    assert_eq!(admission.logical_turn_id, key);
+    assert_eq!(admission.role, "user");
+    assert_eq!(admission.anchor.entry_id, transcript[0].entry_id);
+    assert_eq!(terminal.entry_id, transcript[1].entry_id);
+    assert_eq!(
+        (admission.anchor.raw_seq, terminal.raw_seq),
+        (0, 1),
+        "the first turn's entries open the transcript"
+    );
+    assert_eq!(admission.anchor.effective_parent_id, None);
+    assert_eq!(
+        terminal.effective_parent_id.as_deref(),
+        Some(transcript[0].entry_id.as_str())
+    );
+    assert_eq!(
+        (
+            admission.anchor.agent_id.as_str(),
+            admission.anchor.session_key.as_str()
+        ),
+        ("main", "s")
+    );
+
+    // The second turn's anchors continue where the first left off.
+    turn(&h, "and this").await;
+    let second = engine
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::CommitTurn {
+                admission,
+                terminal,
+                ..
+            } => Some((admission, terminal)),
+            _ => None,
+        })
+        .nth(1)
+        .expect("a second commitTurn");
+    let transcript = rig.store.load_transcript("s").unwrap();
+    assert_eq!((second.0.anchor.raw_seq, second.1.raw_seq), (2, 3));
+    assert_eq!(second.0.anchor.active_message_position, 2);
+    assert_eq!(
+        second.0.anchor.effective_parent_id.as_deref(),
+        Some(transcript[1].entry_id.as_str())
+    );
+    assert_eq!(second.1.entry_id, transcript[3].entry_id);
 }
 
 /// Exactly once across a crash between commit and acknowledgement: the engine records the
@@ -138,6 +182,74 @@ async fn durable_commit_is_exactly_once_across_a_crash() {
     // commit, so the restarted turn reuses it without re-projecting.
     assert_eq!(Some(r.thread_id), first_thread);
     assert_eq!(r.reason, "matching-thread-bootstrap-binding");
+}
+
+/// A commit queued by an earlier build (its admitted and terminal entries as messages, not
+/// anchors) is still delivered after an upgrade: the entries' anchors are found in the stored
+/// transcript.
+#[tokio::test]
+async fn a_commit_queued_by_an_earlier_build_is_delivered_with_anchors() {
+    let rig = Rig::new();
+    let engine = durable_engine();
+    engine.script().commit_hang_once = true;
+    {
+        let h = rig.harness(Some(&engine), cfg());
+        tokio::select! {
+            r = h.turn(TurnSpec::new("s", "one")) => panic!("the turn should hang in commitTurn: {r:?}"),
+            () = engine.commit_recorded() => {}
+        }
+    }
+    let queued = rig.store.pending_outbox("s").unwrap();
+    let key = queued[0].advancement_key.clone();
+    // The row as the earlier build wrote it.
+    let mut legacy: serde_json::Value = serde_json::from_str(&queued[0].params_json).unwrap();
+    legacy["admission"] = serde_json::json!({"role": "user", "content": "one"});
+    legacy["terminal"] = serde_json::json!({"role": "assistant", "content": "reply"});
+    rusqlite::Connection::open(rig.path())
+        .unwrap()
+        .execute(
+            "UPDATE outbox SET params = ?1 WHERE advancement_key = ?2",
+            rusqlite::params![legacy.to_string(), key],
+        )
+        .unwrap();
+
+    let store = rig.reopen();
+    let h = build_harness(
+        Some(&engine),
+        cfg(),
+        store.clone(),
+        MockBackend::with_store(store.clone()),
+    );
+    turn(&h, "two").await;
+    let redelivered = engine
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::CommitTurn {
+                key: k,
+                admission,
+                terminal,
+                status,
+                ..
+            } if k == key => Some((admission, terminal, status)),
+            _ => None,
+        })
+        .nth(1)
+        .unwrap_or_else(|| {
+            panic!(
+                "the queued commit was not delivered again: {:?}",
+                engine.call_names()
+            )
+        });
+    assert_eq!(redelivered.2, "duplicate");
+    assert_eq!(redelivered.0.anchor.entry_id, format!("{key}-user"));
+    assert_eq!(redelivered.0.logical_turn_id, key);
+    assert_eq!(
+        (redelivered.0.anchor.raw_seq, redelivered.1.raw_seq),
+        (0, 1)
+    );
+    assert_eq!(redelivered.1.entry_id, format!("{key}-assistant"));
+    assert!(store.pending_outbox("s").unwrap().is_empty());
 }
 
 /// A durable turn's commit is queued in the same store write as the recorded turn (one

@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+mod anchor;
 mod commands;
 mod compact;
 mod engine;
@@ -18,6 +19,7 @@ mod tokens;
 mod tools;
 mod types;
 
+pub use anchor::{TranscriptEntryAnchor, TranscriptTurnAdmission};
 pub use commands::{parse_command_line, CommandCallParams, CommandReply, EngineCommand};
 pub use compact::{CompactDetails, CompactParams, CompactResult, CompactionTarget};
 pub use engine::{

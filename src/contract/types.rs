@@ -756,10 +756,10 @@ pub struct LlmCompleteResult {
 pub struct CommitTurnParams {
     /// The logical turn id: the same key on a retry (docs/architecture.md#durable-turns-committurn).
     pub advancement_key: String,
-    /// The admitted user entry of the turn.
-    pub admission: AgentMessage,
-    /// The accepted terminal entry of the turn.
-    pub terminal: AgentMessage,
+    /// Where the admitted user entry of the turn sits (OpenClaw's `TranscriptTurnAdmission`).
+    pub admission: super::anchor::TranscriptTurnAdmission,
+    /// Where the accepted terminal entry of the turn sits (`TranscriptEntryAnchor`).
+    pub terminal: super::anchor::TranscriptEntryAnchor,
     /// Only the turn's range, from `admission` to `terminal` inclusive.
     pub messages: Vec<AgentMessage>,
     /// The session the call is about.

@@ -9,15 +9,15 @@ use super::turn::{RecordedTurn, TurnContext};
 use super::{Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
 use crate::contract::{
-    AfterTurnParams, AgentMessage, CommitTurnParams, ContextEngine, EngineMethod,
-    IngestBatchParams, IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode,
-    TurnMaintenanceMode,
+    AfterTurnParams, CommitTurnParams, ContextEngine, EngineMethod, IngestBatchParams,
+    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, TranscriptEntryAnchor,
+    TranscriptTurnAdmission, TurnMaintenanceMode,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
-use crate::store::{OutboxRow, QuarantineRecord, TurnWrite};
+use crate::store::{OutboxRow, QuarantineRecord, TranscriptEntry, TurnWrite};
 use crate::util::now_ms;
 
 impl Harness {
@@ -27,7 +27,8 @@ impl Harness {
     pub(super) fn durable_commit(
         &self,
         ctx: &TurnContext<'_>,
-        recorded: (&str, &AgentMessage, &AgentMessage),
+        turn_id: &str,
+        entries: &[TranscriptEntry; 2],
         outcome: &TurnOutcome,
         retried: bool,
     ) -> Result<Option<(CommitTurnParams, OutboxRow)>, HarnessError> {
@@ -37,15 +38,36 @@ impl Harness {
         if !durable {
             return Ok(None);
         }
-        let (turn_id, user, assistant) = recorded;
+        let [user, assistant] = entries;
         let session_key = ctx.session_key();
         let session_id = ctx.session_id.as_str();
         let fallback = retried.then_some(ReasonCode::ContextOverflow);
+        let at = &ctx.transcript_at;
+        // The two entries go right after the transcript as the turn read it, in one generation.
+        let anchor =
+            |entry: &TranscriptEntry, offset: u64, parent: Option<String>| TranscriptEntryAnchor {
+                agent_id: self.cfg.agent_id.clone(),
+                session_id: session_id.to_string(),
+                session_key: session_key.to_string(),
+                store_path: self
+                    .session_file_path(session_id)
+                    .map_or_else(|| ctx.guard.store().location(), |p| p.display().to_string()),
+                generation: at.generation.to_string(),
+                entry_id: entry.entry_id.clone(),
+                raw_seq: at.next_seq + offset,
+                effective_parent_id: parent,
+                active_message_position: at.len + offset,
+                idempotency_key: None,
+            };
         let params = CommitTurnParams {
             advancement_key: turn_id.to_string(),
-            admission: user.clone(),
-            terminal: assistant.clone(),
-            messages: vec![user.clone(), assistant.clone()],
+            admission: TranscriptTurnAdmission {
+                anchor: anchor(user, 0, at.last_id.clone()),
+                logical_turn_id: turn_id.to_string(),
+                role: "user".to_string(),
+            },
+            terminal: anchor(assistant, 1, Some(user.entry_id.clone())),
+            messages: vec![user.message.clone(), assistant.message.clone()],
             session_id: session_id.to_string(),
             session_key: Some(session_key.to_string()),
             session_target: self
@@ -241,7 +263,9 @@ impl Harness {
                 tracing::warn!(advancement_key = %row.advancement_key, engine = %row.engine_id, "queued durable turn waits for its engine");
                 continue;
             }
-            match serde_json::from_str::<CommitTurnParams>(&row.params_json) {
+            let parsed = serde_json::from_str::<CommitTurnParams>(&row.params_json)
+                .or_else(|e| self.upgrade_queued_commit(session_key, &row).ok_or(e));
+            match parsed {
                 Ok(params) => {
                     self.commit_row(&self.engine, session_key, session_id, params)
                         .await
@@ -252,6 +276,59 @@ impl Harness {
             }
         }
         false
+    }
+
+    /// A commit queued by a build that sent the admitted and terminal entries as messages:
+    /// the same commit with anchors, placed where the turn's entries (`<key>-user`,
+    /// `<key>-assistant`) sit in the stored transcript. `None` when the row is not of that
+    /// shape or its entries are no longer stored.
+    fn upgrade_queued_commit(
+        &self,
+        session_key: &str,
+        row: &OutboxRow,
+    ) -> Option<CommitTurnParams> {
+        let mut value: serde_json::Value = serde_json::from_str(&row.params_json).ok()?;
+        let object = value.as_object_mut()?;
+        if object.get("admission")?.get("role")?.as_str()? != "user" {
+            return None;
+        }
+        let key = row.advancement_key.as_str();
+        let transcript = self
+            .store_for(session_key)
+            .load_transcript(&row.session_id)
+            .ok()?;
+        let user_id = format!("{key}-user");
+        let at = transcript.iter().position(|e| e.entry_id == user_id)?;
+        let terminal = transcript.get(at + 1)?;
+        let parent = at.checked_sub(1).map(|i| transcript[i].entry_id.clone());
+        let place = |entry_id: &str, index: usize, parent: Option<String>| TranscriptEntryAnchor {
+            agent_id: self.cfg.agent_id.clone(),
+            session_id: row.session_id.clone(),
+            session_key: session_key.to_string(),
+            store_path: self.session_file_path(&row.session_id).map_or_else(
+                || self.store_for(session_key).location(),
+                |p| p.display().to_string(),
+            ),
+            generation: "0".to_string(),
+            entry_id: entry_id.to_string(),
+            raw_seq: index as u64,
+            effective_parent_id: parent,
+            active_message_position: index as u64,
+            idempotency_key: None,
+        };
+        let admission = TranscriptTurnAdmission {
+            anchor: place(&user_id, at, parent),
+            logical_turn_id: key.to_string(),
+            role: "user".to_string(),
+        };
+        let terminal = place(&terminal.entry_id, at + 1, Some(user_id.clone()));
+        object.insert("admission".into(), serde_json::to_value(admission).ok()?);
+        object.insert("terminal".into(), serde_json::to_value(terminal).ok()?);
+        let upgraded = serde_json::from_value(value).ok();
+        if upgraded.is_some() {
+            tracing::info!(advancement_key = %key, "a commit queued by an earlier build was given its entries' anchors");
+        }
+        upgraded
     }
 
     /// Calls `maintain` (foreground, or deferred when the engine asks for background turn

@@ -613,7 +613,7 @@ impl Harness {
         &self,
         session_key: &str,
         session_id: &str,
-    ) -> Result<Messages, HarnessError> {
+    ) -> Result<(Messages, Option<TranscriptCursor>), HarnessError> {
         let slot = match self.transcripts.get(session_id).await {
             Some(slot) => slot,
             None => {
@@ -641,7 +641,7 @@ impl Harness {
             cursor,
             messages: messages.clone(),
         });
-        Ok(messages)
+        Ok((messages, read.cursor))
     }
 
     /// The cached copy of `session_id`'s transcript when it is at `cursor`: what this harness

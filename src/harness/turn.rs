@@ -61,6 +61,35 @@ pub(super) struct TurnContext<'a> {
     pub(super) tools: TurnTools,
     /// Where this turn's rendered context goes.
     pub(super) context_delivery: ContextDelivery,
+    /// Where the transcript ended before this turn (its entries' anchors start there).
+    pub(super) transcript_at: TranscriptPosition,
+}
+
+/// Where a session's transcript ends: what a durable commit's anchors are placed after.
+#[derive(Debug, Clone)]
+pub(super) struct TranscriptPosition {
+    /// The rewrite generation the positions count in (0 when the store cannot tell).
+    pub(super) generation: u64,
+    /// The sequence number the next entry gets.
+    pub(super) next_seq: u64,
+    /// How many messages the transcript holds.
+    pub(super) len: u64,
+    /// The id of its last message.
+    pub(super) last_id: Option<String>,
+}
+
+impl TranscriptPosition {
+    /// The end of `messages`, read at `cursor` (a store without cursors counts positions from
+    /// the messages themselves).
+    fn of(messages: &Messages, cursor: Option<crate::store::TranscriptCursor>) -> Self {
+        let len = messages.len() as u64;
+        TranscriptPosition {
+            generation: cursor.map_or(0, |c| c.version),
+            next_seq: cursor.map_or(len, |c| c.next_seq),
+            len,
+            last_id: messages.last().and_then(|m| m.id.clone()),
+        }
+    }
 }
 
 impl TurnContext<'_> {
@@ -160,13 +189,14 @@ impl Harness {
             Some(cursor) => self.cached_transcript(&session_id, cursor).await,
             None => None,
         };
-        let messages = match cached {
-            Some(messages) => messages,
-            None => {
+        let (messages, read_at) = match (cached, known.as_ref().and_then(|f| f.transcript)) {
+            (Some(messages), at) => (messages, at),
+            _ => {
                 self.session_messages(&spec.session_key, &session_id)
                     .await?
             }
         };
+        let transcript_at = TranscriptPosition::of(&messages, read_at);
         // The session file starts from the transcript as it is before this turn.
         self.ensure_session_file(&spec.session_key, &session_id);
 
@@ -266,6 +296,7 @@ impl Harness {
             engine_active,
             prompt_build,
             context_delivery,
+            transcript_at,
         };
 
         // 5–6. Plan and run; on an overflow on a resumed thread or a lost thread, retry once on
@@ -829,7 +860,7 @@ impl Harness {
             },
         ];
         let (commit, outbox_row) =
-            match self.durable_commit(ctx, (&turn_id, &user, &assistant), outcome, retried)? {
+            match self.durable_commit(ctx, &turn_id, &entries, outcome, retried)? {
                 Some((params, row)) => (Some(params), Some(row)),
                 None => (None, None),
             };

@@ -110,8 +110,12 @@ pub async fn call(
             engine
                 .commit_turn(CommitTurnParams {
                     advancement_key: "turn-1".into(),
-                    admission: AgentMessage::user("hello"),
-                    terminal: AgentMessage::assistant("hi"),
+                    admission: TranscriptTurnAdmission {
+                        anchor: anchor("turn-1-user", 0, None),
+                        logical_turn_id: "turn-1".into(),
+                        role: "user".into(),
+                    },
+                    terminal: anchor("turn-1-assistant", 1, Some("turn-1-user")),
                     messages: transcript(),
                     session_id,
                     session_key,
@@ -180,4 +184,20 @@ pub fn fails_closed(method: EngineMethod) -> bool {
         method,
         EngineMethod::Compact | EngineMethod::PrepareSubagentSpawn
     )
+}
+
+/// A transcript entry's anchor in session `s` of agent `main`, generation 0.
+pub fn anchor(entry_id: &str, seq: u64, parent: Option<&str>) -> TranscriptEntryAnchor {
+    TranscriptEntryAnchor {
+        agent_id: "main".into(),
+        session_id: "s".into(),
+        session_key: "s".into(),
+        store_path: "state.db".into(),
+        generation: "0".into(),
+        entry_id: entry_id.into(),
+        raw_seq: seq,
+        effective_parent_id: parent.map(str::to_string),
+        active_message_position: seq,
+        idempotency_key: None,
+    }
 }

@@ -76,9 +76,12 @@ pub enum Call {
     MaintainDone(MaintainReason),
     CommitTurn {
         key: String,
-        admission: String,
-        terminal: String,
-        messages: usize,
+        /// Where the admitted user entry sits.
+        admission: Box<TranscriptTurnAdmission>,
+        /// Where the terminal entry sits.
+        terminal: Box<TranscriptEntryAnchor>,
+        /// The plain text of each message of the turn's range.
+        messages: Vec<String>,
         status: String,
     },
     Compact {
@@ -557,9 +560,9 @@ impl ContextEngine for ScriptEngine {
             }
             s.calls.push(Call::CommitTurn {
                 key: params.advancement_key.clone(),
-                admission: params.admission.plain_text(),
-                terminal: params.terminal.plain_text(),
-                messages: params.messages.len(),
+                admission: Box::new(params.admission.clone()),
+                terminal: Box::new(params.terminal.clone()),
+                messages: params.messages.iter().map(|m| m.plain_text()).collect(),
                 status: status.clone(),
             });
             let hang = s.commit_hang_once;
