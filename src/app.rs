@@ -415,6 +415,7 @@ pub fn harness_config(config: &Config, resolved: &ResolvedEngine) -> HarnessConf
             .store
             .lease_linger_ms
             .map_or(crate::harness::DEFAULT_LEASE_LINGER, Duration::from_millis),
+        require_durable_turns: config.plugins.require_durable_turns == Some(true),
         ..HarnessConfig::default()
     }
 }

@@ -476,3 +476,26 @@ fn the_readmes_quick_start_configuration_passes_doctor() {
     assert!(text.contains("codex: 0."), "the version was read: {text}");
     assert!(text.ends_with("status: ok\n"), "{text}");
 }
+
+/// `plugins.requireDurableTurns: true` reaches the turn: the shipped engine, which does not
+/// declare durable turns, is served by legacy (and by itself without the setting).
+#[test]
+fn require_durable_turns_is_read_from_the_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    for (required, engine) in [(true, "legacy"), (false, "sample-summary")] {
+        write_config(
+            dir.path(),
+            &json!({
+                "store": {"path": "state.db"},
+                "plugins": {
+                    "slots": {"contextEngine": "sample-summary"},
+                    "requireDurableTurns": required,
+                },
+            }),
+        );
+        let out = run(dir.path(), &["turn", "--session", "d", "--json", "hello"]);
+        assert!(out.status.success(), "{}", describe(&out));
+        let report: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        assert_eq!(report["engineId"], engine, "required: {required}");
+    }
+}

@@ -53,6 +53,13 @@ pub struct PluginsConfig {
     /// exits 1 naming why) instead of `legacy` answering in its place. Off by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    /// ctxbridge's own key: OpenClaw 2026.9's rule for a turn whose transcript is recorded
+    /// (every ctxbridge turn): an engine that does not declare durable turns
+    /// (`transcriptSemantics` and `commitTurn`) is served by `legacy` for that turn, and tried
+    /// again the next. Off by default: such an engine serves with `afterTurn`, as on an
+    /// OpenClaw run without a transcript recorder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_durable_turns: Option<bool>,
 }
 
 /// `plugins.slots`.

@@ -112,6 +112,9 @@ pub struct HarnessConfig {
     /// `None`: additional context when the backend keeps it across compaction, else the turn
     /// input. Backends without the channel always get the turn input.
     pub context_delivery: Option<ContextDelivery>,
+    /// `plugins.requireDurableTurns`: an engine other than legacy that does not declare durable
+    /// turns is served by legacy, one turn at a time.
+    pub require_durable_turns: bool,
 }
 
 impl Default for HarnessConfig {
@@ -133,6 +136,7 @@ impl Default for HarnessConfig {
             selection_source: SelectionSource::Default,
             cwd: None,
             session_dir: None,
+            require_durable_turns: false,
             context_delivery: None,
         }
     }

@@ -387,11 +387,16 @@ impl Harness {
         if self.engine.is_quarantined() {
             return None;
         }
-        let sem = info.transcript_semantics.as_ref()?;
-        let declared_any =
-            sem.current_turn_fence.is_some() || sem.turn_advancement_idempotency.is_some();
+        let declared_any = info.transcript_semantics.as_ref().is_some_and(|sem| {
+            sem.current_turn_fence.is_some() || sem.turn_advancement_idempotency.is_some()
+        });
         if !declared_any {
-            return None;
+            // Legacy, the baseline, is never degraded.
+            let required = self.cfg.require_durable_turns && info.id != LEGACY_ENGINE_ID;
+            return required.then(|| {
+                "current-turn transcript fencing is not declared (plugins.requireDurableTurns)"
+                    .to_string()
+            });
         }
         if !info.declares_durable_turns() {
             return Some(
