@@ -80,6 +80,7 @@ async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
         admission,
         terminal,
         messages,
+        token_budget,
         status,
     } = call
     else {
@@ -87,6 +88,11 @@ async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
     };
     assert!(!key.is_empty());
     assert_eq!(messages, ["remember this", r.reply.as_str()]);
+    assert_eq!(
+        token_budget,
+        Some(100_000),
+        "the turn's token budget, in runtimeContext"
+    );
     assert_eq!(status, "committed");
     assert_eq!(engine.count("afterTurn"), 0);
     assert_eq!(engine.count("maintain(turn)"), 1);

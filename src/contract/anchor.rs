@@ -15,8 +15,7 @@ pub struct TranscriptEntryAnchor {
     pub session_id: String,
     /// The host's stable key of the session.
     pub session_key: String,
-    /// Where the transcript is kept: the session's transcript file when the host keeps one,
-    /// else the state store.
+    /// Where the transcript is kept: the state store (as in the session target).
     pub store_path: String,
     /// The transcript's rewrite generation: positions count within one generation, and a
     /// rewrite starts the next.
@@ -62,7 +61,7 @@ mod tests {
             agent_id: "main".into(),
             session_id: "s".into(),
             session_key: "k".into(),
-            store_path: "/state/sessions/s.jsonl".into(),
+            store_path: "/state/state.db".into(),
             generation: "0".into(),
             entry_id: "t1-user".into(),
             raw_seq: 4,
@@ -80,7 +79,7 @@ mod tests {
             value,
             json!({
                 "agentId": "main", "sessionId": "s", "sessionKey": "k",
-                "storePath": "/state/sessions/s.jsonl", "generation": "0",
+                "storePath": "/state/state.db", "generation": "0",
                 "entryId": "t1-user", "rawSeq": 4, "effectiveParentId": null,
                 "activeMessagePosition": 4, "logicalTurnId": "t1", "role": "user",
             })

@@ -10,8 +10,8 @@ use super::{Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
 use crate::contract::{
     AfterTurnParams, CommitTurnParams, ContextEngine, EngineMethod, IngestBatchParams,
-    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, TranscriptEntryAnchor,
-    TranscriptTurnAdmission, TurnMaintenanceMode,
+    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, RuntimeContext,
+    TranscriptEntryAnchor, TranscriptTurnAdmission, TurnMaintenanceMode,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -49,9 +49,8 @@ impl Harness {
                 agent_id: self.cfg.agent_id.clone(),
                 session_id: session_id.to_string(),
                 session_key: session_key.to_string(),
-                store_path: self
-                    .session_file_path(session_id)
-                    .map_or_else(|| ctx.guard.store().location(), |p| p.display().to_string()),
+                // As the session target names it: the state store holding the transcript.
+                store_path: self.store_for(session_key).location(),
                 generation: at.generation.to_string(),
                 entry_id: entry.entry_id.clone(),
                 raw_seq: at.next_seq + offset,
@@ -74,7 +73,12 @@ impl Harness {
                 .facts(session_key, session_id, Some(&outcome.thread_id))
                 .session_target,
             runtime_settings: Some(self.runtime_settings(ctx.serving, fallback)),
-            runtime_context: None,
+            // The turn's facts (its token budget among them), kept with the queued commit as
+            // OpenClaw keeps them; callbacks do not outlive the turn.
+            runtime_context: Some(RuntimeContext {
+                facts: self.facts(session_key, session_id, Some(&outcome.thread_id)),
+                callbacks: None,
+            }),
             is_heartbeat: ctx.spec.is_heartbeat.then_some(true),
         };
         let row = OutboxRow {
@@ -305,10 +309,7 @@ impl Harness {
             agent_id: self.cfg.agent_id.clone(),
             session_id: row.session_id.clone(),
             session_key: session_key.to_string(),
-            store_path: self.session_file_path(&row.session_id).map_or_else(
-                || self.store_for(session_key).location(),
-                |p| p.display().to_string(),
-            ),
+            store_path: self.store_for(session_key).location(),
             generation: "0".to_string(),
             entry_id: entry_id.to_string(),
             raw_seq: index as u64,

@@ -82,6 +82,8 @@ pub enum Call {
         terminal: Box<TranscriptEntryAnchor>,
         /// The plain text of each message of the turn's range.
         messages: Vec<String>,
+        /// `runtimeContext.tokenBudget`.
+        token_budget: Option<u64>,
         status: String,
     },
     Compact {
@@ -563,6 +565,10 @@ impl ContextEngine for ScriptEngine {
                 admission: Box::new(params.admission.clone()),
                 terminal: Box::new(params.terminal.clone()),
                 messages: params.messages.iter().map(|m| m.plain_text()).collect(),
+                token_budget: params
+                    .runtime_context
+                    .as_ref()
+                    .and_then(|c| c.facts.token_budget),
                 status: status.clone(),
             });
             let hang = s.commit_hang_once;
