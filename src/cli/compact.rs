@@ -18,22 +18,9 @@ pub struct CompactArgs {
 /// Compacts the session and prints the result; exit 1 when the compaction did not succeed.
 pub async fn run(context: &CommandContext, args: CompactArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
-    let app = context.open_app(&config).await?;
-    match app.harness.has_session(&args.session) {
-        Ok(true) => {}
-        Ok(false) => {
-            app.harness.shutdown().await;
-            return Err(CliError::UnknownSession {
-                operation: "compact",
-                session: args.session,
-                store: app.store_location(),
-            });
-        }
-        Err(error) => {
-            app.harness.shutdown().await;
-            return Err(CliError::harness("compact")(error));
-        }
-    }
+    let app = context
+        .open_app_on_session(&config, "compact", &args.session)
+        .await?;
     let result = app.harness.compact(&args.session).await;
     app.harness.shutdown().await;
     let report = result.map_err(CliError::harness("compact"))?;

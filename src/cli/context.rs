@@ -362,6 +362,31 @@ impl CommandContext {
         }
         Ok(app)
     }
+
+    /// [`CommandContext::open_app`] for `operation` on `session`, which a turn must have run on:
+    /// a session the store has no trace of is [`CliError::UnknownSession`] (the app is shut
+    /// down again), not an operation on nothing.
+    pub async fn open_app_on_session(
+        &self,
+        config: &Config,
+        operation: &'static str,
+        session: &str,
+    ) -> Result<App, CliError> {
+        let app = self.open_app(config).await?;
+        let known = app.harness.has_session(session);
+        if !matches!(known, Ok(true)) {
+            app.harness.shutdown().await;
+        }
+        match known {
+            Ok(true) => Ok(app),
+            Ok(false) => Err(CliError::UnknownSession {
+                operation,
+                session: session.to_string(),
+                store: app.store_location(),
+            }),
+            Err(error) => Err(CliError::harness(operation)(error)),
+        }
+    }
 }
 
 /// The `--session` value parser: a key that is empty or only blanks names no session (both

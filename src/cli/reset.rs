@@ -20,22 +20,9 @@ pub struct ResetArgs {
 /// Resets the session and prints what was done.
 pub async fn run(context: &CommandContext, args: ResetArgs) -> Result<u8, CliError> {
     let config = context.load_config()?;
-    let app = context.open_app(&config).await?;
-    match app.harness.has_session(&args.session) {
-        Ok(true) => {}
-        Ok(false) => {
-            app.harness.shutdown().await;
-            return Err(CliError::UnknownSession {
-                operation: "reset",
-                session: args.session,
-                store: app.store_location(),
-            });
-        }
-        Err(error) => {
-            app.harness.shutdown().await;
-            return Err(CliError::harness("reset")(error));
-        }
-    }
+    let app = context
+        .open_app_on_session(&config, "reset", &args.session)
+        .await?;
     let result = app.harness.reset_session(&args.session).await;
     app.harness.shutdown().await;
     let report = result.map_err(CliError::harness("reset"))?;
