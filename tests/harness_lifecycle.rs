@@ -81,6 +81,7 @@ async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
         terminal,
         messages,
         token_budget,
+        thread,
         status,
     } = call
     else {
@@ -89,9 +90,9 @@ async fn durable_engine_gets_commit_turn_instead_of_after_turn() {
     assert!(!key.is_empty());
     assert_eq!(messages, ["remember this", r.reply.as_str()]);
     assert_eq!(
-        token_budget,
-        Some(100_000),
-        "the turn's token budget, in runtimeContext"
+        (token_budget, thread.as_deref()),
+        (Some(100_000), Some(r.thread_id.as_str())),
+        "the turn's own facts in runtimeContext: its token budget and its thread"
     );
     assert_eq!(status, "committed");
     assert_eq!(engine.count("afterTurn"), 0);

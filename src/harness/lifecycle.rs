@@ -223,7 +223,16 @@ impl Harness {
         mut params: CommitTurnParams,
     ) {
         let key = params.advancement_key.clone();
-        params.runtime_context = Some(self.runtime_context(session_key, session_id, None, true));
+        // The turn's own facts, queued with the commit (its thread, its token budget), with
+        // this call's callbacks; a row queued without facts gets the session's current ones.
+        let live = self.runtime_context(session_key, session_id, None, true);
+        params.runtime_context = Some(match params.runtime_context.take() {
+            Some(queued) => RuntimeContext {
+                facts: queued.facts,
+                callbacks: live.callbacks,
+            },
+            None => live,
+        });
         let params = project_host_params(params, &serving.info());
         let failed = |error: String| TurnWrite::FailOutbox {
             session_id: session_id.to_owned(),

@@ -84,6 +84,8 @@ pub enum Call {
         messages: Vec<String>,
         /// `runtimeContext.tokenBudget`.
         token_budget: Option<u64>,
+        /// `runtimeContext.sessionTarget.threadId`.
+        thread: Option<String>,
         status: String,
     },
     Compact {
@@ -569,6 +571,11 @@ impl ContextEngine for ScriptEngine {
                     .runtime_context
                     .as_ref()
                     .and_then(|c| c.facts.token_budget),
+                thread: params
+                    .runtime_context
+                    .as_ref()
+                    .and_then(|c| c.facts.session_target.as_ref())
+                    .and_then(|t| t.thread_id.clone()),
                 status: status.clone(),
             });
             let hang = s.commit_hang_once;
