@@ -826,16 +826,10 @@ pub fn format_table(run: &ProjectionRun) -> String {
     out
 }
 
-/// A ratio with the digits it needs: two decimals, or three when two would round it onto a
-/// neighbour it is not (`1.0504` shows as `1.050`, not `1.05`).
+/// A ratio to the minimum, with three decimals: two would round 1.052 onto 1.05, the very
+/// figure such ratios are judged against.
 pub fn ratio_text(ratio: f64) -> String {
-    let two = format!("{ratio:.2}");
-    let three = format!("{ratio:.3}");
-    if three.ends_with('0') {
-        two
-    } else {
-        three
-    }
+    format!("{ratio:.3}")
 }
 
 /// The CSV columns, in order.
@@ -914,6 +908,14 @@ pub fn write_csv(runs: &[ProjectionRun], path: &Path) -> Result<(), BenchError> 
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    /// Ratios keep three decimals, so one just above a round figure does not print as it.
+    #[test]
+    fn ratios_show_three_decimals() {
+        assert_eq!(ratio_text(1.052), "1.052");
+        assert_eq!(ratio_text(1.05), "1.050");
+        assert_eq!(ratio_text(0.9994), "0.999");
+    }
 
     /// On the mock, thread_bootstrap's first turn costs exactly the minimum, its reused turns
     /// stay near it, and per_turn's cost grows with every turn; the CSV has a row per mode and
