@@ -5,37 +5,26 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+#[path = "support/tmux.rs"]
+mod tmux;
+
+use tmux::TmuxServer;
 
 /// How long any one wait may take.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A tmux server of its own (its own socket), killed with everything in it when dropped.
-struct Tmux {
-    socket: String,
-}
+/// A chat in a tmux pane of its own.
+struct Tmux(TmuxServer);
 
 impl Tmux {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run tmux")
-    }
-
     fn screen(&self) -> String {
-        let out = self.run(&["capture-pane", "-p", "-J", "-S", "-", "-t", "chat"]);
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.0.screen()
     }
 
     fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "chat"];
-        args.extend_from_slice(keys);
-        let out = self.run(&args);
-        assert!(out.status.success(), "tmux send-keys: {out:?}");
+        self.0.keys(keys);
     }
 
     /// Waits until `done` holds for the screen; fails with the screen after [`PATIENCE`].
@@ -56,13 +45,14 @@ impl Tmux {
 
     /// Starts `chat --session t` in `dir` in a 120×40 pane; the shell around it writes the exit
     /// code to `dir/exit` when the chat ends.
-    fn start_chat(&self, dir: &Path) {
+    fn start_chat(dir: &Path) -> Tmux {
+        let tmux = Tmux(TmuxServer::new("chat", "chat"));
         let script = format!(
             "cd '{}' && '{}' chat --session t; echo $? > exit; sleep 60",
             dir.display(),
             env!("CARGO_BIN_EXE_ctxbridge")
         );
-        let out = self.run(&[
+        let out = tmux.0.run(&[
             "new-session",
             "-d",
             "-s",
@@ -76,20 +66,8 @@ impl Tmux {
             &script,
         ]);
         assert!(out.status.success(), "tmux new-session: {out:?}");
+        tmux
     }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-    }
-}
-
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// Waits for `dir/exit` and returns the exit code written there.
@@ -114,7 +92,7 @@ fn exit_code(dir: &Path, tmux: &Tmux) -> i32 {
 
 #[test]
 fn chat_on_a_terminal_edits_recalls_and_exits_130_on_ctrl_c() {
-    if !tmux_available() {
+    if !TmuxServer::available() {
         eprintln!("\n!!!!!!!! SKIPPED chat_terminal: tmux is not installed !!!!!!!!\n");
         return;
     }
@@ -124,10 +102,7 @@ fn chat_on_a_terminal_edits_recalls_and_exits_130_on_ctrl_c() {
         r#"{store: {path: "state/state.db"}}"#,
     )
     .unwrap();
-    let tmux = Tmux {
-        socket: format!("ctxbridge-chat-{}", std::process::id()),
-    };
-    tmux.start_chat(dir.path());
+    let tmux = Tmux::start_chat(dir.path());
     tmux.wait_for("the prompt", |s| s.lines().last_nonblank() == Some(">"));
 
     tmux.keys(&["-l", "/help"]);

@@ -11,7 +11,6 @@ mod serve_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use codex_app_server_client::locate_codex_binary;
@@ -21,6 +20,11 @@ use ctxbridge_mock_model::{
     MockModelConfig, MockModelServer, RecordedRequest, RequestKind, ScriptedReply,
 };
 use serde_json::{json, Value};
+
+#[path = "support/tmux.rs"]
+mod tmux;
+
+use tmux::TmuxServer;
 
 /// How long one screen condition may take to appear on a loaded machine before the test fails.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -52,12 +56,9 @@ const DIALOGUE: [(&str, &str); 5] = [
     ("fifth prompt epsilon", "Reply five acknowledges epsilon"),
 ];
 
-/// Numbers the tmux sockets of the tests of this process.
-static SOCKETS: AtomicU64 = AtomicU64::new(0);
-
-/// A tmux server of its own (its own socket), killed with everything in it when dropped.
+/// The TUI in a tmux server of its own, killed with everything in it when dropped.
 struct Tmux {
-    socket: String,
+    server: TmuxServer,
     /// Where the TUI's stderr goes (shown when a wait fails).
     stderr: PathBuf,
     /// The pid of the pane's process (the TUI), killed too in case it ignores the hangup.
@@ -66,25 +67,16 @@ struct Tmux {
 
 impl Tmux {
     fn run(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run tmux")
+        self.server.run(args)
     }
 
     /// The whole screen, scrollback included, wrapped lines joined.
     fn screen(&self) -> String {
-        let out = self.run(&["capture-pane", "-p", "-J", "-S", "-", "-t", "tui"]);
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.server.screen()
     }
 
     fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "tui"];
-        args.extend_from_slice(keys);
-        let out = self.run(&args);
-        assert!(out.status.success(), "tmux send-keys: {out:?}");
+        self.server.keys(keys);
     }
 
     /// Wait until `done` holds for the screen; fail with the screen (and the TUI's stderr)
@@ -96,7 +88,7 @@ impl Tmux {
             if done(&screen) {
                 return screen;
             }
-            let gone = !self.run(&["has-session", "-t", "tui"]).status.success();
+            let gone = !self.server.alive();
             if gone || start.elapsed() > PATIENCE {
                 let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
                 let why = if gone { "the TUI exited" } else { "timed out" };
@@ -135,7 +127,7 @@ impl Tmux {
         tokio::time::sleep(Duration::from_secs(1)).await;
         self.keys(&["Enter"]);
         let start = Instant::now();
-        while self.run(&["has-session", "-t", "tui"]).status.success() {
+        while self.server.alive() {
             assert!(
                 start.elapsed() < PATIENCE,
                 "the TUI did not quit; screen:\n{}",
@@ -148,6 +140,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // The server goes with `server`; the TUI too, should it ignore the hangup.
         let _ = self.run(&["kill-server"]);
         if let Some(pid) = self.pane_pid {
             let _ = Command::new("kill")
@@ -155,14 +148,6 @@ impl Drop for Tmux {
                 .output();
         }
     }
-}
-
-/// Whether tmux can be run at all.
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// `serve` on `dir` (store, Codex home) with the sample engine keeping a window of 2 messages
@@ -195,11 +180,7 @@ fn start_tui(
     resume: Option<&str>,
 ) -> Tmux {
     let mut tmux = Tmux {
-        socket: format!(
-            "ctxbridge-tui-{}-{}",
-            std::process::id(),
-            SOCKETS.fetch_add(1, Ordering::Relaxed)
-        ),
+        server: TmuxServer::new("tui", "tui"),
         stderr: stderr.to_owned(),
         pane_pid: None,
     };
@@ -321,7 +302,7 @@ struct Rig {
 
 impl Rig {
     async fn start(chunk: u64) -> Option<Rig> {
-        if !tmux_available() {
+        if !TmuxServer::available() {
             eprintln!("\n!!!!!!!! SKIPPED serve_tui: tmux is not installed !!!!!!!!\n");
             return None;
         }
