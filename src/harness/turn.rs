@@ -185,13 +185,18 @@ impl Harness {
             _ => self.flush_outbox(&spec.session_key, &session_id).await,
         };
         let stored = self.load_binding(&spec.session_key, &key).await?;
-        let cached = match known.as_ref().and_then(|f| f.transcript) {
-            Some(cursor) => self.cached_transcript(&session_id, cursor).await,
+        // Under a kept lease, the copy this process left at the end of its last turn, if no
+        // rewrite dropped it since; else a read of the store.
+        let kept = match known.as_ref().and_then(|f| f.transcript) {
+            Some(cursor) => self
+                .cached_transcript(&session_id, cursor)
+                .await
+                .map(|messages| (messages, Some(cursor))),
             None => None,
         };
-        let (messages, read_at) = match (cached, known.as_ref().and_then(|f| f.transcript)) {
-            (Some(messages), at) => (messages, at),
-            _ => {
+        let (messages, read_at) = match kept {
+            Some(kept) => kept,
+            None => {
                 self.session_messages(&spec.session_key, &session_id)
                     .await?
             }
