@@ -542,7 +542,7 @@ pub async fn open_with_backend(
 
 /// The Responses backend's settings from the config file's `backend` section: the thread kind,
 /// and the stream limits where the file sets them (the backend's defaults otherwise).
-fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
+pub fn responses_backend_config(r: &config::ResponsesBackendConfig) -> ResponsesBackendConfig {
     let mut out = ResponsesBackendConfig::new(r.base_url.clone(), r.model.clone());
     out.api_key_env = r.api_key_env.clone();
     out.threads = match r.threads {

@@ -3,7 +3,7 @@
 //! the command line and the configuration into its options and maps its errors to exit codes.
 
 use crate::cli::context::{errln, CliError, CommandContext, EXIT_OK};
-use crate::serve::command::options;
+use crate::serve::command::{options, responses_front, Front};
 use crate::util::error_chain;
 
 pub use crate::serve::command::ServeArgs;
@@ -16,6 +16,9 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
         &crate::app::registry(&config).registered_ids(),
         context.config_file().map(|f| f.path).as_deref(),
     )?;
+    if args.front == Front::Responses {
+        return run_responses_front(&config, &args).await;
+    }
     // A refused listen address or auth setting is a usage error (exit 2), like Codex's own.
     let options = options(&config, &args)
         .await
@@ -35,5 +38,45 @@ pub async fn run(context: &CommandContext, args: ServeArgs) -> Result<u8, CliErr
     crate::serve::run_announced(options, |handle| errln!("{}", handle.listening_line()))
         .await
         .map_err(|source| CliError::Serve { source })?;
+    Ok(EXIT_OK)
+}
+
+/// `serve --front responses`: the Responses API on `--listen http://IP:PORT` until
+/// SIGINT/SIGTERM.
+async fn run_responses_front(
+    config: &crate::config::Config,
+    args: &ServeArgs,
+) -> Result<u8, CliError> {
+    let (addr, front) = responses_front(config, args)
+        .await
+        .map_err(|e| CliError::Usage(error_chain(&e)))?;
+    if config.plugins.strict == Some(true) {
+        if let Some(record) = front.degradation() {
+            return Err(CliError::degraded(&record));
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| CliError::Io {
+            operation: "serve: binding the Responses front's --listen address",
+            source,
+        })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let auth = if args.ws_auth.is_some() {
+        "capability token (Authorization: Bearer)"
+    } else {
+        "none (loopback only)"
+    };
+    errln!("ctxbridge serve: Responses API on http://{bound}/v1 (auth: {auth})");
+    let _sweeper =
+        crate::app::retention_sweeper_with(config, front.store(), Some(front.sweep_listener()));
+    front
+        .serve(listener, crate::serve::shutdown_signal())
+        .await
+        .map_err(|source| CliError::Io {
+            operation: "serve: the Responses front",
+            source,
+        })?;
+    front.shutdown().await;
     Ok(EXIT_OK)
 }

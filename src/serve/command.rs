@@ -1,17 +1,21 @@
 //! The `serve` command's arguments and how a configuration becomes [`ServeOptions`].
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use crate::app::{open_with_backend, store_target};
+use crate::app::{open_with_backend, responses_backend_config, store_target};
 use crate::backend::codex::CodexBackend;
 use crate::backend::codex_config::{app_server_config, turn_limits};
+use crate::backend::ResponsesBackend;
 use crate::config::{BackendConfig, Config};
+use crate::serve::listen::parse_http_listen;
 use crate::serve::outbound::{
     OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
 };
+use crate::serve::responses::ResponsesFront;
 use crate::serve::{
     CapabilityToken, EngineSessions, HubConnect, ListenAddr, OriginPolicy, ServeOptions,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -21,6 +25,11 @@ use crate::store::{open_store, StateStore};
 /// `ctxbridge serve` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// The API clients speak: `codex` (the Codex app-server protocol, in front of a Codex
+    /// backend) or `responses` (the OpenAI Responses API over HTTP, in front of a `responses`
+    /// backend; `--listen http://IP:PORT`).
+    #[arg(long, value_enum, default_value_t = Front::Codex)]
+    pub front: Front,
     /// `ws://IP:PORT` or `unix://PATH` (WebSocket, over TCP or the unix socket, as Codex's) or
     /// `stdio://` (newline-delimited).
     #[arg(long, value_name = "URL", default_value = "stdio://")]
@@ -64,6 +73,7 @@ impl ServeArgs {
     /// separate metrics listener, the default message limit) — for embedding `serve`.
     pub fn listening_on(listen: impl Into<String>) -> ServeArgs {
         ServeArgs {
+            front: Front::Codex,
             listen: listen.into(),
             ws_auth: None,
             ws_token_file: None,
@@ -76,6 +86,15 @@ impl ServeArgs {
             max_upstream_requests: crate::serve::DEFAULT_MAX_UPSTREAM_IN_FLIGHT,
         }
     }
+}
+
+/// `--front`: the API `serve` offers its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Front {
+    /// The Codex app-server protocol (WebSocket, unix socket or stdio).
+    Codex,
+    /// The OpenAI Responses API (HTTP and server-sent events).
+    Responses,
 }
 
 /// `--ws-auth` modes.
@@ -102,6 +121,12 @@ pub enum ServeSetupError {
     /// (every client would be disconnected, or refused, at its first request).
     #[error("{flag} must be at least 1")]
     ZeroOutgoingLimit { flag: &'static str },
+    /// The Responses front without a Responses backend.
+    #[error("serve --front responses needs backend.kind \"responses\" in the configuration (the upstream Responses API, or `ctxbridge mock-model`)")]
+    NotResponses,
+    /// The Responses backend cannot be built from its configuration.
+    #[error(transparent)]
+    ResponsesBackend(#[from] crate::backend::responses::ResponsesBackendConfigError),
     /// The backend is not Codex.
     #[error("serve needs backend.kind \"codex\" in the configuration (the upstream app-server)")]
     NotCodex,
@@ -116,23 +141,67 @@ pub enum ServeSetupError {
     StoreConfig(#[from] crate::app::AppError),
 }
 
+/// The capability token `--ws-auth` and its source name, if any.
+fn capability_token(args: &ServeArgs) -> Result<Option<CapabilityToken>, ServeSetupError> {
+    Ok(
+        match (&args.ws_auth, &args.ws_token_file, &args.ws_token_sha256) {
+            (Some(WsAuthMode::CapabilityToken), Some(file), None) => {
+                Some(CapabilityToken::from_file(file)?)
+            }
+            (Some(WsAuthMode::CapabilityToken), None, Some(digest)) => {
+                Some(CapabilityToken::from_sha256_hex(digest)?)
+            }
+            (Some(WsAuthMode::CapabilityToken), _, _) => {
+                return Err(ServeSetupError::TokenSource);
+            }
+            (None, _, _) => None,
+        },
+    )
+}
+
+/// The Responses front a configuration and the command line describe (`--front
+/// responses`): its address and the front, running the configured engine on the configured
+/// Responses backend.
+pub async fn responses_front(
+    config: &Config,
+    args: &ServeArgs,
+) -> Result<(SocketAddr, Arc<ResponsesFront>), ServeSetupError> {
+    let addr = parse_http_listen(&args.listen)?;
+    let auth = capability_token(args)?;
+    crate::serve::check_exposure(&ListenAddr::Ws(addr), auth.as_ref())?;
+    let BackendConfig::Responses(responses) = &config.backend else {
+        return Err(ServeSetupError::NotResponses);
+    };
+    let upstream = Arc::new(ResponsesBackend::new(responses_backend_config(responses))?);
+    create_state_dir(config);
+    let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
+    let app = open_with_backend(config, store.clone(), upstream.clone()).await;
+    tracing::info!(engine = %app.resolved.slot.engine_id, "serve: responses run the context engine");
+    let harness = Arc::new(app.harness);
+    Ok((addr, ResponsesFront::new(harness, upstream, store, auth)))
+}
+
+/// Creates the directory of the SQLite state file (a failure is logged: opening the store
+/// then says what is wrong).
+fn create_state_dir(config: &Config) {
+    if let Some(parent) = config
+        .store
+        .path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        if let Err(error) = std::fs::create_dir_all(parent) {
+            tracing::warn!(%error, dir = %parent.display(), "serve: cannot create the state directory");
+        }
+    }
+}
+
 /// The options a configuration and the command line describe. Sessions run the harness (the
 /// selected engine on the shared upstream, [`EngineSessions`]) when an engine other than
 /// `legacy` is selected or `serve.engineThreads` is `"all"`; otherwise they pass through.
 pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, ServeSetupError> {
     let listen = ListenAddr::parse(&args.listen)?;
-    let auth = match (&args.ws_auth, &args.ws_token_file, &args.ws_token_sha256) {
-        (Some(WsAuthMode::CapabilityToken), Some(file), None) => {
-            Some(CapabilityToken::from_file(file)?)
-        }
-        (Some(WsAuthMode::CapabilityToken), None, Some(digest)) => {
-            Some(CapabilityToken::from_sha256_hex(digest)?)
-        }
-        (Some(WsAuthMode::CapabilityToken), _, _) => {
-            return Err(ServeSetupError::TokenSource);
-        }
-        (None, _, _) => None,
-    };
+    let auth = capability_token(args)?;
     crate::serve::check_exposure(&listen, auth.as_ref())?;
     let origins = OriginPolicy::allowing(&args.allow_origins)?;
     for (flag, value) in [
@@ -152,16 +221,7 @@ pub async fn options(config: &Config, args: &ServeArgs) -> Result<ServeOptions, 
         return Err(ServeSetupError::EmptyCommand);
     }
     let upstream = app_server_config(config, codex, command);
-    if let Some(parent) = config
-        .store
-        .path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
-        if let Err(error) = std::fs::create_dir_all(parent) {
-            tracing::warn!(%error, dir = %parent.display(), "serve: cannot create the state directory");
-        }
-    }
+    create_state_dir(config);
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
     let mut options = ServeOptions::new(listen, upstream);
     options.backend_url = codex.url.clone();

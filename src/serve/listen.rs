@@ -46,6 +46,9 @@ pub enum ListenError {
     /// The token file holds no token.
     #[error("the WebSocket token file {path} is empty")]
     EmptyToken { path: PathBuf },
+    /// The Responses front's `--listen` is not `http://IP:PORT`.
+    #[error("--listen {url}: {reason} (the Responses front listens on http://IP:PORT)")]
+    BadHttpUrl { url: String, reason: String },
     /// `--ws-token-sha256` is not a SHA-256 digest in hex.
     #[error("--ws-token-sha256: {reason} (expected the SHA-256 of the token as 64 hex digits, e.g. from `printf %s TOKEN | sha256sum`)")]
     BadTokenDigest { reason: String },
@@ -208,6 +211,20 @@ impl OriginPolicy {
 /// parts of an origin that are case-insensitive; an origin has nothing else).
 pub fn normalize_origin(origin: &str) -> String {
     origin.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// Parses the Responses front's `--listen http://IP:PORT`.
+pub fn parse_http_listen(url: &str) -> Result<SocketAddr, ListenError> {
+    let bad = |reason: &str| ListenError::BadHttpUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("the scheme must be http"))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    rest.parse::<SocketAddr>()
+        .map_err(|_| bad("the address must be IP:PORT"))
 }
 
 /// Refuses listener settings that would expose the backend: a non-loopback WebSocket address

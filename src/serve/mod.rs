@@ -54,6 +54,7 @@ mod history;
 mod hub;
 pub mod listen;
 pub mod outbound;
+pub mod responses;
 pub mod route;
 pub mod seam;
 pub mod sessions;
@@ -433,7 +434,7 @@ pub async fn run_announced(
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

@@ -22,6 +22,7 @@ const RETRIEVE_CONVERSATION_OPERATION: &str = "retrieve conversation";
 const DELETE_CONVERSATION_OPERATION: &str = "delete conversation";
 const CREATE_ITEMS_OPERATION: &str = "create conversation items";
 const LIST_ITEMS_OPERATION: &str = "list conversation items";
+const LIST_MODELS_OPERATION: &str = "list models";
 /// The most items one `POST /conversations` or `POST /conversations/{id}/items` may carry (the
 /// API's limit); longer lists go in several calls.
 pub const MAX_ITEMS_PER_CALL: usize = 20;
@@ -429,6 +430,28 @@ impl ResponsesClient {
         self.read_json_body(DELETE_CONVERSATION_OPERATION, response)
             .await?;
         Ok(())
+    }
+
+    /// `GET {base_url}/models`: the upstream's model list, as the JSON it answers (a proxy
+    /// passes it on unchanged).
+    pub async fn list_models(&self) -> Result<Value, ResponsesError> {
+        let url = endpoint(&self.base_url, &["models"]);
+        let call = Call {
+            operation: LIST_MODELS_OPERATION,
+            method: Method::GET,
+            url: &url,
+            body: None,
+            accept: "application/json",
+            chained: false,
+            conversation: false,
+        };
+        let response = self.send_with_retries(call).await?;
+        let bytes = self.read_json_body(LIST_MODELS_OPERATION, response).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ResponsesError::Decode {
+            operation: LIST_MODELS_OPERATION,
+            what: "model list".into(),
+            message: e.to_string(),
+        })
     }
 
     /// Sends a conversations call and decodes the conversation object it answers with.

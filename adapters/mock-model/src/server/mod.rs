@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value;
@@ -180,6 +180,8 @@ impl MockModelServer {
                 "/conversations/:id/items",
                 get(conversation_items).post(create_conversation_items),
             )
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
             .fallback(fallback)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
@@ -350,6 +352,27 @@ pub async fn serve_config(config: MockModelConfig) -> Result<(), MockModelError>
     signal.map_err(|source| MockModelError::Signal { source })
 }
 /// Any other route: recorded, then 404 with an OpenAI-style error.
+/// `GET /v1/models`: the one model the mock answers as (any name is accepted in requests).
+async fn models(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let incoming = Incoming::new(&shared, &method, &uri, &headers, &body);
+    let record = incoming.record(RequestKind::Other);
+    shared.remember(&record).await;
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{"id": MOCK_MODEL_ID, "object": "model", "created": 0, "owned_by": "ctxbridge"}],
+    }))
+    .into_response()
+}
+
+/// The model id `GET /v1/models` lists.
+pub const MOCK_MODEL_ID: &str = "mock-model";
+
 async fn fallback(
     State(shared): State<Arc<Shared>>,
     method: Method,

@@ -1,0 +1,399 @@
+//! The Responses front's routes: responses (create, read, delete, cancel, input items),
+//! conversations (create, read, update, delete, items) and the upstream's model list.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::records::{new_id, session_key_of, ConversationRecord, ResponseRecord};
+use super::wire::{self, ApiError, CreateRequest};
+use super::{stream, ResponsesFront};
+use crate::harness::{HarnessError, SessionLockError, TurnReport, TurnSpec};
+use crate::util::now_ms;
+
+/// A response being made: what it answers, and the ids it will have.
+pub(super) struct Pending {
+    pub id: String,
+    pub message_id: String,
+    pub session_key: String,
+    pub created_at: u64,
+    pub model: String,
+    pub request: CreateRequest,
+}
+
+impl ResponsesFront {
+    /// The engine session `request` continues: its previous response's, its conversation's,
+    /// or a new one named after the response `id` that starts it.
+    fn session_of(&self, request: &CreateRequest, id: &str) -> Result<String, ApiError> {
+        if let Some(previous) = &request.previous_response_id {
+            let record = self.records.response(previous)?.ok_or_else(|| {
+                ApiError::not_found(
+                    Some("previous_response_id"),
+                    format!("Previous response with id '{previous}'"),
+                )
+            })?;
+            return Ok(record.session_key);
+        }
+        if let Some(conversation) = &request.conversation {
+            self.records.conversation(conversation)?.ok_or_else(|| {
+                ApiError::not_found(
+                    Some("conversation"),
+                    format!("Conversation with id '{conversation}'"),
+                )
+            })?;
+            return Ok(session_key_of(conversation));
+        }
+        Ok(session_key_of(id))
+    }
+
+    /// A new response to `request`.
+    fn pending(&self, request: CreateRequest) -> Result<Pending, ApiError> {
+        let id = new_id("resp");
+        let session_key = self.session_of(&request, &id)?;
+        Ok(Pending {
+            message_id: new_id("msg"),
+            session_key,
+            created_at: now_ms() / 1000,
+            model: self.upstream.model().to_owned(),
+            id,
+            request,
+        })
+    }
+
+    /// The turn of `pending`, run to its end.
+    pub(super) fn turn_spec(pending: &Pending) -> TurnSpec {
+        TurnSpec::new(pending.session_key.clone(), pending.request.prompt.clone())
+    }
+
+    /// Keeps the answered `pending` (and adds it to its conversation). An answer that cannot
+    /// be kept still goes to the client: the failure is logged.
+    pub(super) async fn keep(&self, pending: &Pending, reply: &str) -> ResponseRecord {
+        let record = ResponseRecord {
+            id: pending.id.clone(),
+            session_key: pending.session_key.clone(),
+            created_at: pending.created_at,
+            model: pending.model.clone(),
+            status: "completed".into(),
+            input: pending.request.input.clone(),
+            message_id: pending.message_id.clone(),
+            text: reply.to_owned(),
+            previous_response_id: pending.request.previous_response_id.clone(),
+            conversation: pending.request.conversation.clone(),
+            metadata: pending.request.metadata.clone(),
+            store: pending.request.store,
+            usage: None,
+            error: None,
+        };
+        if let Err(error) = self.records.save_response(&record).await {
+            tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
+        }
+        if let Some(conversation) = &record.conversation {
+            if let Err(error) = self.append_to_conversation(conversation, &record.id).await {
+                tracing::error!(%conversation, response = %record.id, %error, "responses front: the response could not be added to its conversation");
+            }
+        }
+        record
+    }
+
+    async fn append_to_conversation(&self, id: &str, response: &str) -> Result<(), ApiError> {
+        let _serial = self.conversation_updates.lock().await;
+        let Some(mut conversation) = self.records.conversation(id)? else {
+            return Err(ApiError::not_found(
+                None,
+                format!("Conversation with id '{id}'"),
+            ));
+        };
+        conversation.responses.push(response.to_owned());
+        self.records.save_conversation(&conversation).await
+    }
+}
+
+/// What a failed turn tells the client.
+pub(super) fn turn_error(error: &HarnessError) -> ApiError {
+    match error {
+        HarnessError::Backend { .. } => ApiError::upstream(error.to_string()),
+        HarnessError::SessionBusy(SessionLockError::Busy { .. }) => ApiError {
+            status: 409,
+            kind: "invalid_request_error",
+            message: format!("{error}; retry when it has finished."),
+            param: None,
+            code: Some("conversation_busy"),
+        },
+        _ => ApiError::server(error.to_string()),
+    }
+}
+
+/// `POST /v1/responses`.
+pub(super) async fn create_response(
+    State(front): State<Arc<ResponsesFront>>,
+    body: Bytes,
+) -> Response {
+    let pending = match wire::parse_create(&body).and_then(|request| front.pending(request)) {
+        Ok(pending) => pending,
+        Err(error) => return error.into_response(),
+    };
+    if pending.request.stream {
+        return stream::respond(front, pending);
+    }
+    let outcome: Result<TurnReport, HarnessError> = front
+        .harness
+        .turn(ResponsesFront::turn_spec(&pending))
+        .await;
+    match outcome {
+        Ok(report) => Json(front.keep(&pending, &report.reply).await.object()).into_response(),
+        // Answered but not recorded by the harness: the client still gets the answer.
+        Err(HarnessError::NotRecorded { reply, .. }) => {
+            Json(front.keep(&pending, &reply).await.object()).into_response()
+        }
+        Err(error) => turn_error(&error).into_response(),
+    }
+}
+
+fn response_not_found(id: &str) -> ApiError {
+    ApiError::not_found(None, format!("Response with id '{id}'"))
+}
+
+fn known_response(front: &ResponsesFront, id: &str) -> Result<ResponseRecord, ApiError> {
+    front
+        .records
+        .response(id)?
+        .ok_or_else(|| response_not_found(id))
+}
+
+/// `GET /v1/responses/{id}`.
+pub(super) async fn get_response(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_response(&front, &id) {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`: the record goes (the turn stays in the engine session).
+pub(super) async fn delete_response(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    let deleted = async {
+        known_response(&front, &id)?;
+        front.records.delete_response(&id).await
+    };
+    match deleted.await {
+        Ok(()) => Json(json!({"id": id, "object": "response", "deleted": true})).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /v1/responses/{id}/cancel`: only background responses can be cancelled, and the
+/// front runs none (a streamed response is cancelled by closing its stream).
+pub(super) async fn cancel_response(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_response(&front, &id) {
+        Ok(_) => ApiError::invalid(
+            None,
+            "Only responses created with background=true can be cancelled; this response has finished.",
+        )
+        .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/responses/{id}/input_items`: what the client sent, never the projected context.
+pub(super) async fn input_items(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_response(&front, &id) {
+        Ok(record) => {
+            // The API lists them newest first by default.
+            let mut items = record.input_items();
+            items.reverse();
+            Json(wire::list(items)).into_response()
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+fn conversation_not_found(id: &str) -> ApiError {
+    ApiError::not_found(None, format!("Conversation with id '{id}'"))
+}
+
+fn known_conversation(front: &ResponsesFront, id: &str) -> Result<ConversationRecord, ApiError> {
+    front
+        .records
+        .conversation(id)?
+        .ok_or_else(|| conversation_not_found(id))
+}
+
+/// The `metadata` of a conversation body (absent: empty).
+fn body_metadata(body: &Value) -> Result<Value, ApiError> {
+    match body.get("metadata") {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(Value::Object(m)) => Ok(Value::Object(m.clone())),
+        Some(_) => Err(ApiError::invalid(
+            Some("metadata"),
+            "`metadata` must be an object.",
+        )),
+    }
+}
+
+fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("The request body is not valid JSON: {e}.")))
+}
+
+/// `POST /v1/conversations`: a new conversation, which is a new engine session.
+pub(super) async fn create_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    body: Bytes,
+) -> Response {
+    let created = async {
+        let body = json_body(&body)?;
+        if body
+            .get("items")
+            .and_then(Value::as_array)
+            .is_some_and(|i| !i.is_empty())
+        {
+            return Err(ApiError::invalid(
+                Some("items"),
+                "Starting a conversation with items is not served by ctxbridge's Responses front yet: send them as the input of its first response.",
+            ));
+        }
+        let record = ConversationRecord {
+            id: new_id("conv"),
+            created_at: now_ms() / 1000,
+            metadata: body_metadata(&body)?,
+            responses: Vec::new(),
+        };
+        front.records.save_conversation(&record).await?;
+        Ok(record)
+    };
+    match created.await {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/conversations/{id}`.
+pub(super) async fn get_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_conversation(&front, &id) {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /v1/conversations/{id}`: new metadata.
+pub(super) async fn update_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let updated = async {
+        let metadata = body_metadata(&json_body(&body)?)?;
+        let _serial = front.conversation_updates.lock().await;
+        let mut record = known_conversation(&front, &id)?;
+        record.metadata = metadata;
+        front.records.save_conversation(&record).await?;
+        Ok::<_, ApiError>(record)
+    };
+    match updated.await {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `DELETE /v1/conversations/{id}`.
+pub(super) async fn delete_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    let deleted = async {
+        let _serial = front.conversation_updates.lock().await;
+        known_conversation(&front, &id)?;
+        front.records.delete_conversation(&id).await
+    };
+    match deleted.await {
+        Ok(()) => Json(json!({"id": id, "object": "conversation.deleted", "deleted": true}))
+            .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/conversations/{id}/items`: the client's inputs and the model's answers, oldest
+/// first (the conversation API's default order is ascending).
+pub(super) async fn conversation_items(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    let listed = || -> Result<Value, ApiError> {
+        let conversation = known_conversation(&front, &id)?;
+        let mut items = Vec::new();
+        for response in &conversation.responses {
+            // A deleted response leaves its turn out of the list.
+            if let Some(record) = front.records.response(response)? {
+                items.extend(record.input_items());
+                items.extend(record.output_items());
+            }
+        }
+        Ok(wire::list(items))
+    };
+    match listed() {
+        Ok(list) => Json(list).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /v1/conversations/{id}/items`: not served yet (items outside a response would need
+/// the engine to ingest them without a turn).
+pub(super) async fn add_conversation_items(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_conversation(&front, &id) {
+        Ok(_) => ApiError::invalid(
+            Some("items"),
+            "Adding items to a conversation outside a response is not served by ctxbridge's Responses front yet: send them as the input of its next response.",
+        )
+        .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/models`: the upstream's answer, passed through.
+pub(super) async fn models(State(front): State<Arc<ResponsesFront>>) -> Response {
+    match front.upstream.client().list_models().await {
+        Ok(list) => Json(list).into_response(),
+        Err(error) => {
+            let status = match &error {
+                responses_client::ResponsesError::Api { status, .. } => *status,
+                _ => 502,
+            };
+            ApiError {
+                status,
+                kind: if status >= 500 {
+                    "server_error"
+                } else {
+                    "invalid_request_error"
+                },
+                message: format!("the upstream's model list: {error}"),
+                param: None,
+                code: Some("upstream_error"),
+            }
+            .into_response()
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `ctxbridge serve --front responses`: ctxbridge as an OpenAI Responses API server
+//! (docs/serve.md#the-responses-front). A client of the API (an `openai` SDK with its base URL
+//! pointed here) gets the configured context engine: each response is a harness turn of the
+//! engine session its chain (`previous_response_id`) or conversation belongs to, on the
+//! configured Responses backend (the upstream), with the engine's context projected onto the
+//! upstream thread. The client sees its own inputs and the model's answers under the front's
+//! ids, never the projected context.
+//!
+//! - [`wire`]: the API's request, response, event and error shapes (pure).
+//! - [`records`]: the client's responses and conversations, kept in the state store.
+//! - `handlers`: the routes; `stream`: a streamed response's events as its turn runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::Mutex;
+
+use crate::backend::ResponsesBackend;
+use crate::harness::Harness;
+use crate::serve::CapabilityToken;
+use crate::store::StateStore;
+
+mod handlers;
+pub mod records;
+mod stream;
+pub mod wire;
+
+use self::records::Records;
+use self::wire::ApiError;
+
+/// What the front serves with.
+pub struct ResponsesFront {
+    harness: Arc<Harness>,
+    /// The upstream (the harness's backend): its model name and its client for the
+    /// pass-through reads.
+    upstream: Arc<ResponsesBackend>,
+    records: Records,
+    auth: Option<CapabilityToken>,
+    /// Serializes updates of conversation records (a read, an append, a write).
+    conversation_updates: Mutex<()>,
+}
+
+impl ResponsesFront {
+    /// A front running `harness` (whose backend is `upstream`), keeping its records in
+    /// `store`, admitting clients whose `Authorization: Bearer` matches `auth` (everyone when
+    /// `None`: loopback only, see [`crate::serve::check_exposure`]).
+    pub fn new(
+        harness: Arc<Harness>,
+        upstream: Arc<ResponsesBackend>,
+        store: Arc<dyn StateStore>,
+        auth: Option<CapabilityToken>,
+    ) -> Arc<ResponsesFront> {
+        Arc::new(ResponsesFront {
+            harness,
+            upstream,
+            records: Records::new(store),
+            auth,
+            conversation_updates: Mutex::new(()),
+        })
+    }
+
+    /// The routes of the API the front serves; anything else answers the API's 404.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/responses", post(handlers::create_response))
+            .route(
+                "/v1/responses/:id",
+                get(handlers::get_response).delete(handlers::delete_response),
+            )
+            .route("/v1/responses/:id/cancel", post(handlers::cancel_response))
+            .route("/v1/responses/:id/input_items", get(handlers::input_items))
+            .route("/v1/conversations", post(handlers::create_conversation))
+            .route(
+                "/v1/conversations/:id",
+                get(handlers::get_conversation)
+                    .post(handlers::update_conversation)
+                    .delete(handlers::delete_conversation),
+            )
+            .route(
+                "/v1/conversations/:id/items",
+                get(handlers::conversation_items).post(handlers::add_conversation_items),
+            )
+            .route("/v1/models", get(handlers::models))
+            .fallback(unknown_route)
+            .layer(middleware::from_fn_with_state(self.clone(), authorize))
+            .with_state(self.clone())
+    }
+
+    /// Serves the router on `listener` until `shutdown` resolves.
+    pub async fn serve(
+        self: &Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let addr: Option<SocketAddr> = listener.local_addr().ok();
+        tracing::info!(
+            ?addr,
+            auth = self.auth.is_some(),
+            "responses front: serving"
+        );
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(self.body())).into_response()
+    }
+}
+
+/// Refuses a request whose bearer token is not the capability token (when one is set).
+async fn authorize(
+    State(front): State<Arc<ResponsesFront>>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &front.auth {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if !token.accepts(given) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn unknown_route(request: Request) -> Response {
+    ApiError::unknown_route(request.method().as_str(), request.uri().path()).into_response()
+}
+
+impl ResponsesFront {
+    /// The quarantine of the selected engine when `legacy` answers in its place.
+    pub fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
+        let engine = self.harness.engine();
+        if engine.engine_id() == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        engine.quarantine_book().get(engine.engine_id())
+    }
+
+    /// The state store the front keeps its records in.
+    pub fn store(&self) -> Arc<dyn StateStore> {
+        self.harness.store().clone()
+    }
+
+    /// What the retention sweep tells the engine (`session_end` of the sessions it removed).
+    pub fn sweep_listener(&self) -> crate::store::SweepListener {
+        self.harness.sweep_listener()
+    }
+
+    /// Ends the engine's sessions and releases the leases this process keeps.
+    pub async fn shutdown(&self) {
+        self.harness.shutdown().await;
+    }
+}

@@ -1,0 +1,237 @@
+//! What the Responses front keeps of its clients' responses and conversations, in the state
+//! store's documents: the client's view only (its input items and the model's answer, under
+//! the front's own ids), and the engine session each belongs to. Projected context is never
+//! part of it.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::wire::{self, ApiError, ResponseView, Status, TokenUsage};
+use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
+
+/// The documents namespace of response records (key: the response id).
+pub const RESPONSES_NAMESPACE: &str = "responses-front/responses";
+/// The documents namespace of conversation records (key: the conversation id).
+pub const CONVERSATIONS_NAMESPACE: &str = "responses-front/conversations";
+
+/// A new id with the API's prefix (`resp`, `msg`, `conv`): time-ordered, unique.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// The engine session of a chain that starts at response `first_id`, or of conversation
+/// `conversation_id`: every response of a chain or a conversation is a turn of one session.
+pub fn session_key_of(thread: &str) -> String {
+    format!("responses:{thread}")
+}
+
+/// One response, as its client sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResponseRecord {
+    pub id: String,
+    /// The engine session the response was a turn of.
+    pub session_key: String,
+    pub created_at: u64,
+    pub model: String,
+    /// `completed` or `failed`.
+    pub status: String,
+    /// The client's input items of this response, as sent.
+    pub input: Vec<Value>,
+    pub message_id: String,
+    /// The model's answer.
+    pub text: String,
+    pub previous_response_id: Option<String>,
+    pub conversation: Option<String>,
+    pub metadata: Value,
+    pub store: bool,
+    pub usage: Option<(u64, u64)>,
+    /// A failed response's error: (code, message).
+    pub error: Option<(String, String)>,
+}
+
+impl ResponseRecord {
+    /// The response object of this record.
+    pub fn object(&self) -> Value {
+        wire::response_object(&ResponseView {
+            id: &self.id,
+            created_at: self.created_at,
+            status: if self.status == "failed" {
+                Status::Failed
+            } else {
+                Status::Completed
+            },
+            model: &self.model,
+            message: (self.status != "failed")
+                .then_some((self.message_id.as_str(), self.text.as_str())),
+            previous_response_id: self.previous_response_id.as_deref(),
+            conversation: self.conversation.as_deref(),
+            metadata: &self.metadata,
+            store: self.store,
+            usage: self.usage.map(|(input_tokens, output_tokens)| TokenUsage {
+                input_tokens,
+                output_tokens,
+                cached_tokens: 0,
+            }),
+            error: self
+                .error
+                .as_ref()
+                .map(|(code, message)| (code.as_str(), message.as_str())),
+        })
+    }
+
+    /// The input items with the ids the API gives them (`msg_…` derived from the response's
+    /// id and the item's place, so that every read shows the same ids).
+    pub fn input_items(&self) -> Vec<Value> {
+        self.input
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let mut item = item.clone();
+                if let Value::Object(fields) = &mut item {
+                    let suffix = self.id.strip_prefix("resp_").unwrap_or(&self.id);
+                    fields
+                        .entry("id")
+                        .or_insert_with(|| Value::from(format!("msg_{suffix}_{index}")));
+                    fields
+                        .entry("type")
+                        .or_insert_with(|| Value::from("message"));
+                    fields
+                        .entry("status")
+                        .or_insert_with(|| Value::from("completed"));
+                    if let Some(Value::String(text)) = fields.get("content").cloned() {
+                        fields.insert(
+                            "content".into(),
+                            serde_json::json!([{"type": "input_text", "text": text}]),
+                        );
+                    }
+                }
+                item
+            })
+            .collect()
+    }
+
+    /// The output items (the assistant message), as the response object shows them.
+    pub fn output_items(&self) -> Vec<Value> {
+        if self.status == "failed" {
+            return Vec::new();
+        }
+        vec![wire::message_item(
+            &self.message_id,
+            &self.text,
+            Status::Completed,
+        )]
+    }
+}
+
+/// One conversation, as its client created it, and the responses made in it, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationRecord {
+    pub id: String,
+    pub created_at: u64,
+    pub metadata: Value,
+    pub responses: Vec<String>,
+}
+
+impl ConversationRecord {
+    /// The conversation object.
+    pub fn object(&self) -> Value {
+        serde_json::json!({
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+        })
+    }
+}
+
+/// The front's records in a state store.
+#[derive(Clone)]
+pub struct Records {
+    store: Arc<dyn StateStore>,
+}
+
+fn store_error(operation: &str, error: StoreError) -> ApiError {
+    tracing::error!(%error, operation, "responses front: state store");
+    ApiError::server(format!("ctxbridge could not {operation}: {error}"))
+}
+
+impl Records {
+    pub fn new(store: Arc<dyn StateStore>) -> Records {
+        Records { store }
+    }
+
+    async fn save(&self, namespace: &str, key: &str, json: String) -> Result<(), StoreError> {
+        self.store
+            .submit(TurnWrite::SaveDocument {
+                namespace: namespace.to_owned(),
+                key: key.to_owned(),
+                json,
+            })
+            .await
+            .map(drop)
+    }
+
+    fn load<T: serde::de::DeserializeOwned>(
+        &self,
+        namespace: &str,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, ApiError> {
+        let Some(json) = self
+            .store
+            .load_document(namespace, key)
+            .map_err(|e| store_error("read a record", e))?
+        else {
+            return Ok(None);
+        };
+        // A deleted record is kept as `null`.
+        serde_json::from_str::<Option<T>>(&json).map_err(|e| {
+            ApiError::server(format!("the stored {what} {key:?} does not decode: {e}"))
+        })
+    }
+
+    /// The response `id`, unless unknown or deleted.
+    pub fn response(&self, id: &str) -> Result<Option<ResponseRecord>, ApiError> {
+        self.load(RESPONSES_NAMESPACE, id, "response")
+    }
+
+    /// Keeps `record` (also a response made with `store: false`: it stays the chain's link,
+    /// as the engine session holds the turn anyway).
+    pub async fn save_response(&self, record: &ResponseRecord) -> Result<(), ApiError> {
+        let json = serde_json::to_string(record)
+            .map_err(|e| ApiError::server(format!("cannot encode the response record: {e}")))?;
+        self.save(RESPONSES_NAMESPACE, &record.id, json)
+            .await
+            .map_err(|e| store_error("record the response", e))
+    }
+
+    /// Forgets response `id` (its turn stays in the engine session's transcript).
+    pub async fn delete_response(&self, id: &str) -> Result<(), ApiError> {
+        self.save(RESPONSES_NAMESPACE, id, "null".into())
+            .await
+            .map_err(|e| store_error("delete the response", e))
+    }
+
+    /// The conversation `id`, unless unknown or deleted.
+    pub fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, ApiError> {
+        self.load(CONVERSATIONS_NAMESPACE, id, "conversation")
+    }
+
+    pub async fn save_conversation(&self, record: &ConversationRecord) -> Result<(), ApiError> {
+        let json = serde_json::to_string(record)
+            .map_err(|e| ApiError::server(format!("cannot encode the conversation record: {e}")))?;
+        self.save(CONVERSATIONS_NAMESPACE, &record.id, json)
+            .await
+            .map_err(|e| store_error("record the conversation", e))
+    }
+
+    pub async fn delete_conversation(&self, id: &str) -> Result<(), ApiError> {
+        self.save(CONVERSATIONS_NAMESPACE, id, "null".into())
+            .await
+            .map_err(|e| store_error("delete the conversation", e))
+    }
+}
