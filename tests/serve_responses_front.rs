@@ -76,7 +76,7 @@ fn start_front(dir: &Path) -> (Server, String) {
 /// The mock model, the state directory and the front serving them with `sample-summary`.
 struct Fixture {
     mock: MockModelServer,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     _server: Server,
     url: String,
 }
@@ -106,7 +106,7 @@ async fn fixture() -> Fixture {
     );
     Fixture {
         mock,
-        _dir: dir,
+        dir: dir,
         _server: server,
         url,
     }
@@ -332,4 +332,170 @@ async fn openai_npm_client_through_the_responses_front() {
         .map(|r| r.body_contains(CONTEXT_MARK))
         .collect();
     assert_eq!(projected, [false, false, true, false]);
+}
+
+/// A request to the front with the test's token.
+fn authed(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+) -> reqwest::RequestBuilder {
+    client.request(method, url).bearer_auth(TOKEN)
+}
+
+/// Rows of the front's state store (`state.db` in the fixture's directory).
+fn transcript_rows(dir: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+    conn.query_row("SELECT count(*) FROM transcript", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A client that closes a streamed response before the model answered cancels the turn:
+/// nothing of it is kept (no response record, no transcript entry), and the front goes on
+/// serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_closed_before_the_answer_keeps_nothing() {
+    let fixture = fixture().await;
+    fixture.mock.push_reply(
+        ctxbridge_mock_model::ScriptedReply::text("too late")
+            .with_delay(std::time::Duration::from_secs(2)),
+    );
+    let client = reqwest::Client::new();
+    let mut response = authed(
+        &client,
+        reqwest::Method::POST,
+        format!("{}/responses", fixture.url),
+    )
+    .json(&json!({"model": "mock-model", "input": "a slow question", "stream": true}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream; charset=utf-8"
+    );
+    let first = String::from_utf8(response.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(first.starts_with("event: response.created\n"), "{first}");
+    let created: Value = serde_json::from_str(
+        first
+            .lines()
+            .nth(1)
+            .unwrap()
+            .strip_prefix("data: ")
+            .unwrap(),
+    )
+    .unwrap();
+    let id = created["response"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["response"]["status"], "in_progress");
+    // The upstream has the request; the client goes away before its answer.
+    while fixture.mock.response_requests().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(response);
+    // Past the reply's delay: a turn that had gone on would have been kept by now.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let read = authed(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/responses/{id}", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(read.status(), 404);
+    assert_eq!(
+        transcript_rows(fixture.dir.path()),
+        0,
+        "no half-done turn is recorded"
+    );
+
+    // The front still answers, and that turn is kept.
+    let answered: Value = authed(
+        &client,
+        reqwest::Method::POST,
+        format!("{}/responses", fixture.url),
+    )
+    .json(&json!({"model": "mock-model", "input": "a quick question"}))
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(answered["status"], "completed", "{answered}");
+    assert_eq!(transcript_rows(fixture.dir.path()), 2);
+}
+
+/// `store: false`: the response is not readable, but its chain goes on; unknown routes and
+/// unserved fields answer in the API's error shape.
+#[tokio::test(flavor = "multi_thread")]
+async fn unstored_responses_and_errors_in_the_api_shape() {
+    let fixture = fixture().await;
+    let client = reqwest::Client::new();
+    let post = |body: Value| {
+        authed(
+            &client,
+            reqwest::Method::POST,
+            format!("{}/responses", fixture.url),
+        )
+        .json(&body)
+    };
+    let unstored: Value = post(json!({"input": "not kept", "store": false}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(unstored["store"], false);
+    let id = unstored["id"].as_str().unwrap();
+    let read = authed(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/responses/{id}", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(read.status(), 404);
+    let next = post(json!({"input": "go on", "previous_response_id": id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next.status(), 200);
+
+    let refused = post(json!({"input": "x", "instructions": "be brief"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "instructions");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+
+    let unknown = authed(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/files", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let body: Value = unknown.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("GET /v1/files"),
+        "{body}"
+    );
+
+    let no_token = client
+        .get(format!("{}/models", fixture.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status(), 401);
 }

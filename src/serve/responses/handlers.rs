@@ -157,10 +157,13 @@ fn response_not_found(id: &str) -> ApiError {
     ApiError::not_found(None, format!("Response with id '{id}'"))
 }
 
+/// A response the client may read: kept, and made with `store: true` (one made with
+/// `store: false` stays only the link of its chain, as the API's).
 fn known_response(front: &ResponsesFront, id: &str) -> Result<ResponseRecord, ApiError> {
     front
         .records
         .response(id)?
+        .filter(|record| record.store)
         .ok_or_else(|| response_not_found(id))
 }
 
