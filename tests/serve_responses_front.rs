@@ -106,7 +106,7 @@ async fn fixture() -> Fixture {
     );
     Fixture {
         mock,
-        dir: dir,
+        dir,
         _server: server,
         url,
     }
