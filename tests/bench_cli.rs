@@ -331,6 +331,46 @@ fn bench_serve_prints_its_rows() {
     );
 }
 
+/// `bench --serve --front responses` needs only the mock model: it prints the three latency
+/// rows (direct, legacy and sample-summary through the front), the concurrent clients with no
+/// failed turn, the idle-connection memory and the load.
+#[test]
+fn bench_serve_responses_front_prints_its_rows() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .args([
+            "bench",
+            "--serve",
+            "--front",
+            "responses",
+            "--serve-turns",
+            "3",
+            "--serve-idle",
+            "5",
+            "--serve-clients",
+            "3",
+            "--serve-client-turns",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench --serve --front responses failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for row in [
+        "direct to the upstream",
+        "through the front, legacy",
+        "through the front, sample-summary",
+        "3 concurrent clients x 2 turns (sample-summary): 0 failed",
+        "5 idle keep-alive connections",
+        "load average",
+    ] {
+        assert!(stdout.contains(row), "no row {row:?} in:\n{stdout}");
+    }
+}
+
 /// Runs `ctxbridge bench` with `extra` after a minimal projection run (2 turns, no overhead
 /// run) into a fresh output directory; the exit status and stdout.
 fn bench_scale(extra: &[&str]) -> (bool, String, String) {

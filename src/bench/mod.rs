@@ -28,6 +28,7 @@ pub mod projection_cost;
 pub mod scale;
 pub mod serve;
 mod serve_engine;
+pub mod serve_responses;
 pub mod timed;
 pub mod timed_store;
 

@@ -68,6 +68,10 @@ pub struct ServeBenchArgs {
     /// Turns per concurrent client.
     #[arg(long, default_value_t = 4)]
     pub serve_client_turns: usize,
+    /// Which front to measure: `codex` (the app-server proxy, with the Codex binary) or
+    /// `responses` (the Responses API front, against the mock model only).
+    #[arg(long = "front", value_enum, default_value_t = crate::serve::command::Front::Codex)]
+    pub front: crate::serve::command::Front,
 }
 
 impl ServeBenchArgs {
@@ -88,6 +92,15 @@ impl ServeBenchArgs {
 
 /// Runs `bench --serve` and prints its table (with the machine load).
 pub async fn run_and_print(args: &ServeBenchArgs) -> Result<(), BenchError> {
+    if args.front == crate::serve::command::Front::Responses {
+        let options = crate::bench::serve_responses::ResponsesBenchOptions {
+            turns: args.serve_turns.max(1),
+            clients: args.serve_clients,
+            client_turns: args.serve_client_turns.max(1),
+            idle_connections: args.serve_idle,
+        };
+        return crate::bench::serve_responses::run_and_print(&options).await;
+    }
     let options = args.options();
     let report = run(&options).await?;
     print!("{}", format_table(&report, &options));

@@ -1,0 +1,377 @@
+//! `bench --serve --front responses`: what the Responses front adds to a streamed turn, in one
+//! run against the loopback mock model. The front is the one `serve --front responses` runs
+//! (built from a configuration as the command builds it, its state in a SQLite file), spoken
+//! to over HTTP as an SDK speaks to it:
+//! - a streamed turn sent to the mock directly, then the same through the front with no
+//!   engine (`legacy`) and with `sample-summary` (thread bootstrap): p50/p99 and the added p50;
+//! - concurrent clients, each a `previous_response_id` chain of several turns: failures and
+//!   responses per second;
+//! - idle keep-alive connections: resident memory per connection.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::bench::process::rss_bytes;
+use crate::bench::{percentile, BenchError};
+use crate::config::Config;
+use crate::serve::command::{responses_front, Front, ServeArgs};
+use crate::serve::responses::ResponsesFront;
+
+/// What the run measures, and how much.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponsesBenchOptions {
+    /// Timed streamed turns per path.
+    pub turns: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Turns per concurrent client.
+    pub client_turns: usize,
+    /// Idle keep-alive connections opened for the memory figure.
+    pub idle_connections: usize,
+}
+
+/// Latency figures of one path.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+/// The run's figures.
+#[derive(Debug, Clone)]
+pub struct ResponsesBenchReport {
+    pub direct: Latency,
+    pub legacy: Latency,
+    pub engine: Latency,
+    pub clients: usize,
+    pub client_turns: usize,
+    pub failed: usize,
+    pub responses_per_second: f64,
+    /// Resident bytes per idle keep-alive connection, when `/proc` tells.
+    pub idle_bytes_per_connection: Option<f64>,
+    pub idle_connections: usize,
+}
+
+fn runtime(operation: &'static str) -> impl FnOnce(String) -> BenchError {
+    move |message| BenchError::Runtime { operation, message }
+}
+
+/// A front the bench started: its base URL, and how to stop it.
+struct RunningFront {
+    url: String,
+    front: Arc<ResponsesFront>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningFront {
+    /// Stops serving and shuts the front's engine and store down (before their directory goes).
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        self.front.shutdown().await;
+    }
+}
+
+/// A front serving with `engine` (none: `legacy`) on the mock at `upstream`, its state in
+/// `dir`.
+async fn start_front(
+    upstream: &str,
+    engine: Option<&str>,
+    dir: &std::path::Path,
+) -> Result<RunningFront, BenchError> {
+    let mut config = json!({
+        "backend": {"kind": "responses", "baseUrl": upstream, "model": "mock-model"},
+        "store": {"path": dir.join("state.db")},
+    });
+    if let Some(engine) = engine {
+        config["plugins"] = json!({"slots": {"contextEngine": engine}});
+    }
+    let config = Config::parse(&config.to_string(), "bench")
+        .map_err(|e| runtime("the Responses front's configuration")(e.to_string()))?;
+    let args = ServeArgs {
+        front: Front::Responses,
+        ..ServeArgs::listening_on("http://127.0.0.1:0")
+    };
+    let (addr, front) = responses_front(&config, &args)
+        .await
+        .map_err(|e| runtime("start the Responses front")(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| runtime("bind the Responses front")(e.to_string()))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| runtime("bind the Responses front")(e.to_string()))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = front.clone();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(error) = serving.serve(listener, shutdown).await {
+            tracing::warn!(%error, "bench: the Responses front stopped");
+        }
+    });
+    Ok(RunningFront {
+        url: format!("http://{bound}/v1"),
+        front,
+        stop,
+        task,
+    })
+}
+
+/// One streamed turn at `base`, read to its end; the new response's id.
+async fn streamed_turn(
+    client: &reqwest::Client,
+    base: &str,
+    input: &str,
+    previous: Option<&str>,
+) -> Result<String, String> {
+    let mut body = json!({"model": "mock-model", "input": input, "stream": true, "store": true});
+    if let Some(previous) = previous {
+        body["previous_response_id"] = Value::from(previous);
+    }
+    let response = client
+        .post(format!("{base}/responses"))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("HTTP {status} from {base}: {body}"));
+    }
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !text.contains("event: response.completed") {
+        return Err("the stream ended without response.completed".into());
+    }
+    // The last event is response.completed, carrying the response and its id.
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "response.completed")
+        .and_then(|v| v["response"]["id"].as_str().map(str::to_owned))
+        .ok_or_else(|| "no response.completed with an id in the stream".to_owned())
+}
+
+/// `turns` streamed turns at `base`, one chain, each timed.
+async fn timed_chain(
+    client: &reqwest::Client,
+    base: &str,
+    turns: usize,
+) -> Result<Latency, BenchError> {
+    let mut times = Vec::with_capacity(turns);
+    let mut previous: Option<String> = None;
+    for turn in 0..turns {
+        let started = Instant::now();
+        let id = streamed_turn(
+            client,
+            base,
+            &format!("bench turn {turn}"),
+            previous.as_deref(),
+        )
+        .await
+        .map_err(runtime("a timed streamed turn"))?;
+        times.push(started.elapsed());
+        previous = Some(id);
+    }
+    times.sort_unstable();
+    Ok(Latency {
+        p50: percentile(&times, 50).unwrap_or_default(),
+        p99: percentile(&times, 99).unwrap_or_default(),
+    })
+}
+
+/// Runs the measurements.
+pub async fn run(options: &ResponsesBenchOptions) -> Result<ResponsesBenchReport, BenchError> {
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .map_err(|source| BenchError::MockModel {
+            operation: "start the mock model",
+            source,
+        })?;
+    let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
+        operation: "create the bench state directory",
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let legacy_dir = dir.path().join("legacy");
+    let engine_dir = dir.path().join("engine");
+    for d in [&legacy_dir, &engine_dir] {
+        std::fs::create_dir_all(d).map_err(|source| BenchError::Io {
+            operation: "create the bench state directory",
+            path: d.clone(),
+            source,
+        })?;
+    }
+    let legacy_front = start_front(&mock.base_url(), None, &legacy_dir).await?;
+    let engine_front = start_front(&mock.base_url(), Some("sample-summary"), &engine_dir).await?;
+    let measured = measure(options, &mock, &legacy_front.url, &engine_front.url).await;
+    legacy_front.stop().await;
+    engine_front.stop().await;
+    drop(dir);
+    measured
+}
+
+async fn measure(
+    options: &ResponsesBenchOptions,
+    mock: &MockModelServer,
+    legacy: &str,
+    engine: &str,
+) -> Result<ResponsesBenchReport, BenchError> {
+    let (legacy, engine) = (legacy.to_owned(), engine.to_owned());
+    let client = reqwest::Client::new();
+    // Warm both paths (connections, first thread) before timing.
+    for base in [mock.base_url(), legacy.clone(), engine.clone()] {
+        timed_chain(&client, &base, 3).await?;
+    }
+    eprintln!(
+        "bench: Responses front, {} streamed turns per path",
+        options.turns
+    );
+    let direct = timed_chain(&client, &mock.base_url(), options.turns).await?;
+    let legacy_latency = timed_chain(&client, &legacy, options.turns).await?;
+    let engine_latency = timed_chain(&client, &engine, options.turns).await?;
+
+    eprintln!(
+        "bench: Responses front, {} concurrent clients x {} turns",
+        options.clients, options.client_turns
+    );
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(options.clients);
+    for c in 0..options.clients {
+        let (client, base, turns) = (client.clone(), engine.clone(), options.client_turns);
+        tasks.push(tokio::spawn(async move {
+            let mut failed = 0;
+            let mut previous: Option<String> = None;
+            for t in 0..turns {
+                match streamed_turn(&client, &base, &format!("client {c} turn {t}"), previous.as_deref()).await {
+                    Ok(id) => previous = Some(id),
+                    Err(error) => {
+                        tracing::warn!(%error, client = c, turn = t, "bench: a concurrent turn failed");
+                        failed += 1;
+                    }
+                }
+            }
+            failed
+        }));
+    }
+    let mut failed = 0;
+    for task in tasks {
+        failed += task.await.unwrap_or(options.client_turns);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let answered = options.clients * options.client_turns - failed;
+
+    let idle_bytes_per_connection = idle_memory(&engine, options.idle_connections).await?;
+    Ok(ResponsesBenchReport {
+        direct,
+        legacy: legacy_latency,
+        engine: engine_latency,
+        clients: options.clients,
+        client_turns: options.client_turns,
+        failed,
+        responses_per_second: answered as f64 / elapsed.max(f64::EPSILON),
+        idle_bytes_per_connection,
+        idle_connections: options.idle_connections,
+    })
+}
+
+/// Opens `count` keep-alive connections to the front, each after one answered request, and
+/// returns the resident memory they added, per connection.
+async fn idle_memory(base: &str, count: usize) -> Result<Option<f64>, BenchError> {
+    if count == 0 {
+        return Ok(None);
+    }
+    let authority = base
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    let before = rss_bytes();
+    let mut open = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .map_err(|e| runtime("open an idle connection")(e.to_string()))?;
+        let request = format!(
+            "GET /v1/responses/resp_idle HTTP/1.1\r\nHost: {authority}\r\nConnection: keep-alive\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| runtime("write on an idle connection")(e.to_string()))?;
+        let mut buffer = [0u8; 1024];
+        let read = stream
+            .read(&mut buffer)
+            .await
+            .map_err(|e| runtime("read on an idle connection")(e.to_string()))?;
+        if !buffer[..read].starts_with(b"HTTP/1.1 404") {
+            return Err(runtime("an idle connection's request")(
+                String::from_utf8_lossy(&buffer[..read]).into_owned(),
+            ));
+        }
+        open.push(stream);
+    }
+    // Let the server settle the connections' buffers before reading the figure.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = rss_bytes();
+    drop(open);
+    Ok(before
+        .zip(after)
+        .map(|(b, a)| a.saturating_sub(b) as f64 / count as f64))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The report as the bench prints it.
+pub fn format_report(report: &ResponsesBenchReport) -> String {
+    let mut out = String::from("Responses front (serve --front responses), streamed turns against the loopback mock model:\n");
+    out.push_str(
+        "path                                  p50 ms    p99 ms   added p50 ms   p50 ÷ direct\n",
+    );
+    for (name, latency) in [
+        ("direct to the upstream", report.direct),
+        ("through the front, legacy", report.legacy),
+        ("through the front, sample-summary", report.engine),
+    ] {
+        let added = ms(latency.p50) - ms(report.direct.p50);
+        let ratio = ms(latency.p50) / ms(report.direct.p50).max(f64::EPSILON);
+        out.push_str(&format!(
+            "{name:<36} {:>7.3}   {:>7.3}   {added:>+12.3}   {ratio:>12.3}\n",
+            ms(latency.p50),
+            ms(latency.p99),
+        ));
+    }
+    out.push_str(&format!(
+        "{} concurrent clients x {} turns (sample-summary): {} failed, {:.0} responses/s\n",
+        report.clients, report.client_turns, report.failed, report.responses_per_second
+    ));
+    match report.idle_bytes_per_connection {
+        Some(bytes) => out.push_str(&format!(
+            "{} idle keep-alive connections: {:.1} KB resident per connection\n",
+            report.idle_connections,
+            bytes / 1024.0
+        )),
+        None => out.push_str("idle keep-alive connections: not measured (no /proc)\n"),
+    }
+    out
+}
+
+/// Runs and prints, with the machine's load.
+pub async fn run_and_print(options: &ResponsesBenchOptions) -> Result<(), BenchError> {
+    let report = run(options).await?;
+    print!("{}", format_report(&report));
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let load: Vec<&str> = load.split_whitespace().take(3).collect();
+        println!("  load average (1/5/15 min): {}", load.join(" "));
+    }
+    Ok(())
+}
