@@ -112,6 +112,23 @@ async fn fixture() -> Fixture {
     }
 }
 
+/// The client's chain of `len` answers: each under the front's id, answered, and pointing at
+/// the one before.
+fn chain_of(seen: &Value, len: usize) -> &Vec<Value> {
+    let chain = seen["chain"].as_array().unwrap();
+    assert_eq!(chain.len(), len, "{seen}");
+    for (i, link) in chain.iter().enumerate() {
+        assert!(link["id"].as_str().unwrap().starts_with("resp_"), "{link}");
+        assert!(!link["text"].as_str().unwrap().is_empty(), "{link}");
+        let previous = match i {
+            0 => Value::Null,
+            _ => chain[i - 1]["id"].clone(),
+        };
+        assert_eq!(link["previous"], previous);
+    }
+    chain
+}
+
 /// Runs a client program (`program` then `args`, the front's URL and token appended) and
 /// returns what it printed, as JSON.
 async fn run_client(
@@ -149,18 +166,9 @@ async fn openai_python_client_through_the_responses_front() {
     let (seen, stdout) = run_client("python3".into(), vec![script], url).await;
 
     // The chain: four answers, each pointing at the one before, under the front's ids.
-    let chain = seen["chain"].as_array().unwrap();
-    assert_eq!(chain.len(), 4);
-    for (i, link) in chain.iter().enumerate() {
-        assert!(link["id"].as_str().unwrap().starts_with("resp_"), "{link}");
+    let chain = chain_of(&seen, 4);
+    for link in chain {
         assert_eq!(link["status"], "completed");
-        assert!(!link["text"].as_str().unwrap().is_empty(), "{link}");
-        let previous = if i == 0 {
-            Value::Null
-        } else {
-            chain[i - 1]["id"].clone()
-        };
-        assert_eq!(link["previous"], previous);
     }
     // Streamed: the deltas make the final text; the events are the API's, in its order.
     assert_eq!(seen["stream"]["deltas"], chain[3]["text"]);
@@ -307,18 +315,7 @@ async fn openai_npm_client_through_the_responses_front() {
     let script = repo().join("tests/clients/responses_front.mjs");
     let (seen, stdout) = run_client(node, vec![script], url).await;
 
-    let chain = seen["chain"].as_array().unwrap();
-    assert_eq!(chain.len(), 3);
-    for (i, link) in chain.iter().enumerate() {
-        assert!(link["id"].as_str().unwrap().starts_with("resp_"), "{link}");
-        assert!(!link["text"].as_str().unwrap().is_empty(), "{link}");
-        let previous = if i == 0 {
-            Value::Null
-        } else {
-            chain[i - 1]["id"].clone()
-        };
-        assert_eq!(link["previous"], previous);
-    }
+    let chain = chain_of(&seen, 3);
     assert_eq!(seen["stream"]["deltas"], chain[2]["text"]);
     assert_eq!(seen["stream"]["events"][0], "response.created");
     assert_eq!(seen["conversation"]["answer"], seen["conversation"]["id"]);
