@@ -1,6 +1,7 @@
 //! The Responses front's routes: responses (create, read, delete, cancel, input items),
 //! conversations (create, read, update, delete, items) and the upstream's model list.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -139,17 +140,26 @@ pub(super) async fn create_response(
     if pending.request.stream {
         return stream::respond(front, pending);
     }
-    let outcome: Result<TurnReport, HarnessError> = front
-        .harness
-        .turn(ResponsesFront::turn_spec(&pending))
-        .await;
-    match outcome {
-        Ok(report) => Json(front.keep(&pending, &report.reply).await.object()).into_response(),
-        // Answered but not recorded by the harness: the client still gets the answer.
-        Err(HarnessError::NotRecorded { reply, .. }) => {
-            Json(front.keep(&pending, &reply).await.object()).into_response()
+    // The turn and its record run in a task of their own: a client that goes away before the
+    // answer is recorded cancels it (the guard), one that goes away later leaves it to finish
+    // and be kept.
+    let recorded = Arc::new(AtomicBool::new(false));
+    let spec = stream::marked_spec(&pending, &recorded);
+    let task = tokio::spawn(async move {
+        let outcome: Result<TurnReport, HarnessError> = front.harness.turn(spec).await;
+        match outcome {
+            Ok(report) => Ok(front.keep(&pending, &report.reply).await),
+            // Answered but not recorded by the harness: the client still gets the answer.
+            Err(HarnessError::NotRecorded { reply, .. }) => Ok(front.keep(&pending, &reply).await),
+            Err(error) => Err(turn_error(&error)),
         }
-        Err(error) => turn_error(&error).into_response(),
+    });
+    let _guard = stream::CancelGuard::new(task.abort_handle(), recorded);
+    match task.await {
+        Ok(Ok(record)) => Json(record.object()).into_response(),
+        Ok(Err(error)) => error.into_response(),
+        Err(ended) => ApiError::server(format!("the turn's task ended without an answer: {ended}"))
+            .into_response(),
     }
 }
 

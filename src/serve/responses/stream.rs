@@ -35,8 +35,7 @@ pub(super) fn respond(front: Arc<ResponsesFront>, pending: Pending) -> Response 
     let task = tokio::spawn(run(front, pending, frames, recorded.clone()));
     let body = Body::from_stream(CancelOnDrop {
         frames: ReceiverStream::new(frames_rx),
-        task: task.abort_handle(),
-        recorded,
+        _guard: CancelGuard::new(task.abort_handle(), recorded),
     });
     let mut response = body.into_response();
     let headers = response.headers_mut();
@@ -48,12 +47,44 @@ pub(super) fn respond(front: Arc<ResponsesFront>, pending: Pending) -> Response 
     response
 }
 
-/// The body's frames; dropped (the client went away) before the turn is recorded, it
-/// cancels the turn.
-struct CancelOnDrop {
-    frames: ReceiverStream<Result<Bytes, Infallible>>,
+/// Aborts a turn's task when dropped before the turn's answer is recorded (the client went
+/// away): nothing half-done is kept. Once recorded, the turn runs to its end.
+pub(super) struct CancelGuard {
     task: AbortHandle,
     recorded: Arc<AtomicBool>,
+}
+
+impl CancelGuard {
+    pub(super) fn new(task: AbortHandle, recorded: Arc<AtomicBool>) -> CancelGuard {
+        CancelGuard { task, recorded }
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.recorded.load(Ordering::SeqCst) && !self.task.is_finished() {
+            tracing::info!(
+                "responses front: the client went away before the answer; the turn is cancelled"
+            );
+            self.task.abort();
+        }
+    }
+}
+
+/// A turn spec for `pending` that sets `recorded` once the harness has recorded its answer.
+pub(super) fn marked_spec(
+    pending: &Pending,
+    recorded: &Arc<AtomicBool>,
+) -> crate::harness::TurnSpec {
+    let mark = recorded.clone();
+    ResponsesFront::turn_spec(pending)
+        .when_recorded(Arc::new(move || mark.store(true, Ordering::SeqCst)))
+}
+
+/// The body's frames; dropped before the turn is recorded, it cancels the turn.
+struct CancelOnDrop {
+    frames: ReceiverStream<Result<Bytes, Infallible>>,
+    _guard: CancelGuard,
 }
 
 impl Stream for CancelOnDrop {
@@ -61,15 +92,6 @@ impl Stream for CancelOnDrop {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         Pin::new(&mut self.frames).poll_next(cx)
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if !self.recorded.load(Ordering::SeqCst) && !self.task.is_finished() {
-            tracing::info!("responses front: the client closed the stream before the answer; the turn is cancelled");
-            self.task.abort();
-        }
     }
 }
 
@@ -129,9 +151,7 @@ async fn run(
     out.send(wire::text_part_added(&pending.message_id)).await;
 
     let (events, mut events_rx) = mpsc::channel(EVENT_QUEUE);
-    let mark = recorded.clone();
-    let spec = ResponsesFront::turn_spec(&pending)
-        .when_recorded(Arc::new(move || mark.store(true, Ordering::SeqCst)));
+    let spec = marked_spec(&pending, &recorded);
     let turn = front.harness.turn_streaming(spec, Some(events));
     tokio::pin!(turn);
     let outcome = loop {

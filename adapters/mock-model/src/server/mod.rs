@@ -180,8 +180,9 @@ impl MockModelServer {
                 "/conversations/:id/items",
                 get(conversation_items).post(create_conversation_items),
             )
-            .route("/v1/models", get(models))
-            .route("/models", get(models))
+            // Other methods on the model list are unknown routes, recorded as such.
+            .route("/v1/models", get(models).fallback(fallback))
+            .route("/models", get(models).fallback(fallback))
             .fallback(fallback)
             .layer(DefaultBodyLimit::disable())
             .with_state(shared.clone());
