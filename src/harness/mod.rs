@@ -536,6 +536,16 @@ impl Harness {
         &self.engine
     }
 
+    /// The quarantine of the selected engine while `legacy` answers in its place; `None` when
+    /// it runs, or when the selected engine is `legacy` itself.
+    pub fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
+        let engine = &self.engine;
+        if engine.engine_id() == crate::engines::LEGACY_ENGINE_ID {
+            return None;
+        }
+        engine.quarantine_book().get(engine.engine_id())
+    }
+
     /// The harness's settings.
     pub fn config(&self) -> &HarnessConfig {
         &self.cfg

@@ -141,7 +141,7 @@ pub enum ServeSetupError {
     StoreConfig(#[from] crate::app::AppError),
 }
 
-/// The capability token `--ws-auth` and its source name, if any.
+/// The capability token `--ws-auth` asks for (read from its file, or its digest), if any.
 fn capability_token(args: &ServeArgs) -> Result<Option<CapabilityToken>, ServeSetupError> {
     Ok(
         match (&args.ws_auth, &args.ws_token_file, &args.ws_token_sha256) {
@@ -175,10 +175,10 @@ pub async fn responses_front(
     let upstream = Arc::new(ResponsesBackend::new(responses_backend_config(responses))?);
     create_state_dir(config);
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
-    let app = open_with_backend(config, store.clone(), upstream.clone()).await;
+    let app = open_with_backend(config, store, upstream.clone()).await;
     tracing::info!(engine = %app.resolved.slot.engine_id, "serve: responses run the context engine");
     let harness = Arc::new(app.harness);
-    Ok((addr, ResponsesFront::new(harness, upstream, store, auth)))
+    Ok((addr, ResponsesFront::new(harness, upstream, auth)))
 }
 
 /// Creates the directory of the SQLite state file (a failure is logged: opening the store

@@ -547,11 +547,7 @@ impl SessionTurns for EngineSessions {
     }
 
     fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
-        let engine = self.harness.engine();
-        if engine.engine_id() == crate::engines::LEGACY_ENGINE_ID {
-            return None;
-        }
-        engine.quarantine_book().get(engine.engine_id())
+        self.harness.degradation()
     }
 }
 

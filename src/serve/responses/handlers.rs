@@ -78,7 +78,6 @@ impl ResponsesFront {
             session_key: pending.session_key.clone(),
             created_at: pending.created_at,
             model: pending.model.clone(),
-            status: "completed".into(),
             input: pending.request.input.clone(),
             message_id: pending.message_id.clone(),
             text: reply.to_owned(),
@@ -86,8 +85,6 @@ impl ResponsesFront {
             conversation: pending.request.conversation.clone(),
             metadata: pending.request.metadata.clone(),
             store: pending.request.store,
-            usage: None,
-            error: None,
         };
         if let Err(error) = self.records.save_response(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");

@@ -47,19 +47,18 @@ pub struct ResponsesFront {
 }
 
 impl ResponsesFront {
-    /// A front running `harness` (whose backend is `upstream`), keeping its records in
-    /// `store`, admitting clients whose `Authorization: Bearer` matches `auth` (everyone when
+    /// A front running `harness` (whose backend is `upstream`), keeping its records in the
+    /// harness's store, admitting clients whose `Authorization: Bearer` matches `auth` (everyone when
     /// `None`: loopback only, see [`crate::serve::check_exposure`]).
     pub fn new(
         harness: Arc<Harness>,
         upstream: Arc<ResponsesBackend>,
-        store: Arc<dyn StateStore>,
         auth: Option<CapabilityToken>,
     ) -> Arc<ResponsesFront> {
         Arc::new(ResponsesFront {
+            records: Records::new(harness.store().clone()),
             harness,
             upstream,
-            records: Records::new(store),
             auth,
             conversation_updates: Mutex::new(()),
         })
@@ -145,11 +144,7 @@ async fn unknown_route(request: Request) -> Response {
 impl ResponsesFront {
     /// The quarantine of the selected engine when `legacy` answers in its place.
     pub fn degradation(&self) -> Option<crate::quarantine::QuarantineRecord> {
-        let engine = self.harness.engine();
-        if engine.engine_id() == crate::engines::LEGACY_ENGINE_ID {
-            return None;
-        }
-        engine.quarantine_book().get(engine.engine_id())
+        self.harness.degradation()
     }
 
     /// The state store the front keeps its records in.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::wire::{self, ApiError, ResponseView, Status, TokenUsage};
+use super::wire::{self, ApiError, ResponseView, Status};
 use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
 
 /// The documents namespace of response records (key: the response id).
@@ -27,7 +27,7 @@ pub fn session_key_of(thread: &str) -> String {
     format!("responses:{thread}")
 }
 
-/// One response, as its client sees it.
+/// One answered response, as its client sees it (a failed one is not kept).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResponseRecord {
@@ -36,8 +36,6 @@ pub struct ResponseRecord {
     pub session_key: String,
     pub created_at: u64,
     pub model: String,
-    /// `completed` or `failed`.
-    pub status: String,
     /// The client's input items of this response, as sent.
     pub input: Vec<Value>,
     pub message_id: String,
@@ -47,9 +45,6 @@ pub struct ResponseRecord {
     pub conversation: Option<String>,
     pub metadata: Value,
     pub store: bool,
-    pub usage: Option<(u64, u64)>,
-    /// A failed response's error: (code, message).
-    pub error: Option<(String, String)>,
 }
 
 impl ResponseRecord {
@@ -58,27 +53,16 @@ impl ResponseRecord {
         wire::response_object(&ResponseView {
             id: &self.id,
             created_at: self.created_at,
-            status: if self.status == "failed" {
-                Status::Failed
-            } else {
-                Status::Completed
-            },
+            status: Status::Completed,
             model: &self.model,
-            message: (self.status != "failed")
-                .then_some((self.message_id.as_str(), self.text.as_str())),
+            message: Some((self.message_id.as_str(), self.text.as_str())),
             previous_response_id: self.previous_response_id.as_deref(),
             conversation: self.conversation.as_deref(),
             metadata: &self.metadata,
             store: self.store,
-            usage: self.usage.map(|(input_tokens, output_tokens)| TokenUsage {
-                input_tokens,
-                output_tokens,
-                cached_tokens: 0,
-            }),
-            error: self
-                .error
-                .as_ref()
-                .map(|(code, message)| (code.as_str(), message.as_str())),
+            // The harness's turn report carries no token counts yet.
+            usage: None,
+            error: None,
         })
     }
 
@@ -115,9 +99,6 @@ impl ResponseRecord {
 
     /// The output items (the assistant message), as the response object shows them.
     pub fn output_items(&self) -> Vec<Value> {
-        if self.status == "failed" {
-            return Vec::new();
-        }
         vec![wire::message_item(
             &self.message_id,
             &self.text,

@@ -103,6 +103,13 @@ struct Writer {
 }
 
 impl Writer {
+    /// A reply event as the client's event: text deltas go on as `response.output_text.delta`.
+    async fn forward(&mut self, item_id: &str, event: TurnEvent) {
+        if let TurnEvent::TextDelta(delta) = event {
+            self.send(wire::text_delta(item_id, &delta)).await;
+        }
+    }
+
     async fn send(&mut self, event: serde_json::Value) {
         let frame = self.sequence.frame(event);
         if self.open && self.frames.send(Ok(Bytes::from(frame))).await.is_err() {
@@ -157,18 +164,12 @@ async fn run(
     let outcome = loop {
         tokio::select! {
             outcome = &mut turn => break outcome,
-            Some(event) = events_rx.recv() => {
-                if let TurnEvent::TextDelta(delta) = event {
-                    out.send(wire::text_delta(&pending.message_id, &delta)).await;
-                }
-            }
+            Some(event) = events_rx.recv() => out.forward(&pending.message_id, event).await,
         }
     };
+    // What the turn sent in its last poll.
     while let Ok(event) = events_rx.try_recv() {
-        if let TurnEvent::TextDelta(delta) = event {
-            out.send(wire::text_delta(&pending.message_id, &delta))
-                .await;
-        }
+        out.forward(&pending.message_id, event).await;
     }
     let reply = match outcome {
         Ok(report) => report.reply,
