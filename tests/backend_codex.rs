@@ -104,6 +104,7 @@ async fn codex_backend_restarts_and_resumes() {
         base_instructions: None,
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     };
     backend
         .run_turn(req("remember the word pelican"), tx.clone())
@@ -195,6 +196,7 @@ async fn codex_backend_runs_dynamic_tools_for_the_model() {
                 base_instructions: None,
                 tools: TurnTools::new(vec![spec], executor.clone()),
                 additional_context: None,
+                options: Default::default(),
             },
             tx,
         )
@@ -259,6 +261,7 @@ async fn codex_backend_keeps_dynamic_tools_across_a_restart() {
         base_instructions: None,
         tools: TurnTools::new(vec![spec.clone()], executor.clone()),
         additional_context: None,
+        options: Default::default(),
     };
     let (tx, _rx) = mpsc::channel(256);
     backend

@@ -43,6 +43,7 @@ fn req(thread: &ThreadId, input: &str) -> TurnRequest {
         base_instructions: None,
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     }
 }
 

@@ -63,6 +63,7 @@ async fn conversation_requests_and_deletion() {
         base_instructions: None,
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())
@@ -137,6 +138,7 @@ fn conversation_turn(thread: &ThreadId, input: &str) -> TurnRequest {
         base_instructions: None,
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     }
 }
 
@@ -277,6 +279,7 @@ async fn chain_requests_and_expiry() {
         base_instructions: None,
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     };
     let first = backend
         .run_turn(req(&thread, "one"), tx.clone())

@@ -173,6 +173,7 @@ fn turn_request(thread: &ThreadId, input: &str) -> TurnRequest {
         base_instructions: Some("You are helpful.".into()),
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     }
 }
 

@@ -6,111 +6,15 @@
 //! `python3` has no `openai` package (CI installs it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use serde_json::{json, Value};
 
-const TOKEN: &str = "front-test-token";
-/// The opening of the projected context (docs/architecture.md#rendering).
-const CONTEXT_MARK: &str = "<conversation_context>";
+#[path = "support/responses_front.rs"]
+mod front;
 
-fn openai_python() -> bool {
-    Command::new("python3")
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// The server, killed when the test ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `serve --front responses` in `dir` and returns it with its base URL (`…/v1`), read
-/// from its start-up line.
-fn start_front(dir: &Path) -> (Server, String) {
-    std::fs::write(dir.join("token"), TOKEN).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
-        .current_dir(dir)
-        .args([
-            "serve",
-            "--front",
-            "responses",
-            "--listen",
-            "http://127.0.0.1:0",
-            "--ws-auth",
-            "capability-token",
-            "--ws-token-file",
-            "token",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve ended before its start-up line")
-            .unwrap();
-        if let Some(rest) = line.split("Responses API on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    // Keep reading stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (server, url)
-}
-
-/// The mock model, the state directory and the front serving them with `sample-summary`.
-struct Fixture {
-    mock: MockModelServer,
-    dir: tempfile::TempDir,
-    _server: Server,
-    url: String,
-}
-
-async fn fixture() -> Fixture {
-    let mock = MockModelServer::start(MockModelConfig::stateful())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("ctxbridge.json5"),
-        serde_json::to_string_pretty(&json!({
-            "backend": {"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"},
-            "store": {"path": "state.db"},
-            "plugins": {
-                "slots": {"contextEngine": "sample-summary"},
-                "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}},
-            },
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let (server, url) = start_front(dir.path());
-    assert!(
-        url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"),
-        "{url}"
-    );
-    Fixture {
-        mock,
-        dir,
-        _server: server,
-        url,
-    }
-}
+use front::{
+    authed, fixture, node_22, openai_python, repo, run_client, transcript_rows, Fixture,
+    CONTEXT_MARK,
+};
 
 /// The client's chain of `len` answers: each under the front's id, answered, and pointing at
 /// the one before.
@@ -127,32 +31,6 @@ fn chain_of(seen: &Value, len: usize) -> &Vec<Value> {
         assert_eq!(link["previous"], previous);
     }
     chain
-}
-
-/// Runs a client program (`program` then `args`, the front's URL and token appended) and
-/// returns what it printed, as JSON.
-async fn run_client(
-    program: std::path::PathBuf,
-    args: Vec<std::path::PathBuf>,
-    url: &str,
-) -> (Value, String) {
-    let url = url.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(program)
-            .args(args)
-            .args([&url, TOKEN])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "the client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (serde_json::from_str(stdout.trim()).unwrap(), stdout)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -276,31 +154,6 @@ async fn openai_python_client_through_the_responses_front() {
         .any(|t| t.contains("chain four streamed"))));
 }
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A Node.js of version 22 or later (the `openai` npm package's floor): the plugin host's,
-/// else the one on PATH.
-fn node_22() -> Option<std::path::PathBuf> {
-    let bundled = repo().join("hosts/openclaw-node/node_modules/.bin/node");
-    let node = if bundled.exists() {
-        bundled
-    } else {
-        "node".into()
-    };
-    let out = Command::new(&node).arg("--version").output().ok()?;
-    let version = String::from_utf8_lossy(&out.stdout);
-    let major: u32 = version
-        .trim()
-        .trim_start_matches('v')
-        .split('.')
-        .next()?
-        .parse()
-        .ok()?;
-    (major >= 22).then_some(node)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_npm_client_through_the_responses_front() {
     let Some(node) = node_22() else {
@@ -329,22 +182,6 @@ async fn openai_npm_client_through_the_responses_front() {
         .map(|r| r.body_contains(CONTEXT_MARK))
         .collect();
     assert_eq!(projected, [false, false, true, false]);
-}
-
-/// A request to the front with the test's token.
-fn authed(
-    client: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-) -> reqwest::RequestBuilder {
-    client.request(method, url).bearer_auth(TOKEN)
-}
-
-/// Rows of the front's state store (`state.db` in the fixture's directory).
-fn transcript_rows(dir: &Path) -> i64 {
-    let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
-    conn.query_row("SELECT count(*) FROM transcript", [], |r| r.get(0))
-        .unwrap()
 }
 
 /// A client that closes a streamed response before the model answered cancels the turn:
@@ -462,13 +299,13 @@ async fn unstored_responses_and_errors_in_the_api_shape() {
         .unwrap();
     assert_eq!(next.status(), 200);
 
-    let refused = post(json!({"input": "x", "instructions": "be brief"}))
+    let refused = post(json!({"input": "x", "tools": [{"type": "web_search"}]}))
         .send()
         .await
         .unwrap();
     assert_eq!(refused.status(), 400);
     let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"]["param"], "instructions");
+    assert_eq!(body["error"]["param"], "tools[0].type");
     assert_eq!(body["error"]["type"], "invalid_request_error");
 
     let unknown = authed(

@@ -331,6 +331,13 @@ impl ThreadedBackend for CodexBackend {
         events: mpsc::Sender<TurnEvent>,
     ) -> Result<TurnOutcome, BackendError> {
         const OP: &str = "turn/start";
+        if !request.options.is_empty() {
+            // turn/start carries none of them: refused rather than dropped.
+            return Err(BackendError::Unsupported {
+                operation: "a turn's own instructions, output cap or tool choice",
+                backend: "codex",
+            });
+        }
         let thread = request.thread_id.clone();
         let client = self.attached_client(OP, &thread).await?;
         let mut params = TurnStartParams::text(request.input.as_str());

@@ -31,6 +31,7 @@ async fn turn(
                 base_instructions: None,
                 tools: Default::default(),
                 additional_context: None,
+                options: Default::default(),
             },
             tx,
         )

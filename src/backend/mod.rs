@@ -121,6 +121,16 @@ impl ToolOutput {
 pub trait ToolExecutor: Send + Sync {
     /// Runs one call.
     async fn call(&self, invocation: ToolInvocation) -> ToolOutput;
+
+    /// Runs the calls the model made in one response, an output for each in order. By default
+    /// one after the other; an executor that hands calls on (to a client) takes them at once.
+    async fn call_all(&self, invocations: Vec<ToolInvocation>) -> Vec<ToolOutput> {
+        let mut outputs = Vec::with_capacity(invocations.len());
+        for invocation in invocations {
+            outputs.push(self.call(invocation).await);
+        }
+        outputs
+    }
 }
 
 /// The tools of one turn: what is offered, and who executes the calls.
@@ -145,16 +155,61 @@ impl TurnTools {
     /// Runs one call through the executor (an error output when there is none, or when the
     /// tool was not offered this turn).
     pub async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
-        let offered = self.specs.is_empty() || self.specs.iter().any(|s| s.name == invocation.name);
-        match &self.executor {
-            Some(executor) if offered => executor.call(invocation).await,
-            Some(_) => ToolOutput::error(format!("unknown tool {:?}", invocation.name)),
-            None => ToolOutput::error(format!(
-                "tool {:?} cannot be executed: no tools are available in this turn",
-                invocation.name
-            )),
+        match self.refusal(&invocation) {
+            Some(refused) => refused,
+            None => match &self.executor {
+                Some(executor) => executor.call(invocation).await,
+                None => unreachable_output(),
+            },
         }
     }
+
+    /// Runs the calls of one response (see [`ToolExecutor::call_all`]): the executor gets the
+    /// offered ones at once; the others are answered with an error output. Outputs are in the
+    /// calls' order.
+    pub async fn call_all(&self, invocations: Vec<ToolInvocation>) -> Vec<ToolOutput> {
+        let mut outputs: Vec<Option<ToolOutput>> = invocations
+            .iter()
+            .map(|invocation| self.refusal(invocation))
+            .collect();
+        let runnable: Vec<ToolInvocation> = invocations
+            .into_iter()
+            .zip(&outputs)
+            .filter(|(_, refused)| refused.is_none())
+            .map(|(invocation, _)| invocation)
+            .collect();
+        if let (Some(executor), false) = (&self.executor, runnable.is_empty()) {
+            let mut ran = executor.call_all(runnable).await.into_iter();
+            for slot in outputs.iter_mut().filter(|slot| slot.is_none()) {
+                *slot = ran.next();
+            }
+        }
+        outputs
+            .into_iter()
+            .map(|output| output.unwrap_or_else(unreachable_output))
+            .collect()
+    }
+
+    /// The error output of a call this turn cannot run: no executor, or a tool not offered.
+    fn refusal(&self, invocation: &ToolInvocation) -> Option<ToolOutput> {
+        let offered = self.specs.is_empty() || self.specs.iter().any(|s| s.name == invocation.name);
+        match &self.executor {
+            Some(_) if offered => None,
+            Some(_) => Some(ToolOutput::error(format!(
+                "unknown tool {:?}",
+                invocation.name
+            ))),
+            None => Some(ToolOutput::error(format!(
+                "tool {:?} cannot be executed: no tools are available in this turn",
+                invocation.name
+            ))),
+        }
+    }
+}
+
+/// The output of a call an executor gave no output for (one that breaks its contract).
+fn unreachable_output() -> ToolOutput {
+    ToolOutput::error("the tool's executor gave no output for this call")
 }
 
 impl fmt::Debug for TurnTools {
@@ -254,6 +309,30 @@ pub struct TurnRequest {
     /// ([`ContextDelivery::AdditionalContext`]); `None` on turns that project nothing or
     /// project into the input.
     pub additional_context: Option<String>,
+    /// What the caller asks of this turn's model requests beyond its input (a per-request
+    /// backend sends it with every request of the turn; a thread backend refuses what it
+    /// cannot carry).
+    pub options: TurnOptions,
+}
+
+/// A turn's own settings for the model, asked by the caller (ctxbridge serve's Responses
+/// front passes on its client's): all unset by default, which every backend serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnOptions {
+    /// Instructions for this turn only, after the base and developer instructions.
+    pub instructions: Option<String>,
+    /// The most tokens each of the turn's responses may produce.
+    pub max_output_tokens: Option<u64>,
+    /// How the model must choose among the turn's tools (the Responses API's `tool_choice`:
+    /// `"auto"`, `"none"`, `"required"` or `{"type": "function", "name"}`).
+    pub tool_choice: Option<Value>,
+}
+
+impl TurnOptions {
+    /// Whether nothing is asked (what every backend serves).
+    pub fn is_empty(&self) -> bool {
+        self == &TurnOptions::default()
+    }
 }
 
 /// Streamed while a turn runs.
@@ -265,6 +344,9 @@ pub enum TurnEvent {
     RetryDiscarded { message: String },
     /// The backend compacted the thread on its own (native compaction).
     Compacted { summary: Option<String> },
+    /// The model called tools (these call ids); the text streamed before this event came
+    /// before the calls, and their outputs are asked of the turn's executor next.
+    ToolCalls { call_ids: Vec<String> },
 }
 
 /// How a finished turn ended.

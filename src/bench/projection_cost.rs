@@ -320,6 +320,7 @@ impl Probe {
                     base_instructions: Some(BENCH_BASE_INSTRUCTIONS.into()),
                     tools: Default::default(),
                     additional_context: None,
+                    options: Default::default(),
                 },
                 tx,
             )

@@ -150,6 +150,7 @@ mod tests {
                     base_instructions: None,
                     tools: Default::default(),
                     additional_context: None,
+                    options: Default::default(),
                 },
                 tx,
             )

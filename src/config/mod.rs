@@ -20,7 +20,7 @@ pub use load::{ConfigError, DEFAULT_CONFIG_PATH};
 pub use schema::{
     AgentConfig, BackendConfig, BackendUrl, CodexBackendConfig, CodexConfigValue,
     CodexContextDelivery, Config, DeveloperInstructionDrift, EngineSlot, EngineThreads,
-    PluginEntry, PluginsConfig, ProjectionConfig, ResponsesBackendConfig, ResponsesThreadKind,
-    Retention, RetentionError, ServeConfig, SlotsConfig, StoreConfig, StoreKind, DEFAULT_AGENT_ID,
-    DEFAULT_RETENTION, DEFAULT_STORE_PATH,
+    PluginEntry, PluginsConfig, ProjectionConfig, ResponsesBackendConfig, ResponsesFrontConfig,
+    ResponsesThreadKind, Retention, RetentionError, ServeConfig, SlotsConfig, StoreConfig,
+    StoreKind, DEFAULT_AGENT_ID, DEFAULT_RETENTION, DEFAULT_STORE_PATH,
 };

@@ -545,6 +545,25 @@ pub struct ServeConfig {
     /// `legacy` is selected, else `none` ([`ServeConfig::engine_threads_for`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_threads: Option<EngineThreads>,
+    /// The Responses front (`serve --front responses`).
+    pub responses: ResponsesFrontConfig,
+}
+
+/// `serve.responses` (docs/serve.md#the-responses-front).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ResponsesFrontConfig {
+    /// How long a turn whose model called the client's functions waits for the response
+    /// that brings their outputs before it is cancelled (nothing of it kept).
+    pub tool_output_timeout_secs: u64,
+}
+
+impl Default for ResponsesFrontConfig {
+    fn default() -> Self {
+        ResponsesFrontConfig {
+            tool_output_timeout_secs: 600,
+        }
+    }
 }
 
 /// `serve.engineThreads`.

@@ -37,7 +37,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendError, ContextDelivery, ThreadId, ThreadedBackend};
+use crate::backend::{
+    BackendError, ContextDelivery, ThreadId, ThreadedBackend, TurnOptions, TurnTools,
+};
 use crate::contract::{
     AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, Messages,
     ReasonCode, RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
@@ -213,6 +215,15 @@ pub enum HarnessError {
         #[source]
         source: serde_json::Error,
     },
+    /// The caller offered a tool with the name of one of the engine's tools: the model's
+    /// calls of it could not be told apart.
+    #[error("session {session:?}: the caller's tool {name:?} has the name of one of the context engine's tools")]
+    ToolConflict {
+        /// The session key.
+        session: String,
+        /// The tool's name.
+        name: String,
+    },
     /// The failure of an operation whose result several waiters shared (single-flight).
     #[error("{operation}: {message}")]
     Shared {
@@ -276,6 +287,13 @@ pub struct TurnSpec {
     /// the engine hears of the turn: from then on the turn has succeeded whatever the engine
     /// does with it (ctxbridge serve tells its client the turn ended).
     pub on_recorded: Option<RecordedHook>,
+    /// The caller's own tools, offered beside the engine's and executed by the caller's
+    /// executor (ctxbridge serve's Responses front: its client's function tools). They are
+    /// sent with the turn's requests, not fed into the thread's tool catalogue (a
+    /// per-request backend needs no new thread when they change). None by default.
+    pub tools: TurnTools,
+    /// The caller's settings for the model on this turn (none by default).
+    pub options: TurnOptions,
 }
 
 /// See [`TurnSpec::on_recorded`].
@@ -292,6 +310,8 @@ impl std::fmt::Debug for TurnSpec {
                 &self.backend.as_ref().map(|b| b.label().to_owned()),
             )
             .field("on_recorded", &self.on_recorded.is_some())
+            .field("tools", &self.tools)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -305,7 +325,21 @@ impl TurnSpec {
             is_heartbeat: false,
             backend: None,
             on_recorded: None,
+            tools: TurnTools::default(),
+            options: TurnOptions::default(),
         }
+    }
+
+    /// The caller's `tools` are offered beside the engine's (see [`TurnSpec::tools`]).
+    pub fn with_tools(mut self, tools: TurnTools) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// The caller's settings for the model (see [`TurnSpec::options`]).
+    pub fn with_options(mut self, options: TurnOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// `recorded` is called once the turn is recorded (see [`TurnSpec::on_recorded`]).

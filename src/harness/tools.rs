@@ -104,6 +104,86 @@ pub(super) fn turn_tools(
     )
 }
 
+/// The turn's tools: the engine's, then the caller's ([`super::TurnSpec::tools`]), each call
+/// run by whoever offered the tool. A caller's tool named like one of the engine's is refused
+/// (its name is the error).
+pub(super) fn with_caller_tools(
+    engine: TurnTools,
+    caller: &TurnTools,
+) -> Result<TurnTools, String> {
+    if caller.specs.is_empty() {
+        return Ok(engine);
+    }
+    if engine.specs.is_empty() {
+        return Ok(caller.clone());
+    }
+    if let Some(clash) = caller
+        .specs
+        .iter()
+        .find(|c| engine.specs.iter().any(|e| e.name == c.name))
+    {
+        return Err(clash.name.clone());
+    }
+    let specs = engine.specs.iter().chain(&caller.specs).cloned().collect();
+    Ok(TurnTools::new(
+        specs,
+        Arc::new(SplitExecutor {
+            engine,
+            caller: caller.clone(),
+        }),
+    ))
+}
+
+/// Runs each call through the tools that offered it: the engine's or the caller's.
+struct SplitExecutor {
+    engine: TurnTools,
+    caller: TurnTools,
+}
+
+impl SplitExecutor {
+    fn is_callers(&self, invocation: &ToolInvocation) -> bool {
+        self.caller.specs.iter().any(|s| s.name == invocation.name)
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for SplitExecutor {
+    async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
+        if self.is_callers(&invocation) {
+            self.caller.call(invocation).await
+        } else {
+            self.engine.call(invocation).await
+        }
+    }
+
+    /// The engine's calls one after the other, the caller's at once; outputs in call order.
+    async fn call_all(&self, invocations: Vec<ToolInvocation>) -> Vec<ToolOutput> {
+        let callers: Vec<bool> = invocations.iter().map(|i| self.is_callers(i)).collect();
+        let (caller_calls, engine_calls): (Vec<_>, Vec<_>) = invocations
+            .into_iter()
+            .partition(|invocation| self.is_callers(invocation));
+        let mut engine_outputs = self.engine.call_all(engine_calls).await.into_iter();
+        let mut caller_outputs = if caller_calls.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            self.caller.call_all(caller_calls).await.into_iter()
+        };
+        callers
+            .into_iter()
+            .map(|is_callers| {
+                let output = if is_callers {
+                    caller_outputs.next()
+                } else {
+                    engine_outputs.next()
+                };
+                output.unwrap_or_else(|| {
+                    ToolOutput::error("the tool's executor gave no output for this call")
+                })
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -127,6 +207,103 @@ mod tests {
             catalogue_fingerprint(&configured, std::slice::from_ref(&tool)),
             tools_fingerprint(&configured)
         );
+    }
+
+    /// Answers each call with `<name>:<its tag>` and counts how many batches it was given.
+    struct Tagged {
+        tag: &'static str,
+        batches: std::sync::Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl ToolExecutor for Tagged {
+        async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
+            ToolOutput::text(format!("{}:{}", invocation.name, self.tag))
+        }
+
+        async fn call_all(&self, invocations: Vec<ToolInvocation>) -> Vec<ToolOutput> {
+            self.batches.lock().unwrap().push(invocations.len());
+            let mut outputs = Vec::new();
+            for invocation in invocations {
+                outputs.push(self.call(invocation).await);
+            }
+            outputs
+        }
+    }
+
+    fn tools_of(names: &[&str], executor: Arc<Tagged>) -> TurnTools {
+        let specs = names
+            .iter()
+            .map(|name| ToolSpec {
+                name: (*name).to_owned(),
+                description: String::new(),
+                parameters: serde_json::json!({"type": "object"}),
+            })
+            .collect();
+        TurnTools::new(specs, executor)
+    }
+
+    fn tagged(tag: &'static str) -> Arc<Tagged> {
+        Arc::new(Tagged {
+            tag,
+            batches: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    fn invocation(name: &str) -> ToolInvocation {
+        ToolInvocation {
+            call_id: format!("call_{name}"),
+            name: name.to_owned(),
+            arguments: serde_json::json!({}),
+        }
+    }
+
+    /// The caller's tools are offered after the engine's; each call goes to whoever offered
+    /// the tool, the caller's calls of one response in one batch, outputs in call order.
+    #[tokio::test]
+    async fn caller_tools_run_beside_the_engine_tools() {
+        let (engine, caller) = (tagged("engine"), tagged("caller"));
+        let tools = with_caller_tools(
+            tools_of(&["lookup"], engine.clone()),
+            &tools_of(&["weather", "clock"], caller.clone()),
+        )
+        .unwrap();
+        let names: Vec<&str> = tools.specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["lookup", "weather", "clock"]);
+        let outputs = tools
+            .call_all(vec![
+                invocation("weather"),
+                invocation("lookup"),
+                invocation("clock"),
+                invocation("nope"),
+            ])
+            .await;
+        let texts: Vec<&str> = outputs.iter().map(|o| o.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "weather:caller",
+                "lookup:engine",
+                "clock:caller",
+                "unknown tool \"nope\""
+            ]
+        );
+        assert!(outputs[3].is_error);
+        assert_eq!(*caller.batches.lock().unwrap(), [2]);
+        assert_eq!(tools.call(invocation("lookup")).await.text, "lookup:engine");
+    }
+
+    /// A caller's tool named like one of the engine's is refused; without engine tools the
+    /// caller's are the turn's.
+    #[test]
+    fn a_caller_tool_named_like_an_engine_tool_is_refused() {
+        let clash = with_caller_tools(
+            tools_of(&["lookup"], tagged("engine")),
+            &tools_of(&["lookup"], tagged("caller")),
+        );
+        assert_eq!(clash.err().as_deref(), Some("lookup"));
+        let caller = tools_of(&["weather"], tagged("caller"));
+        assert!(with_caller_tools(TurnTools::default(), &caller).unwrap() == caller);
     }
 
     /// `availableTools` lists the configured tools, then the engine's, without duplicates.

@@ -9,7 +9,9 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{SessionFacts, SessionGuard};
-use super::tools::{available_tool_names, catalogue_fingerprint, tool_specs, turn_tools};
+use super::tools::{
+    available_tool_names, catalogue_fingerprint, tool_specs, turn_tools, with_caller_tools,
+};
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::ThreadedBackend;
 use crate::backend::{
@@ -288,12 +290,19 @@ impl Harness {
             spec: &spec,
             policy_fingerprint: self.policy_fingerprint(&serving_info),
             tools_fingerprint: catalogue_fingerprint(&self.cfg.tools, &engine_tool_specs),
-            tools: turn_tools(
-                &self.engine,
-                engine_tool_specs,
-                &session_id,
-                &spec.session_key,
-            ),
+            tools: with_caller_tools(
+                turn_tools(
+                    &self.engine,
+                    engine_tool_specs,
+                    &session_id,
+                    &spec.session_key,
+                ),
+                &spec.tools,
+            )
+            .map_err(|name| HarnessError::ToolConflict {
+                session: spec.session_key.clone(),
+                name,
+            })?,
             session_id,
             guard: &guard,
             serving,
@@ -313,7 +322,7 @@ impl Harness {
             match self
                 .execute(
                     backend.as_ref(),
-                    &spec.session_key,
+                    &spec,
                     &plan,
                     &ctx.tools,
                     stored.is_some(),
@@ -722,12 +731,13 @@ impl Harness {
     async fn execute(
         &self,
         backend: &dyn ThreadedBackend,
-        session_key: &str,
+        spec: &TurnSpec,
         plan: &TurnPlan,
         tools: &TurnTools,
         had_thread: bool,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
+        let session_key = spec.session_key.as_str();
         let failed = |fresh_thread: bool| {
             move |error: BackendError| FailedTurn {
                 error,
@@ -799,6 +809,7 @@ impl Harness {
                     base_instructions: self.cfg.base_instructions.clone(),
                     tools: tools.clone(),
                     additional_context: plan.additional_context.clone(),
+                    options: spec.options.clone(),
                 },
                 tx,
             ),

@@ -178,7 +178,10 @@ pub async fn responses_front(
     let app = open_with_backend(config, store, upstream.clone()).await;
     tracing::info!(engine = %app.resolved.slot.engine_id, "serve: responses run the context engine");
     let harness = Arc::new(app.harness);
-    Ok((addr, ResponsesFront::new(harness, upstream, auth)))
+    Ok((
+        addr,
+        ResponsesFront::new(harness, upstream, auth, &config.serve.responses),
+    ))
 }
 
 /// Creates the directory of the SQLite state file (a failure is logged: opening the store

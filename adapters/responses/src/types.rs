@@ -73,6 +73,10 @@ pub struct CreateResponse {
     /// omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Value>,
+    /// How the model must choose among `tools` (`"auto"`, `"none"`, `"required"` or
+    /// `{"type": "function", "name"}`); omitted when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
     /// The most tokens the response may produce (`max_output_tokens`); omitted when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u64>,
@@ -215,6 +219,7 @@ mod tests {
             conversation: None,
             store: true,
             tools: Vec::new(),
+            tool_choice: None,
             max_output_tokens: None,
         };
         assert_eq!(

@@ -200,6 +200,7 @@ fn request(previous_response_id: Option<&str>) -> CreateResponse {
         conversation: None,
         store: true,
         tools: Vec::new(),
+        tool_choice: None,
         max_output_tokens: None,
     }
 }

@@ -7,10 +7,14 @@ use serde_json::Value;
 use super::super::{parse_tool_arguments, ToolInvocation, ToolOutput, ToolSpec, TurnRequest};
 use super::chain::{ChainPosition, ChainState};
 
-/// `instructions` of a request: base and developer instructions, blank parts omitted, joined by
-/// a blank line.
-pub fn compose_instructions(base: Option<&str>, developer: Option<&str>) -> Option<String> {
-    let parts: Vec<&str> = [base, developer]
+/// `instructions` of a request: base, developer and the turn's own instructions, blank parts
+/// omitted, joined by a blank line.
+pub fn compose_instructions(
+    base: Option<&str>,
+    developer: Option<&str>,
+    turn: Option<&str>,
+) -> Option<String> {
+    let parts: Vec<&str> = [base, developer, turn]
         .into_iter()
         .flatten()
         .filter(|part| !part.trim().is_empty())
@@ -55,6 +59,7 @@ pub(super) fn turn_request(
         instructions: compose_instructions(
             request.base_instructions.as_deref(),
             request.developer_instructions.as_deref(),
+            request.options.instructions.as_deref(),
         ),
         input,
         previous_response_id: match continuation {
@@ -68,7 +73,8 @@ pub(super) fn turn_request(
         },
         store: true,
         tools: function_tools(&request.tools.specs),
-        max_output_tokens: None,
+        tool_choice: request.options.tool_choice.clone(),
+        max_output_tokens: request.options.max_output_tokens,
     }
 }
 

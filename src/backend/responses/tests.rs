@@ -16,6 +16,7 @@ fn turn(thread: &str, input: &str) -> TurnRequest {
         base_instructions: Some("base".into()),
         tools: Default::default(),
         additional_context: None,
+        options: Default::default(),
     }
 }
 
@@ -23,14 +24,14 @@ fn turn(thread: &str, input: &str) -> TurnRequest {
 #[test]
 fn instructions_compose() {
     assert_eq!(
-        compose_instructions(Some("base"), Some("dev")).as_deref(),
+        compose_instructions(Some("base"), Some("dev"), None).as_deref(),
         Some("base\n\ndev")
     );
     assert_eq!(
-        compose_instructions(None, Some("dev")).as_deref(),
+        compose_instructions(None, Some("dev"), None).as_deref(),
         Some("dev")
     );
-    assert_eq!(compose_instructions(Some("  "), None), None);
+    assert_eq!(compose_instructions(Some("  "), None, None), None);
 }
 
 /// Thread ids are classified by prefix.
@@ -297,4 +298,29 @@ fn requests_carry_the_turn_tools() {
         "a conversation carries the call"
     );
     assert_eq!(follow.conversation.as_deref(), Some("conv_1"));
+}
+
+/// A turn's own options go with every request of the turn: its instructions after the
+/// configured ones, its output cap and its tool choice (kept by the follow-up after calls).
+#[test]
+fn requests_carry_the_turn_options() {
+    let mut request = turn("resp_1", "hi");
+    request.options = super::super::TurnOptions {
+        instructions: Some("Answer in one line.".into()),
+        max_output_tokens: Some(64),
+        tool_choice: Some(serde_json::json!("required")),
+    };
+    let fresh = Continuation::Chain(ChainPosition::Fresh);
+    let create = turn_request("m", &fresh, &ChainState::default(), &request);
+    assert_eq!(
+        create.instructions.as_deref(),
+        Some("base\n\ndev\n\nAnswer in one line.")
+    );
+    assert_eq!(create.max_output_tokens, Some(64));
+    assert_eq!(create.tool_choice, Some(serde_json::json!("required")));
+    let follow = follow_up_request(&create, "resp_2", Vec::new());
+    assert_eq!(follow.max_output_tokens, Some(64));
+    assert_eq!(follow.tool_choice, create.tool_choice);
+    let plain = turn_request("m", &fresh, &ChainState::default(), &turn("t", "x"));
+    assert_eq!((plain.max_output_tokens, plain.tool_choice), (None, None));
 }

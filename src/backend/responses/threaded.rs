@@ -233,6 +233,7 @@ impl ThreadedBackend for ResponsesBackend {
             conversation: None,
             store: false,
             tools: Vec::new(),
+            tool_choice: None,
             max_output_tokens: request.max_tokens,
         };
         let stream = self

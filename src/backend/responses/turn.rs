@@ -38,13 +38,20 @@ impl ResponsesBackend {
             if round == MAX_TOOL_ROUNDS {
                 break;
             }
-            let mut outputs = Vec::with_capacity(invocations.len());
-            for invocation in invocations {
+            for invocation in &invocations {
                 tracing::info!(thread = %thread_id, tool = %invocation.name, call_id = %invocation.call_id, "the model called a tool");
-                let call_id = invocation.call_id.clone();
-                let output = tools.call(invocation).await;
-                outputs.push(function_call_output(&call_id, &output));
             }
+            let call_ids: Vec<String> = invocations.iter().map(|i| i.call_id.clone()).collect();
+            let _ = events
+                .send(TurnEvent::ToolCalls {
+                    call_ids: call_ids.clone(),
+                })
+                .await;
+            let outputs = call_ids
+                .iter()
+                .zip(tools.call_all(invocations).await)
+                .map(|(call_id, output)| function_call_output(call_id, &output))
+                .collect();
             create = follow_up_request(&create, &response_id, outputs);
         }
         Err(BackendError::TurnFailed {

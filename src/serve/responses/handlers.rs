@@ -11,9 +11,10 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::records::{new_id, session_key_of, ConversationRecord, ResponseRecord};
-use super::wire::{self, ApiError, CreateRequest};
-use super::{stream, ResponsesFront};
-use crate::harness::{HarnessError, SessionLockError, TurnReport, TurnSpec};
+use super::stream::{self, CancelGuard};
+use super::wire::{self, ApiError, CreateRequest, FunctionCall};
+use super::{answer, ResponsesFront};
+use crate::harness::{HarnessError, SessionLockError};
 use crate::util::now_ms;
 
 /// A response being made: what it answers, and the ids it will have.
@@ -65,14 +66,15 @@ impl ResponsesFront {
         })
     }
 
-    /// The turn of `pending`, run to its end.
-    pub(super) fn turn_spec(pending: &Pending) -> TurnSpec {
-        TurnSpec::new(pending.session_key.clone(), pending.request.prompt.clone())
-    }
-
-    /// Keeps the answered `pending` (and adds it to its conversation). An answer that cannot
-    /// be kept still goes to the client: the failure is logged.
-    pub(super) async fn keep(&self, pending: &Pending, reply: &str) -> ResponseRecord {
+    /// Keeps the response `pending` made: its text and the model's calls of the client's
+    /// functions (and adds it to its conversation). A response that cannot be kept still goes
+    /// to the client: the failure is logged.
+    pub(super) async fn keep(
+        &self,
+        pending: &Pending,
+        text: &str,
+        calls: Vec<FunctionCall>,
+    ) -> ResponseRecord {
         let record = ResponseRecord {
             id: pending.id.clone(),
             session_key: pending.session_key.clone(),
@@ -80,11 +82,13 @@ impl ResponsesFront {
             model: pending.model.clone(),
             input: pending.request.input.clone(),
             message_id: pending.message_id.clone(),
-            text: reply.to_owned(),
+            text: text.to_owned(),
+            calls,
             previous_response_id: pending.request.previous_response_id.clone(),
             conversation: pending.request.conversation.clone(),
             metadata: pending.request.metadata.clone(),
             store: pending.request.store,
+            settings: pending.request.settings.clone(),
         };
         if let Err(error) = self.records.save_response(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
@@ -121,6 +125,10 @@ pub(super) fn turn_error(error: &HarnessError) -> ApiError {
             param: None,
             code: Some("conversation_busy"),
         },
+        HarnessError::ToolConflict { name, .. } => ApiError::invalid(
+            Some("tools"),
+            format!("The function tool '{name}' has the name of one of the context engine's tools; rename it."),
+        ),
         _ => ApiError::server(error.to_string()),
     }
 }
@@ -130,33 +138,30 @@ pub(super) async fn create_response(
     State(front): State<Arc<ResponsesFront>>,
     body: Bytes,
 ) -> Response {
-    let pending = match wire::parse_create(&body).and_then(|request| front.pending(request)) {
-        Ok(pending) => pending,
+    let started = wire::parse_create(&body)
+        .and_then(|request| front.pending(request))
+        .and_then(|pending| Ok((front.turn_for(&pending)?, pending)));
+    let (turn, pending) = match started {
+        Ok(started) => started,
         Err(error) => return error.into_response(),
     };
+    // A client that goes away before the answer is recorded cancels the turn (the guard); one
+    // that goes away later leaves it to finish and be kept. The response follows the turn in
+    // a task of its own, so that what is answered is kept whoever still listens.
+    let handed_over = Arc::new(AtomicBool::new(false));
+    let guard = CancelGuard::new(&turn, handed_over.clone());
     if pending.request.stream {
-        return stream::respond(front, pending);
+        return stream::respond(front, pending, turn, guard, handed_over);
     }
-    // The turn and its record run in a task of their own: a client that goes away before the
-    // answer is recorded cancels it (the guard), one that goes away later leaves it to finish
-    // and be kept.
-    let recorded = Arc::new(AtomicBool::new(false));
-    let spec = stream::marked_spec(&pending, &recorded);
-    let task = tokio::spawn(async move {
-        let outcome: Result<TurnReport, HarnessError> = front.harness.turn(spec).await;
-        match outcome {
-            Ok(report) => Ok(front.keep(&pending, &report.reply).await),
-            // Answered but not recorded by the harness: the client still gets the answer.
-            Err(HarnessError::NotRecorded { reply, .. }) => Ok(front.keep(&pending, &reply).await),
-            Err(error) => Err(turn_error(&error)),
-        }
-    });
-    let _guard = stream::CancelGuard::new(task.abort_handle(), recorded);
+    let task = tokio::spawn(answer::follow(front, pending, turn, handed_over, None));
+    let _guard = guard;
     match task.await {
         Ok(Ok(record)) => Json(record.object()).into_response(),
         Ok(Err(error)) => error.into_response(),
-        Err(ended) => ApiError::server(format!("the turn's task ended without an answer: {ended}"))
-            .into_response(),
+        Err(ended) => ApiError::server(format!(
+            "the response's task ended without an answer: {ended}"
+        ))
+        .into_response(),
     }
 }
 

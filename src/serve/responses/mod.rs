@@ -12,6 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -22,16 +23,20 @@ use axum::{Json, Router};
 use tokio::sync::Mutex;
 
 use crate::backend::ResponsesBackend;
+use crate::config::ResponsesFrontConfig;
 use crate::harness::Harness;
 use crate::serve::CapabilityToken;
 use crate::store::StateStore;
 
+mod answer;
 mod handlers;
 pub mod records;
 mod stream;
+mod turns;
 pub mod wire;
 
 use self::records::Records;
+use self::turns::ParkedTurns;
 use self::wire::ApiError;
 
 /// What the front serves with.
@@ -44,6 +49,10 @@ pub struct ResponsesFront {
     auth: Option<CapabilityToken>,
     /// Serializes updates of conversation records (a read, an append, a write).
     conversation_updates: Mutex<()>,
+    /// Turns waiting on the outputs of their model's calls of the client's functions.
+    parked: ParkedTurns,
+    /// How long a parked turn waits (`serve.responses.toolOutputTimeoutSecs`).
+    tool_output_wait: Duration,
 }
 
 impl ResponsesFront {
@@ -54,6 +63,7 @@ impl ResponsesFront {
         harness: Arc<Harness>,
         upstream: Arc<ResponsesBackend>,
         auth: Option<CapabilityToken>,
+        config: &ResponsesFrontConfig,
     ) -> Arc<ResponsesFront> {
         Arc::new(ResponsesFront {
             records: Records::new(harness.store().clone()),
@@ -61,7 +71,14 @@ impl ResponsesFront {
             upstream,
             auth,
             conversation_updates: Mutex::new(()),
+            parked: ParkedTurns::default(),
+            tool_output_wait: turns::tool_output_wait(config.tool_output_timeout_secs),
         })
+    }
+
+    /// How many turns wait on their client's function outputs.
+    pub fn waiting_turns(&self) -> usize {
+        self.parked.len()
     }
 
     /// The routes of the API the front serves; anything else answers the API's 404.
@@ -157,8 +174,10 @@ impl ResponsesFront {
         self.harness.sweep_listener()
     }
 
-    /// Ends the engine's sessions and releases the leases this process keeps.
+    /// Cancels the turns waiting on function outputs, ends the engine's sessions and releases
+    /// the leases this process keeps.
     pub async fn shutdown(&self) {
+        self.cancel_parked();
         self.harness.shutdown().await;
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::wire::{self, ApiError, ResponseView, Status};
+use super::wire::{self, ApiError, FunctionCall, ModelSettings, ResponseView, Status};
 use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
 
 /// The documents namespace of response records (key: the response id).
@@ -39,12 +39,19 @@ pub struct ResponseRecord {
     /// The client's input items of this response, as sent.
     pub input: Vec<Value>,
     pub message_id: String,
-    /// The model's answer.
+    /// The model's answer (empty when it only called functions).
     pub text: String,
+    /// The model's calls of the client's functions, which the next response's
+    /// `function_call_output` items answer.
+    #[serde(default)]
+    pub calls: Vec<FunctionCall>,
     pub previous_response_id: Option<String>,
     pub conversation: Option<String>,
     pub metadata: Value,
     pub store: bool,
+    /// What the client asked of the model (echoed).
+    #[serde(default)]
+    pub settings: ModelSettings,
 }
 
 impl ResponseRecord {
@@ -55,11 +62,12 @@ impl ResponseRecord {
             created_at: self.created_at,
             status: Status::Completed,
             model: &self.model,
-            message: Some((self.message_id.as_str(), self.text.as_str())),
+            output: self.output_items(),
             previous_response_id: self.previous_response_id.as_deref(),
             conversation: self.conversation.as_deref(),
             metadata: &self.metadata,
             store: self.store,
+            settings: &self.settings,
             // The harness's turn report carries no token counts yet.
             usage: None,
             error: None,
@@ -97,13 +105,19 @@ impl ResponseRecord {
             .collect()
     }
 
-    /// The output items (the assistant message), as the response object shows them.
+    /// The output items as the response object shows them: the assistant message (unless
+    /// the model only called functions), then the function calls.
     pub fn output_items(&self) -> Vec<Value> {
-        vec![wire::message_item(
-            &self.message_id,
-            &self.text,
-            Status::Completed,
-        )]
+        let message = (!self.text.is_empty() || self.calls.is_empty())
+            .then(|| wire::message_item(&self.message_id, &self.text, Status::Completed));
+        message
+            .into_iter()
+            .chain(
+                self.calls
+                    .iter()
+                    .map(|call| wire::function_call_item(call, Status::Completed)),
+            )
+            .collect()
     }
 }
 

@@ -1,0 +1,183 @@
+//! The Responses front's test rig: `ctxbridge serve --front responses` started as a process on
+//! a loopback port in a temporary state directory, before the loopback mock model, with
+//! `sample-summary` as the engine; the official `openai` client programs run against it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "front-test-token";
+/// The opening of the projected context (docs/architecture.md#rendering).
+pub const CONTEXT_MARK: &str = "<conversation_context>";
+
+pub fn openai_python() -> bool {
+    Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The server, killed when the test ends.
+pub struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `serve --front responses` in `dir` and returns it with its base URL (`…/v1`), read
+/// from its start-up line.
+pub fn start_front(dir: &Path) -> (Server, String) {
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
+        .current_dir(dir)
+        .args([
+            "serve",
+            "--front",
+            "responses",
+            "--listen",
+            "http://127.0.0.1:0",
+            "--ws-auth",
+            "capability-token",
+            "--ws-token-file",
+            "token",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("serve ended before its start-up line")
+            .unwrap();
+        if let Some(rest) = line.split("Responses API on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep reading stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (server, url)
+}
+
+/// The mock model, the state directory and the front serving them with `sample-summary`.
+pub struct Fixture {
+    pub mock: MockModelServer,
+    pub dir: tempfile::TempDir,
+    pub _server: Server,
+    pub url: String,
+}
+
+pub async fn fixture() -> Fixture {
+    fixture_with(json!({})).await
+}
+
+/// The fixture with `serve` as the configuration's `serve` section.
+pub async fn fixture_with(serve: Value) -> Fixture {
+    let mock = MockModelServer::start(MockModelConfig::stateful())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ctxbridge.json5"),
+        serde_json::to_string_pretty(&json!({
+            "backend": {"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"},
+            "store": {"path": "state.db"},
+            "plugins": {
+                "slots": {"contextEngine": "sample-summary"},
+                "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}},
+            },
+            "serve": serve,
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let (server, url) = start_front(dir.path());
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"),
+        "{url}"
+    );
+    Fixture {
+        mock,
+        dir,
+        _server: server,
+        url,
+    }
+}
+
+/// Runs a client program (`program` then `args`, the front's URL and token appended) and
+/// returns what it printed, as JSON.
+pub async fn run_client(
+    program: std::path::PathBuf,
+    args: Vec<std::path::PathBuf>,
+    url: &str,
+) -> (Value, String) {
+    let url = url.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(program)
+            .args(args)
+            .args([&url, TOKEN])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (serde_json::from_str(stdout.trim()).unwrap(), stdout)
+}
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A Node.js of version 22 or later (the `openai` npm package's floor): the plugin host's,
+/// else the one on PATH.
+pub fn node_22() -> Option<std::path::PathBuf> {
+    let bundled = repo().join("hosts/openclaw-node/node_modules/.bin/node");
+    let node = if bundled.exists() {
+        bundled
+    } else {
+        "node".into()
+    };
+    let out = Command::new(&node).arg("--version").output().ok()?;
+    let version = String::from_utf8_lossy(&out.stdout);
+    let major: u32 = version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()?
+        .parse()
+        .ok()?;
+    (major >= 22).then_some(node)
+}
+
+/// A request to the front with the test's token.
+pub fn authed(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+) -> reqwest::RequestBuilder {
+    client.request(method, url).bearer_auth(TOKEN)
+}
+
+/// Rows of the front's state store (`state.db` in the fixture's directory).
+pub fn transcript_rows(dir: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+    conn.query_row("SELECT count(*) FROM transcript", [], |r| r.get(0))
+        .unwrap()
+}
