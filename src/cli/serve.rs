@@ -62,12 +62,19 @@ async fn run_responses_front(
             source,
         })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let auth = if args.ws_auth.is_some() {
+    let auth = if config.serve.responses.pass_through_auth {
+        "the client's Authorization, passed on to the upstream"
+    } else if args.ws_auth.is_some() {
         "capability token (Authorization: Bearer)"
     } else {
         "none (loopback only)"
     };
-    errln!("ctxbridge serve: Responses API on http://{bound}/v1 (auth: {auth})");
+    let serving = if front.relays() {
+        "relaying unchanged: no context engine"
+    } else {
+        "each response a turn of the context engine"
+    };
+    errln!("ctxbridge serve: Responses API on http://{bound}/v1 (auth: {auth}; {serving})");
     let _sweeper =
         crate::app::retention_sweeper_with(config, front.store(), Some(front.sweep_listener()));
     front

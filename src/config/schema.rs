@@ -556,12 +556,18 @@ pub struct ResponsesFrontConfig {
     /// How long a turn whose model called the client's functions waits for the response
     /// that brings their outputs before it is cancelled (nothing of it kept).
     pub tool_output_timeout_secs: u64,
+    /// The client's `Authorization` goes on to the upstream, which checks it (instead of the
+    /// front checking a capability token and sending `backend.apiKeyEnv`'s key). Only for a
+    /// front that relays (no context engine): an engine's turns call the upstream with the
+    /// configured key.
+    pub pass_through_auth: bool,
 }
 
 impl Default for ResponsesFrontConfig {
     fn default() -> Self {
         ResponsesFrontConfig {
             tool_output_timeout_secs: 600,
+            pass_through_auth: false,
         }
     }
 }

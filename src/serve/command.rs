@@ -15,7 +15,7 @@ use crate::serve::listen::parse_http_listen;
 use crate::serve::outbound::{
     OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
 };
-use crate::serve::responses::ResponsesFront;
+use crate::serve::responses::{FrontMode, ResponsesFront};
 use crate::serve::{
     CapabilityToken, EngineSessions, HubConnect, ListenAddr, OriginPolicy, ServeOptions,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -124,6 +124,12 @@ pub enum ServeSetupError {
     /// The Responses front without a Responses backend.
     #[error("serve --front responses needs backend.kind \"responses\" in the configuration (the upstream Responses API, or `ctxbridge mock-model`)")]
     NotResponses,
+    /// `serve.responses.passThroughAuth` with a context engine running the turns.
+    #[error("serve.responses.passThroughAuth needs the Responses front to relay (plugins.slots.contextEngine \"legacy\" without serve.engineThreads \"all\"): the engine {engine:?} runs each turn, and its requests go upstream with backend.apiKeyEnv's key")]
+    PassThroughAuthWithEngine { engine: String },
+    /// `serve.responses.passThroughAuth` beside a capability token.
+    #[error("serve.responses.passThroughAuth and --ws-auth exclude each other: with pass-through, the client's Authorization is the upstream's key, checked upstream")]
+    PassThroughAuthWithToken,
     /// The Responses backend cannot be built from its configuration.
     #[error(transparent)]
     ResponsesBackend(#[from] crate::backend::responses::ResponsesBackendConfigError),
@@ -168,7 +174,15 @@ pub async fn responses_front(
 ) -> Result<(SocketAddr, Arc<ResponsesFront>), ServeSetupError> {
     let addr = parse_http_listen(&args.listen)?;
     let auth = capability_token(args)?;
-    crate::serve::check_exposure(&ListenAddr::Ws(addr), auth.as_ref())?;
+    let front_config = &config.serve.responses;
+    if front_config.pass_through_auth {
+        if auth.is_some() {
+            return Err(ServeSetupError::PassThroughAuthWithToken);
+        }
+        // The upstream checks every request's key: exposure needs no token of the front's.
+    } else {
+        crate::serve::check_exposure(&ListenAddr::Ws(addr), auth.as_ref())?;
+    }
     let BackendConfig::Responses(responses) = &config.backend else {
         return Err(ServeSetupError::NotResponses);
     };
@@ -176,12 +190,25 @@ pub async fn responses_front(
     create_state_dir(config);
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
     let app = open_with_backend(config, store, upstream.clone()).await;
-    tracing::info!(engine = %app.resolved.slot.engine_id, "serve: responses run the context engine");
+    let engine = app.resolved.slot.engine_id.clone();
+    let relays = !config.serve.engine_threads_for(&engine);
+    if front_config.pass_through_auth && !relays {
+        return Err(ServeSetupError::PassThroughAuthWithEngine { engine });
+    }
+    if relays {
+        tracing::info!(
+            "serve: no context engine (legacy): the Responses front relays requests unchanged"
+        );
+    } else {
+        tracing::info!(%engine, "serve: responses run the context engine");
+    }
     let harness = Arc::new(app.harness);
-    Ok((
-        addr,
-        ResponsesFront::new(harness, upstream, auth, &config.serve.responses),
-    ))
+    let mode = FrontMode {
+        relays,
+        pass_through_auth: front_config.pass_through_auth,
+        tool_output_timeout_secs: front_config.tool_output_timeout_secs,
+    };
+    Ok((addr, ResponsesFront::new(harness, upstream, auth, mode)))
 }
 
 /// Creates the directory of the SQLite state file (a failure is logged: opening the store

@@ -34,20 +34,31 @@ impl Drop for Server {
 /// Starts `serve --front responses` in `dir` and returns it with its base URL (`…/v1`), read
 /// from its start-up line.
 pub fn start_front(dir: &Path) -> (Server, String) {
+    start_front_as(dir, true)
+}
+
+/// The environment variable the fixture's `backend.apiKeyEnv` names.
+pub const UPSTREAM_KEY_ENV: &str = "CTXBRIDGE_TEST_UPSTREAM_KEY";
+/// The upstream key the front is started with.
+pub const UPSTREAM_KEY: &str = "sk-upstream-test-key";
+
+/// [`start_front`], with the capability token (`--ws-auth`) or without.
+pub fn start_front_as(dir: &Path, capability_token: bool) -> (Server, String) {
     std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let mut args = vec![
+        "serve",
+        "--front",
+        "responses",
+        "--listen",
+        "http://127.0.0.1:0",
+    ];
+    if capability_token {
+        args.extend(["--ws-auth", "capability-token", "--ws-token-file", "token"]);
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_ctxbridge"))
         .current_dir(dir)
-        .args([
-            "serve",
-            "--front",
-            "responses",
-            "--listen",
-            "http://127.0.0.1:0",
-            "--ws-auth",
-            "capability-token",
-            "--ws-token-file",
-            "token",
-        ])
+        .args(args)
+        .env(UPSTREAM_KEY_ENV, UPSTREAM_KEY)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -84,25 +95,42 @@ pub async fn fixture() -> Fixture {
 
 /// The fixture with `serve` as the configuration's `serve` section.
 pub async fn fixture_with(serve: Value) -> Fixture {
+    fixture_of(
+        json!({
+            "slots": {"contextEngine": "sample-summary"},
+            "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}},
+        }),
+        serve,
+        true,
+    )
+    .await
+}
+
+/// The configuration of a front before `mock` with these `plugins` and `serve` sections.
+pub fn config_of(mock: &MockModelServer, plugins: Value, serve: Value) -> String {
+    serde_json::to_string_pretty(&json!({
+        "backend": {"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model",
+                    "apiKeyEnv": UPSTREAM_KEY_ENV},
+        "store": {"path": "state.db"},
+        "plugins": plugins,
+        "serve": serve,
+    }))
+    .unwrap()
+}
+
+/// The fixture with these `plugins` and `serve` sections, started with the capability token
+/// or without.
+pub async fn fixture_of(plugins: Value, serve: Value, capability_token: bool) -> Fixture {
     let mock = MockModelServer::start(MockModelConfig::stateful())
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("ctxbridge.json5"),
-        serde_json::to_string_pretty(&json!({
-            "backend": {"kind": "responses", "baseUrl": mock.base_url(), "model": "mock-model"},
-            "store": {"path": "state.db"},
-            "plugins": {
-                "slots": {"contextEngine": "sample-summary"},
-                "entries": {"sample-summary": {"config": {"windowMessages": 2, "chunkMessages": 2}}},
-            },
-            "serve": serve,
-        }))
-        .unwrap(),
+        config_of(&mock, plugins, serve),
     )
     .unwrap();
-    let (server, url) = start_front(dir.path());
+    let (server, url) = start_front_as(dir.path(), capability_token);
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"),
         "{url}"

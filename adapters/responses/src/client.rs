@@ -35,13 +35,13 @@ const MAX_ERROR_BODY_CHARS: usize = 2_000;
 /// base URL redacted and never the key.
 #[derive(Clone)]
 pub struct ResponsesClient {
-    http: reqwest::Client,
-    config: ResponsesConfig,
-    base_url: Url,
+    pub(crate) http: reqwest::Client,
+    pub(crate) config: ResponsesConfig,
+    pub(crate) base_url: Url,
     responses_url: Url,
     compact_url: Url,
     /// `Bearer <key>`, marked sensitive so that no formatter prints it.
-    authorization: Option<HeaderValue>,
+    pub(crate) authorization: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for ResponsesClient {
@@ -578,7 +578,7 @@ impl ResponsesClient {
         })
     }
 
-    fn redact(&self, error: ResponsesError) -> ResponsesError {
+    pub(crate) fn redact(&self, error: ResponsesError) -> ResponsesError {
         match &self.config.api_key {
             Some(key) => error.redacted(key.expose()),
             None => error,
@@ -622,7 +622,7 @@ fn shorten(text: &str) -> String {
 }
 
 /// An error with its causes ("error sending request: connection refused").
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

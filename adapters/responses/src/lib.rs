@@ -31,6 +31,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod relay;
 pub mod sse;
 pub mod types;
 pub mod urls;
@@ -38,6 +39,7 @@ pub mod urls;
 pub use client::ResponsesClient;
 pub use config::{ApiKey, ResponsesConfig};
 pub use error::ResponsesError;
+pub use relay::{RelayRequest, Relayed};
 pub use sse::{ResponseStream, StreamLimits};
 pub use types::output_item_text;
 pub use types::{

@@ -23,7 +23,6 @@ use axum::{Json, Router};
 use tokio::sync::Mutex;
 
 use crate::backend::ResponsesBackend;
-use crate::config::ResponsesFrontConfig;
 use crate::harness::Harness;
 use crate::serve::CapabilityToken;
 use crate::store::StateStore;
@@ -31,6 +30,7 @@ use crate::store::StateStore;
 mod answer;
 mod handlers;
 pub mod records;
+mod relay;
 mod stream;
 mod turns;
 pub mod wire;
@@ -53,6 +53,20 @@ pub struct ResponsesFront {
     parked: ParkedTurns,
     /// How long a parked turn waits (`serve.responses.toolOutputTimeoutSecs`).
     tool_output_wait: Duration,
+    mode: FrontMode,
+}
+
+/// How the front serves: running the engine's turns, or relaying (no engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrontMode {
+    /// Every request goes to the upstream unchanged, its answer back unchanged (no context
+    /// engine: `legacy` without `serve.engineThreads: "all"`).
+    pub relays: bool,
+    /// The client's `Authorization` goes on to the upstream (`serve.responses.passThroughAuth`;
+    /// relaying only).
+    pub pass_through_auth: bool,
+    /// `serve.responses.toolOutputTimeoutSecs`.
+    pub tool_output_timeout_secs: u64,
 }
 
 impl ResponsesFront {
@@ -63,7 +77,7 @@ impl ResponsesFront {
         harness: Arc<Harness>,
         upstream: Arc<ResponsesBackend>,
         auth: Option<CapabilityToken>,
-        config: &ResponsesFrontConfig,
+        mode: FrontMode,
     ) -> Arc<ResponsesFront> {
         Arc::new(ResponsesFront {
             records: Records::new(harness.store().clone()),
@@ -72,8 +86,14 @@ impl ResponsesFront {
             auth,
             conversation_updates: Mutex::new(()),
             parked: ParkedTurns::default(),
-            tool_output_wait: turns::tool_output_wait(config.tool_output_timeout_secs),
+            tool_output_wait: turns::tool_output_wait(mode.tool_output_timeout_secs),
+            mode,
         })
+    }
+
+    /// Whether the front relays requests unchanged (no context engine).
+    pub fn relays(&self) -> bool {
+        self.mode.relays
     }
 
     /// How many turns wait on their client's function outputs.
@@ -83,6 +103,18 @@ impl ResponsesFront {
 
     /// The routes of the API the front serves; anything else answers the API's 404.
     pub fn router(self: &Arc<Self>) -> Router {
+        let routes = if self.mode.relays {
+            Router::new().fallback(relay::relay)
+        } else {
+            self.routes()
+        };
+        routes
+            .layer(middleware::from_fn_with_state(self.clone(), authorize))
+            .with_state(self.clone())
+    }
+
+    /// The routes of a front running the engine's turns.
+    fn routes(self: &Arc<Self>) -> Router<Arc<ResponsesFront>> {
         Router::new()
             .route("/v1/responses", post(handlers::create_response))
             .route(
@@ -104,8 +136,6 @@ impl ResponsesFront {
             )
             .route("/v1/models", get(handlers::models))
             .fallback(unknown_route)
-            .layer(middleware::from_fn_with_state(self.clone(), authorize))
-            .with_state(self.clone())
     }
 
     /// Serves the router on `listener` until `shutdown` resolves.
@@ -118,6 +148,8 @@ impl ResponsesFront {
         tracing::info!(
             ?addr,
             auth = self.auth.is_some(),
+            relays = self.mode.relays,
+            pass_through_auth = self.mode.pass_through_auth,
             "responses front: serving"
         );
         // Without TCP_NODELAY, a streamed response's small event writes wait on the client's
@@ -143,7 +175,8 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &front.auth {
+    // With pass-through, the upstream checks the client's key.
+    if let (Some(token), false) = (&front.auth, front.mode.pass_through_auth) {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());

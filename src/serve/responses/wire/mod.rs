@@ -67,6 +67,17 @@ impl ApiError {
         }
     }
 
+    /// 401: a front passing its clients' keys on got a request without one.
+    pub fn unauthorized_upstream() -> ApiError {
+        ApiError {
+            status: 401,
+            kind: "invalid_request_error",
+            message: "Missing API key: this ctxbridge front passes the client's `Authorization: Bearer KEY` on to the upstream.".into(),
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
     /// 404 for a route this front does not serve.
     pub fn unknown_route(method: &str, path: &str) -> ApiError {
         ApiError {
