@@ -94,6 +94,31 @@ pub struct Registry {
     clients: Gauge,
     turn_seconds: Histogram,
     overhead_seconds: Histogram,
+    responses: Labelled,
+    responses_unkept: Counter,
+}
+
+/// How a response of the Responses front ended (the `outcome` label of
+/// `ctxbridge_responses_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseOutcome {
+    /// The model answered.
+    Answered,
+    /// The model called the client's functions; the turn waits for their outputs.
+    FunctionCalls,
+    /// The turn failed (the client heard why).
+    Failed,
+}
+
+impl ResponseOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseOutcome::Answered => "answered",
+            ResponseOutcome::FunctionCalls => "function_calls",
+            ResponseOutcome::Failed => "failed",
+        }
+    }
 }
 
 impl Default for Registry {
@@ -168,8 +193,22 @@ impl Registry {
             "Client connections open now",
             clients.clone(),
         );
+        let responses = Labelled::default();
+        registry.register(
+            "ctxbridge_responses",
+            "Responses of the Responses front, by how they ended",
+            responses.clone(),
+        );
+        let responses_unkept = Counter::default();
+        registry.register(
+            "ctxbridge_responses_unkept",
+            "Responses of the Responses front that reached their client but could not be kept (the failure is in the log)",
+            responses_unkept.clone(),
+        );
         Registry {
             registry,
+            responses,
+            responses_unkept,
             turns,
             projections,
             projected_chars,
@@ -187,6 +226,18 @@ impl Registry {
     /// The upstream app-server child was started again after the first one.
     pub fn upstream_restarted(&self) {
         self.upstream_restarts.inc();
+    }
+
+    /// A response of the Responses front ended.
+    pub fn response_ended(&self, outcome: ResponseOutcome) {
+        self.responses
+            .get_or_create(&vec![("outcome", outcome.as_str().to_owned())])
+            .inc();
+    }
+
+    /// A response of the Responses front reached its client but could not be kept.
+    pub fn response_unkept(&self) {
+        self.responses_unkept.inc();
     }
 
     /// A client connection opened (`+1`) or closed (`-1`).

@@ -177,6 +177,38 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
     .await;
     assert_eq!(status, 200, "{third}");
     assert_eq!(transcript_rows(fixture.dir.path()), 4);
+
+    // The metrics count the responses by how they ended and the engine turns (two: the
+    // round trip and the thanks), behind the token; health is open.
+    let base = fixture.url.trim_end_matches("/v1");
+    let client = reqwest::Client::new();
+    let exposition = authed(&client, reqwest::Method::GET, format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sample = |series: &str| ctxbridge::metrics::sample(&exposition, series);
+    assert_eq!(
+        sample(r#"ctxbridge_responses_total{outcome="function_calls"}"#),
+        Some(1.0),
+        "{exposition}"
+    );
+    assert_eq!(
+        sample(r#"ctxbridge_responses_total{outcome="answered"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(r#"ctxbridge_turns_total{outcome="completed"}"#),
+        Some(2.0)
+    );
+    let anonymous = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let health = client.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.text().await.unwrap(), "ok");
 }
 
 /// The SSE frames of a streamed response body, as JSON events.

@@ -11,6 +11,7 @@ use crate::backend::codex::CodexBackend;
 use crate::backend::codex_config::{app_server_config, turn_limits};
 use crate::backend::ResponsesBackend;
 use crate::config::{BackendConfig, Config};
+use crate::metrics::Registry;
 use crate::serve::listen::parse_http_listen;
 use crate::serve::outbound::{
     OutboundLimits, DEFAULT_MAX_OUTGOING_BYTES, DEFAULT_MAX_OUTGOING_MESSAGES,
@@ -202,13 +203,17 @@ pub async fn responses_front(
     } else {
         tracing::info!(%engine, "serve: responses run the context engine");
     }
-    let harness = Arc::new(app.harness);
+    let metrics = Arc::new(Registry::new());
+    let harness = Arc::new(app.harness.with_metrics(metrics.clone()));
     let mode = FrontMode {
         relays,
         pass_through_auth: front_config.pass_through_auth,
         tool_output_timeout_secs: front_config.tool_output_timeout_secs,
     };
-    Ok((addr, ResponsesFront::new(harness, upstream, auth, mode)))
+    Ok((
+        addr,
+        ResponsesFront::new(harness, upstream, auth, mode, metrics),
+    ))
 }
 
 /// Creates the directory of the SQLite state file (a failure is logged: opening the store

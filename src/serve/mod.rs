@@ -76,6 +76,7 @@ pub use seam::{
 pub use sessions::EngineSessions;
 pub use thread_map::ThreadMap;
 pub use transport::CLOSE_TOO_BIG;
+pub(crate) use transport::METRICS_CONTENT_TYPE;
 pub use upstream::UpstreamError;
 pub use upstream::{Connector, Live, MemoryPeer, OversizeLine, UpstreamEvent};
 

@@ -81,7 +81,8 @@ impl Shared {
 }
 
 /// The content type of what `prometheus-client` encodes (OpenMetrics text 1.0.0).
-const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const METRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The axum app: health endpoints (open, as Codex's), `/metrics` (behind the same token as
 /// the WebSocket when auth is on) and the WebSocket endpoint at `/`.

@@ -16,6 +16,7 @@ use super::wire::{self, ApiError, FunctionCall, ResponseView, Status};
 use super::ResponsesFront;
 use crate::backend::ToolInvocation;
 use crate::harness::HarnessError;
+use crate::metrics::ResponseOutcome;
 
 /// The response object of `pending` before it is kept: in progress, or failed.
 fn unkept_object(pending: &Pending, status: Status, error: Option<(&str, &str)>) -> Value {
@@ -87,6 +88,7 @@ pub(super) async fn follow(
                 let record = front.keep(&pending, &text, calls.clone()).await;
                 front.park(&pending.session_key, &pending.id, turn, call_ids, outputs);
                 handed_over.store(true, Ordering::SeqCst);
+                front.metrics.response_ended(ResponseOutcome::FunctionCalls);
                 tracing::info!(session = %pending.session_key, response = %pending.id, calls = calls.len(), "responses front: the model called the client's functions; the turn waits for their outputs");
                 if let Some(out) = &mut out {
                     let first_call = usize::from(opened);
@@ -112,6 +114,7 @@ pub(super) async fn follow(
                     Err(HarnessError::NotRecorded { reply, .. }) => reply,
                     Err(error) => {
                         tracing::warn!(response = %pending.id, %error, "responses front: the turn failed");
+                        front.metrics.response_ended(ResponseOutcome::Failed);
                         return Err(failed(&pending, turn_error(&error), &mut out).await);
                     }
                 };
@@ -119,6 +122,7 @@ pub(super) async fn follow(
                 // this one shows the text since the last calls.
                 let text = if turn.rounds == 0 { reply } else { text };
                 let record = front.keep(&pending, &text, Vec::new()).await;
+                front.metrics.response_ended(ResponseOutcome::Answered);
                 if let Some(out) = &mut out {
                     if !opened {
                         for event in wire::message_opened(&pending.message_id) {
@@ -134,6 +138,7 @@ pub(super) async fn follow(
                 return Ok(record);
             }
             None => {
+                front.metrics.response_ended(ResponseOutcome::Failed);
                 let error = ApiError::server("the turn's task ended without an answer");
                 return Err(failed(&pending, error, &mut out).await);
             }

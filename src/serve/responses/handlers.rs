@@ -92,6 +92,7 @@ impl ResponsesFront {
         };
         if let Err(error) = self.records.save_response(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
+            self.metrics.response_unkept();
         }
         if let Some(conversation) = &record.conversation {
             if let Err(error) = self.append_to_conversation(conversation, &record.id).await {

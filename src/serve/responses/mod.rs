@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 
 use crate::backend::ResponsesBackend;
 use crate::harness::Harness;
+use crate::metrics::Registry;
 use crate::serve::CapabilityToken;
 use crate::store::StateStore;
 
@@ -54,6 +55,8 @@ pub struct ResponsesFront {
     /// How long a parked turn waits (`serve.responses.toolOutputTimeoutSecs`).
     tool_output_wait: Duration,
     mode: FrontMode,
+    /// What `GET /metrics` shows (the harness reports its turns there too).
+    metrics: Arc<Registry>,
 }
 
 /// How the front serves: running the engine's turns, or relaying (no engine).
@@ -78,6 +81,7 @@ impl ResponsesFront {
         upstream: Arc<ResponsesBackend>,
         auth: Option<CapabilityToken>,
         mode: FrontMode,
+        metrics: Arc<Registry>,
     ) -> Arc<ResponsesFront> {
         Arc::new(ResponsesFront {
             records: Records::new(harness.store().clone()),
@@ -88,6 +92,7 @@ impl ResponsesFront {
             parked: ParkedTurns::default(),
             tool_output_wait: turns::tool_output_wait(mode.tool_output_timeout_secs),
             mode,
+            metrics,
         })
     }
 
@@ -103,13 +108,21 @@ impl ResponsesFront {
 
     /// The routes of the API the front serves; anything else answers the API's 404.
     pub fn router(self: &Arc<Self>) -> Router {
-        let routes = if self.mode.relays {
-            Router::new().fallback(relay::relay)
-        } else {
-            self.routes()
-        };
-        routes
-            .layer(middleware::from_fn_with_state(self.clone(), authorize))
+        if self.mode.relays {
+            return Router::new()
+                .fallback(relay::relay)
+                .layer(middleware::from_fn_with_state(self.clone(), authorize))
+                .with_state(self.clone());
+        }
+        // Health is open, as the Codex front's; the API and the metrics need the token.
+        let guarded = self
+            .routes()
+            .route("/metrics", get(metrics))
+            .layer(middleware::from_fn_with_state(self.clone(), authorize));
+        Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz))
+            .merge(guarded)
             .with_state(self.clone())
     }
 
@@ -185,6 +198,28 @@ async fn authorize(
         }
     }
     next.run(request).await
+}
+
+/// `GET /metrics`: the harness's turns and the front's responses (OpenMetrics text).
+async fn metrics(State(front): State<Arc<ResponsesFront>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, crate::serve::METRICS_CONTENT_TYPE)],
+        front.metrics.render(),
+    )
+        .into_response()
+}
+
+/// `GET /readyz`: `ok` while the selected engine runs; when it is quarantined and `legacy`
+/// answers in its place, still 200 with `{"status": "degraded", "degraded": {…}}`.
+async fn readyz(State(front): State<Arc<ResponsesFront>>) -> Response {
+    match front.degradation() {
+        None => "ok".into_response(),
+        Some(record) => Json(serde_json::json!({
+            "status": "degraded",
+            "degraded": record.degraded_json(),
+        }))
+        .into_response(),
+    }
 }
 
 async fn unknown_route(request: Request) -> Response {
