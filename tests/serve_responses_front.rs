@@ -333,3 +333,53 @@ async fn unstored_responses_and_errors_in_the_api_shape() {
         .unwrap();
     assert_eq!(no_token.status(), 401);
 }
+
+/// A chain is one engine session with its turns in order: continuing from a response that is
+/// no longer the latest (a branch) is refused naming the latest, and the chain goes on from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_cannot_be_branched() {
+    let fixture = fixture().await;
+    let client = reqwest::Client::new();
+    let post = |body: Value| {
+        authed(
+            &client,
+            reqwest::Method::POST,
+            format!("{}/responses", fixture.url),
+        )
+        .json(&body)
+        .send()
+    };
+    let first: Value = post(json!({"input": "one"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let second: Value = post(json!({"input": "two", "previous_response_id": first["id"]}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let branch = post(json!({"input": "two again", "previous_response_id": first["id"]}))
+        .await
+        .unwrap();
+    assert_eq!(branch.status(), 400);
+    let body: Value = branch.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "previous_response_id");
+    assert_eq!(body["error"]["code"], "chain_branching_not_supported");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(second["id"].as_str().unwrap()),
+        "{message}"
+    );
+    assert_eq!(
+        transcript_rows(fixture.dir.path()),
+        4,
+        "the branch ran no turn"
+    );
+    let third = post(json!({"input": "three", "previous_response_id": second["id"]}))
+        .await
+        .unwrap();
+    assert_eq!(third.status(), 200);
+}

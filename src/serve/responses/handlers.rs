@@ -38,6 +38,21 @@ impl ResponsesFront {
                     format!("Previous response with id '{previous}'"),
                 )
             })?;
+            // One engine session holds the chain's turns in order: a response can only be
+            // continued while it is the latest (branching the session is not served).
+            if let Some(head) = self.records.head(&record.session_key)? {
+                if &head != previous {
+                    return Err(ApiError {
+                        status: 400,
+                        kind: "invalid_request_error",
+                        message: format!(
+                            "Response '{previous}' is not the latest of its chain ('{head}' is): ctxbridge's Responses front keeps a chain as one context-engine session and cannot branch it. Continue from '{head}', or start a new chain."
+                        ),
+                        param: Some("previous_response_id".into()),
+                        code: Some("chain_branching_not_supported"),
+                    });
+                }
+            }
             return Ok(record.session_key);
         }
         if let Some(conversation) = &request.conversation {
@@ -90,7 +105,7 @@ impl ResponsesFront {
             store: pending.request.store,
             settings: pending.request.settings.clone(),
         };
-        if let Err(error) = self.records.save_response(&record).await {
+        if let Err(error) = self.records.save_response_as_head(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
             self.metrics.response_unkept();
         }

@@ -15,6 +15,9 @@ use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
 pub const RESPONSES_NAMESPACE: &str = "responses-front/responses";
 /// The documents namespace of conversation records (key: the conversation id).
 pub const CONVERSATIONS_NAMESPACE: &str = "responses-front/conversations";
+/// The documents namespace of each engine session's latest response (key: the session key;
+/// value: the response id as a JSON string).
+pub const HEADS_NAMESPACE: &str = "responses-front/heads";
 
 /// A new id with the API's prefix (`resp`, `msg`, `conv`): time-ordered, unique.
 pub fn new_id(prefix: &str) -> String {
@@ -202,6 +205,23 @@ impl Records {
         self.save(RESPONSES_NAMESPACE, &record.id, json)
             .await
             .map_err(|e| store_error("record the response", e))
+    }
+
+    /// The latest response of engine session `session_key`, if it has one.
+    pub fn head(&self, session_key: &str) -> Result<Option<String>, ApiError> {
+        self.load(HEADS_NAMESPACE, session_key, "session head")
+    }
+
+    /// Keeps `record` and makes it its session's latest response.
+    pub async fn save_response_as_head(&self, record: &ResponseRecord) -> Result<(), ApiError> {
+        let head = serde_json::to_string(&record.id)
+            .map_err(|e| ApiError::server(format!("cannot encode the session head: {e}")))?;
+        let (saved, headed) = tokio::join!(
+            self.save_response(record),
+            self.save(HEADS_NAMESPACE, &record.session_key, head)
+        );
+        saved?;
+        headed.map_err(|e| store_error("record the session's latest response", e))
     }
 
     /// Forgets response `id` (its turn stays in the engine session's transcript).
