@@ -138,6 +138,17 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
         second["output"][0]["content"][0]["text"],
         "mock reply to tool output: 18C and sunny"
     );
+    // Token counts are the upstream's, known once the turn has ended.
+    assert!(first["usage"].is_null(), "{first}");
+    assert!(
+        second["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{second}"
+    );
+    assert_eq!(
+        second["usage"]["total_tokens"].as_u64().unwrap(),
+        second["usage"]["input_tokens"].as_u64().unwrap()
+            + second["usage"]["output_tokens"].as_u64().unwrap()
+    );
 
     // Reads show the client's view: the call, and the output as the next input.
     let stored = read(&fixture, &format!("/responses/{first_id}")).await;

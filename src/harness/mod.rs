@@ -38,7 +38,7 @@ use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{
-    BackendError, ContextDelivery, ThreadId, ThreadedBackend, TurnOptions, TurnTools,
+    BackendError, ContextDelivery, ThreadId, ThreadedBackend, TurnOptions, TurnTools, Usage,
 };
 use crate::contract::{
     AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, Messages,
@@ -431,6 +431,8 @@ pub struct TurnMetrics {
     pub auto_compacted: bool,
     /// Time spent inside the backend's turn (the model's time included).
     pub backend_time: Duration,
+    /// The tokens of the turn's last model response, as the backend reported them.
+    pub usage: Option<Usage>,
 }
 
 /// The result of a manual compaction.

@@ -943,6 +943,7 @@ fn turn_report(
             retried,
             auto_compacted: executed.outcome.auto_compaction.is_some(),
             backend_time: executed.backend_time,
+            usage: executed.outcome.usage,
         },
         reply: executed.outcome.reply,
     }

@@ -12,9 +12,9 @@ use super::handlers::{turn_error, Pending};
 use super::records::{new_id, ResponseRecord};
 use super::stream::Writer;
 use super::turns::{Progress, RunningTurn};
-use super::wire::{self, ApiError, FunctionCall, ResponseView, Status};
+use super::wire::{self, ApiError, FunctionCall, ResponseView, Status, TokenUsage};
 use super::ResponsesFront;
-use crate::backend::ToolInvocation;
+use crate::backend::{ToolInvocation, Usage};
 use crate::harness::HarnessError;
 use crate::metrics::ResponseOutcome;
 
@@ -34,6 +34,15 @@ fn unkept_object(pending: &Pending, status: Status, error: Option<(&str, &str)>)
         usage: None,
         error,
     })
+}
+
+/// The backend's token counts as the API reports them.
+fn token_usage(usage: Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        cached_tokens: usage.cached_input_tokens,
+    }
 }
 
 /// A model's call as its client sees it, under an item id of the front's.
@@ -85,7 +94,7 @@ pub(super) async fn follow(
             Some(Progress::Calls { calls, outputs }) => {
                 let calls: Vec<FunctionCall> = calls.iter().map(function_call).collect();
                 let call_ids = calls.iter().map(|c| c.call_id.clone()).collect();
-                let record = front.keep(&pending, &text, calls.clone()).await;
+                let record = front.keep(&pending, &text, calls.clone(), None).await;
                 front.park(&pending.session_key, &pending.id, turn, call_ids, outputs);
                 handed_over.store(true, Ordering::SeqCst);
                 front.metrics.response_ended(ResponseOutcome::FunctionCalls);
@@ -108,10 +117,10 @@ pub(super) async fn follow(
                 return Ok(record);
             }
             Some(Progress::Ended(outcome)) => {
-                let reply = match *outcome {
-                    Ok(report) => report.reply,
+                let (reply, usage) = match *outcome {
+                    Ok(report) => (report.reply, report.metrics.usage.map(token_usage)),
                     // Answered but not recorded by the harness: the client still gets it.
-                    Err(HarnessError::NotRecorded { reply, .. }) => reply,
+                    Err(HarnessError::NotRecorded { reply, .. }) => (reply, None),
                     Err(error) => {
                         tracing::warn!(response = %pending.id, %error, "responses front: the turn failed");
                         front.metrics.response_ended(ResponseOutcome::Failed);
@@ -121,7 +130,7 @@ pub(super) async fn follow(
                 // A turn that went through the client's functions spans several responses:
                 // this one shows the text since the last calls.
                 let text = if turn.rounds == 0 { reply } else { text };
-                let record = front.keep(&pending, &text, Vec::new()).await;
+                let record = front.keep(&pending, &text, Vec::new(), usage).await;
                 front.metrics.response_ended(ResponseOutcome::Answered);
                 if let Some(out) = &mut out {
                     if !opened {

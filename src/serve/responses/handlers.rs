@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::records::{new_id, session_key_of, ConversationRecord, ResponseRecord};
 use super::stream::{self, CancelGuard};
-use super::wire::{self, ApiError, CreateRequest, FunctionCall};
+use super::wire::{self, ApiError, CreateRequest, FunctionCall, TokenUsage};
 use super::{answer, ResponsesFront};
 use crate::harness::{HarnessError, SessionLockError};
 use crate::util::now_ms;
@@ -89,6 +89,7 @@ impl ResponsesFront {
         pending: &Pending,
         text: &str,
         calls: Vec<FunctionCall>,
+        usage: Option<TokenUsage>,
     ) -> ResponseRecord {
         let record = ResponseRecord {
             id: pending.id.clone(),
@@ -104,6 +105,7 @@ impl ResponsesFront {
             metadata: pending.request.metadata.clone(),
             store: pending.request.store,
             settings: pending.request.settings.clone(),
+            usage,
         };
         if let Err(error) = self.records.save_response_as_head(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::wire::{self, ApiError, FunctionCall, ModelSettings, ResponseView, Status};
+use super::wire::{self, ApiError, FunctionCall, ModelSettings, ResponseView, Status, TokenUsage};
 use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
 
 /// The documents namespace of response records (key: the response id).
@@ -55,6 +55,10 @@ pub struct ResponseRecord {
     /// What the client asked of the model (echoed).
     #[serde(default)]
     pub settings: ModelSettings,
+    /// The tokens of the model's last response of the turn (unknown for a response that
+    /// ended with the model's calls: the turn has not ended).
+    #[serde(default)]
+    pub usage: Option<TokenUsage>,
 }
 
 impl ResponseRecord {
@@ -71,8 +75,7 @@ impl ResponseRecord {
             metadata: &self.metadata,
             store: self.store,
             settings: &self.settings,
-            // The harness's turn report carries no token counts yet.
-            usage: None,
+            usage: self.usage,
             error: None,
         })
     }
