@@ -363,6 +363,7 @@ fn bench_serve_responses_front_prints_its_rows() {
         "direct to the upstream",
         "through the front, legacy",
         "through the front, sample-summary",
+        "the same with the model answering in 100 ms",
         "3 concurrent clients x 2 turns (sample-summary): 0 failed",
         "5 idle keep-alive connections",
         "load average",

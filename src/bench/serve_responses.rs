@@ -3,7 +3,9 @@
 //! (built from a configuration as the command builds it, its state in a SQLite file), spoken
 //! to over HTTP as an SDK speaks to it:
 //! - a streamed turn sent to the mock directly, then the same through the front with no
-//!   engine (`legacy`) and with `sample-summary` (thread bootstrap): p50/p99 and the added p50;
+//!   engine (`legacy`: the relay) and with `sample-summary` (thread bootstrap): p50/p99, the
+//!   added p50 and the ratio, against the mock's own ~1 ms and with the model taking
+//!   [`MODEL_TIME`];
 //! - concurrent clients, each a `previous_response_id` chain of several turns: failures and
 //!   responses per second;
 //! - idle keep-alive connections: resident memory per connection.
@@ -11,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
+use ctxbridge_mock_model::{MockModelConfig, MockModelServer, ScriptedReply};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -47,6 +49,9 @@ pub struct ResponsesBenchReport {
     pub direct: Latency,
     pub legacy: Latency,
     pub engine: Latency,
+    /// The same paths with the model answering after [`MODEL_TIME`]: (direct, legacy,
+    /// engine).
+    pub with_model_time: (Latency, Latency, Latency),
     pub clients: usize,
     pub client_turns: usize,
     pub failed: usize,
@@ -55,6 +60,13 @@ pub struct ResponsesBenchReport {
     pub idle_bytes_per_connection: Option<f64>,
     pub idle_connections: usize,
 }
+
+/// A model's time to answer, for the figures beside the mock's own (~1 ms): the mock holds
+/// each reply this long. A fast model's first token takes a few hundred milliseconds; 100 ms
+/// is a floor.
+pub const MODEL_TIME: Duration = Duration::from_millis(100);
+/// Timed turns per path with [`MODEL_TIME`] (each costs it).
+const MODEL_TIME_TURNS: usize = 30;
 
 fn runtime(operation: &'static str) -> impl FnOnce(String) -> BenchError {
     move |message| BenchError::Runtime { operation, message }
@@ -238,6 +250,26 @@ async fn measure(
     let legacy_latency = timed_chain(&client, &legacy, options.turns).await?;
     let engine_latency = timed_chain(&client, &engine, options.turns).await?;
 
+    let model_turns = options.turns.min(MODEL_TIME_TURNS);
+    eprintln!(
+        "bench: Responses front, {model_turns} streamed turns per path with the model answering in {} ms",
+        MODEL_TIME.as_millis()
+    );
+    mock.set_default_reply(ScriptedReply {
+        delay: Some(MODEL_TIME),
+        ..ScriptedReply::default()
+    });
+    let timed_slow = async {
+        Ok::<_, BenchError>((
+            timed_chain(&client, &mock.base_url(), model_turns).await?,
+            timed_chain(&client, &legacy, model_turns).await?,
+            timed_chain(&client, &engine, model_turns).await?,
+        ))
+    };
+    let with_model_time = timed_slow.await;
+    mock.set_default_reply(ScriptedReply::default());
+    let with_model_time = with_model_time?;
+
     eprintln!(
         "bench: Responses front, {} concurrent clients x {} turns",
         options.clients, options.client_turns
@@ -273,6 +305,7 @@ async fn measure(
         direct,
         legacy: legacy_latency,
         engine: engine_latency,
+        with_model_time,
         clients: options.clients,
         client_turns: options.client_turns,
         failed,
@@ -337,19 +370,13 @@ pub fn format_report(report: &ResponsesBenchReport) -> String {
     out.push_str(
         "path                                  p50 ms    p99 ms   added p50 ms   p50 ÷ direct\n",
     );
-    for (name, latency) in [
-        ("direct to the upstream", report.direct),
-        ("through the front, legacy", report.legacy),
-        ("through the front, sample-summary", report.engine),
-    ] {
-        let added = ms(latency.p50) - ms(report.direct.p50);
-        let ratio = ms(latency.p50) / ms(report.direct.p50).max(f64::EPSILON);
-        out.push_str(&format!(
-            "{name:<36} {:>7.3}   {:>7.3}   {added:>+12.3}   {ratio:>12.3}\n",
-            ms(latency.p50),
-            ms(latency.p99),
-        ));
-    }
+    latency_rows(&mut out, report.direct, report.legacy, report.engine);
+    out.push_str(&format!(
+        "the same with the model answering in {} ms:\n",
+        MODEL_TIME.as_millis()
+    ));
+    let (direct, legacy, engine) = report.with_model_time;
+    latency_rows(&mut out, direct, legacy, engine);
     out.push_str(&format!(
         "{} concurrent clients x {} turns (sample-summary): {} failed, {:.0} responses/s\n",
         report.clients, report.client_turns, report.failed, report.responses_per_second
@@ -363,6 +390,23 @@ pub fn format_report(report: &ResponsesBenchReport) -> String {
         None => out.push_str("idle keep-alive connections: not measured (no /proc)\n"),
     }
     out
+}
+
+/// The three paths' rows: p50, p99, and the p50 added to and divided by the direct one.
+fn latency_rows(out: &mut String, direct: Latency, legacy: Latency, engine: Latency) {
+    for (name, latency) in [
+        ("direct to the upstream", direct),
+        ("through the front, legacy (relay)", legacy),
+        ("through the front, sample-summary", engine),
+    ] {
+        let added = ms(latency.p50) - ms(direct.p50);
+        let ratio = ms(latency.p50) / ms(direct.p50).max(f64::EPSILON);
+        out.push_str(&format!(
+            "{name:<36} {:>7.3}   {:>7.3}   {added:>+12.3}   {ratio:>12.3}\n",
+            ms(latency.p50),
+            ms(latency.p99),
+        ));
+    }
 }
 
 /// Runs and prints, with the machine's load.
