@@ -383,3 +383,115 @@ async fn a_chain_cannot_be_branched() {
         .unwrap();
     assert_eq!(third.status(), 200);
 }
+
+/// Items a client adds to a conversation outside a response (at creation, or later) join the
+/// user's turn of its next response: the engine hears them in that one turn, the upstream gets
+/// them, the conversation lists them in their place, and the response's own input items stay
+/// what its request sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn items_added_to_a_conversation_join_its_next_turn() {
+    let fixture = fixture().await;
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str, body: Value| {
+        authed(&client, method, format!("{}{path}", fixture.url))
+            .json(&body)
+            .send()
+    };
+    let created: Value = call(
+        reqwest::Method::POST,
+        "/conversations",
+        json!({"items": [{"type": "message", "role": "user", "content": "My name is Ann."}]}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let added = call(
+        reqwest::Method::POST,
+        &format!("/conversations/{id}/items"),
+        json!({"items": [{"role": "user", "content": [{"type": "input_text", "text": "I live in Oslo."}]}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(added.status(), 200);
+    let added: Value = added.json().await.unwrap();
+    assert_eq!(added["data"][0]["content"][0]["text"], "I live in Oslo.");
+    let refused = call(
+        reqwest::Method::POST,
+        &format!("/conversations/{id}/items"),
+        json!({"items": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "items[0]");
+
+    let answered: Value = call(
+        reqwest::Method::POST,
+        "/responses",
+        json!({"input": "Where do I live?", "conversation": id}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(answered["status"], "completed", "{answered}");
+    let upstream = fixture.mock.response_requests();
+    let user = upstream[0].input_texts("user").join("\n");
+    assert!(
+        user.contains("My name is Ann.\nI live in Oslo.\nWhere do I live?"),
+        "{user}"
+    );
+    assert_eq!(transcript_rows(fixture.dir.path()), 2, "one engine turn");
+
+    let items: Value = authed(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/conversations/{id}/items", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let texts: Vec<&str> = items["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["content"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts[..3],
+        ["My name is Ann.", "I live in Oslo.", "Where do I live?"]
+    );
+    assert_eq!(texts.len(), 4);
+    let response_id = answered["id"].as_str().unwrap();
+    let inputs: Value = authed(
+        &client,
+        reqwest::Method::GET,
+        format!("{}/responses/{response_id}/input_items", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(inputs["data"].as_array().unwrap().len(), 1);
+
+    // The next response's turn has nothing added before it.
+    call(
+        reqwest::Method::POST,
+        "/responses",
+        json!({"input": "Thanks.", "conversation": id}),
+    )
+    .await
+    .unwrap();
+    let upstream = fixture.mock.response_requests();
+    assert_eq!(upstream[1].input_texts("user"), ["Thanks."]);
+}

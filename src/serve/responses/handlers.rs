@@ -8,9 +8,9 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::records::{new_id, session_key_of, ConversationRecord, ResponseRecord};
+use super::records::{new_id, session_key_of, ResponseRecord};
 use super::stream::{self, CancelGuard};
 use super::wire::{self, ApiError, CreateRequest, FunctionCall, TokenUsage};
 use super::{answer, ResponsesFront};
@@ -22,6 +22,9 @@ pub(super) struct Pending {
     pub id: String,
     pub message_id: String,
     pub session_key: String,
+    /// The user's turn: the request's user text, after the items the client added to its
+    /// conversation since the last response.
+    pub prompt: String,
     pub created_at: u64,
     pub model: String,
     pub request: CreateRequest,
@@ -71,9 +74,18 @@ impl ResponsesFront {
     fn pending(&self, request: CreateRequest) -> Result<Pending, ApiError> {
         let id = new_id("resp");
         let session_key = self.session_of(&request, &id)?;
+        let mut prompt = match &request.conversation {
+            // Function outputs go on with a waiting turn: nothing joins them.
+            Some(conversation) if request.tool_outputs.is_empty() => {
+                self.added_since_last_response(conversation)?
+            }
+            _ => Vec::new(),
+        };
+        prompt.push(request.prompt.clone());
         Ok(Pending {
             message_id: new_id("msg"),
             session_key,
+            prompt: prompt.join("\n"),
             created_at: now_ms() / 1000,
             model: self.upstream.model().to_owned(),
             id,
@@ -117,18 +129,6 @@ impl ResponsesFront {
             }
         }
         record
-    }
-
-    async fn append_to_conversation(&self, id: &str, response: &str) -> Result<(), ApiError> {
-        let _serial = self.conversation_updates.lock().await;
-        let Some(mut conversation) = self.records.conversation(id)? else {
-            return Err(ApiError::not_found(
-                None,
-                format!("Conversation with id '{id}'"),
-            ));
-        };
-        conversation.responses.push(response.to_owned());
-        self.records.save_conversation(&conversation).await
     }
 }
 
@@ -251,157 +251,6 @@ pub(super) async fn input_items(
             items.reverse();
             Json(wire::list(items)).into_response()
         }
-        Err(error) => error.into_response(),
-    }
-}
-
-fn conversation_not_found(id: &str) -> ApiError {
-    ApiError::not_found(None, format!("Conversation with id '{id}'"))
-}
-
-fn known_conversation(front: &ResponsesFront, id: &str) -> Result<ConversationRecord, ApiError> {
-    front
-        .records
-        .conversation(id)?
-        .ok_or_else(|| conversation_not_found(id))
-}
-
-/// The `metadata` of a conversation body (absent: empty).
-fn body_metadata(body: &Value) -> Result<Value, ApiError> {
-    match body.get("metadata") {
-        None | Some(Value::Null) => Ok(json!({})),
-        Some(Value::Object(m)) => Ok(Value::Object(m.clone())),
-        Some(_) => Err(ApiError::invalid(
-            Some("metadata"),
-            "`metadata` must be an object.",
-        )),
-    }
-}
-
-fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    if body.is_empty() {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(None, format!("The request body is not valid JSON: {e}.")))
-}
-
-/// `POST /v1/conversations`: a new conversation, which is a new engine session.
-pub(super) async fn create_conversation(
-    State(front): State<Arc<ResponsesFront>>,
-    body: Bytes,
-) -> Response {
-    let created = async {
-        let body = json_body(&body)?;
-        if body
-            .get("items")
-            .and_then(Value::as_array)
-            .is_some_and(|i| !i.is_empty())
-        {
-            return Err(ApiError::invalid(
-                Some("items"),
-                "Starting a conversation with items is not served by ctxbridge's Responses front yet: send them as the input of its first response.",
-            ));
-        }
-        let record = ConversationRecord {
-            id: new_id("conv"),
-            created_at: now_ms() / 1000,
-            metadata: body_metadata(&body)?,
-            responses: Vec::new(),
-        };
-        front.records.save_conversation(&record).await?;
-        Ok(record)
-    };
-    match created.await {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// `GET /v1/conversations/{id}`.
-pub(super) async fn get_conversation(
-    State(front): State<Arc<ResponsesFront>>,
-    Path(id): Path<String>,
-) -> Response {
-    match known_conversation(&front, &id) {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// `POST /v1/conversations/{id}`: new metadata.
-pub(super) async fn update_conversation(
-    State(front): State<Arc<ResponsesFront>>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let updated = async {
-        let metadata = body_metadata(&json_body(&body)?)?;
-        let _serial = front.conversation_updates.lock().await;
-        let mut record = known_conversation(&front, &id)?;
-        record.metadata = metadata;
-        front.records.save_conversation(&record).await?;
-        Ok::<_, ApiError>(record)
-    };
-    match updated.await {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// `DELETE /v1/conversations/{id}`.
-pub(super) async fn delete_conversation(
-    State(front): State<Arc<ResponsesFront>>,
-    Path(id): Path<String>,
-) -> Response {
-    let deleted = async {
-        let _serial = front.conversation_updates.lock().await;
-        known_conversation(&front, &id)?;
-        front.records.delete_conversation(&id).await
-    };
-    match deleted.await {
-        Ok(()) => Json(json!({"id": id, "object": "conversation.deleted", "deleted": true}))
-            .into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// `GET /v1/conversations/{id}/items`: the client's inputs and the model's answers, oldest
-/// first (the conversation API's default order is ascending).
-pub(super) async fn conversation_items(
-    State(front): State<Arc<ResponsesFront>>,
-    Path(id): Path<String>,
-) -> Response {
-    let listed = || -> Result<Value, ApiError> {
-        let conversation = known_conversation(&front, &id)?;
-        let mut items = Vec::new();
-        for response in &conversation.responses {
-            // A deleted response leaves its turn out of the list.
-            if let Some(record) = front.records.response(response)? {
-                items.extend(record.input_items());
-                items.extend(record.output_items());
-            }
-        }
-        Ok(wire::list(items))
-    };
-    match listed() {
-        Ok(list) => Json(list).into_response(),
-        Err(error) => error.into_response(),
-    }
-}
-
-/// `POST /v1/conversations/{id}/items`: not served yet (items outside a response would need
-/// the engine to ingest them without a turn).
-pub(super) async fn add_conversation_items(
-    State(front): State<Arc<ResponsesFront>>,
-    Path(id): Path<String>,
-) -> Response {
-    match known_conversation(&front, &id) {
-        Ok(_) => ApiError::invalid(
-            Some("items"),
-            "Adding items to a conversation outside a response is not served by ctxbridge's Responses front yet: send them as the input of its next response.",
-        )
-        .into_response(),
         Err(error) => error.into_response(),
     }
 }

@@ -29,6 +29,7 @@ use crate::serve::CapabilityToken;
 use crate::store::StateStore;
 
 mod answer;
+mod conversations;
 mod handlers;
 pub mod records;
 mod relay;
@@ -136,16 +137,19 @@ impl ResponsesFront {
             )
             .route("/v1/responses/:id/cancel", post(handlers::cancel_response))
             .route("/v1/responses/:id/input_items", get(handlers::input_items))
-            .route("/v1/conversations", post(handlers::create_conversation))
+            .route(
+                "/v1/conversations",
+                post(conversations::create_conversation),
+            )
             .route(
                 "/v1/conversations/:id",
-                get(handlers::get_conversation)
-                    .post(handlers::update_conversation)
-                    .delete(handlers::delete_conversation),
+                get(conversations::get_conversation)
+                    .post(conversations::update_conversation)
+                    .delete(conversations::delete_conversation),
             )
             .route(
                 "/v1/conversations/:id/items",
-                get(handlers::conversation_items).post(handlers::add_conversation_items),
+                get(conversations::conversation_items).post(conversations::add_conversation_items),
             )
             .route("/v1/models", get(handlers::models))
             .fallback(unknown_route)

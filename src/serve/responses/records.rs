@@ -135,6 +135,19 @@ pub struct ConversationRecord {
     pub created_at: u64,
     pub metadata: Value,
     pub responses: Vec<String>,
+    /// Items the client added outside a response.
+    #[serde(default)]
+    pub added: Vec<AddedItem>,
+}
+
+/// An item the client added to a conversation outside a response (a user message), with its
+/// place: after how many of the conversation's responses it came.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AddedItem {
+    pub after_responses: usize,
+    /// The item as listed (with its id).
+    pub item: Value,
 }
 
 impl ConversationRecord {

@@ -122,7 +122,7 @@ impl ResponsesFront {
         let recorded = Arc::new(AtomicBool::new(false));
         let mark = recorded.clone();
         let settings = &pending.request.settings;
-        let mut spec = TurnSpec::new(pending.session_key.clone(), pending.request.prompt.clone())
+        let mut spec = TurnSpec::new(pending.session_key.clone(), pending.prompt.clone())
             .when_recorded(Arc::new(move || mark.store(true, Ordering::SeqCst)))
             .with_options(TurnOptions {
                 instructions: settings.instructions.clone(),
@@ -179,6 +179,11 @@ impl ResponsesFront {
                 }
             }
         });
+    }
+
+    /// Whether a turn of `session_key` waits on its client's function outputs.
+    pub(super) fn waits_on_tool_outputs(&self, session_key: &str) -> bool {
+        lock(&self.parked.0).contains_key(session_key)
     }
 
     /// Cancels every parked turn (the front is shutting down).

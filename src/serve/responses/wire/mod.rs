@@ -14,7 +14,7 @@ mod request;
 pub use self::events::{
     function_call_events, message_done, message_opened, response_event, text_delta, EventSequence,
 };
-pub use self::request::{parse_create, CreateRequest, ToolOutputItem};
+pub use self::request::{parse_create, user_message_text, CreateRequest, ToolOutputItem};
 
 /// An error answered in the API's own shape: `{"error": {message, type, param, code}}` with
 /// an HTTP status.

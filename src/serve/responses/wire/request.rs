@@ -235,8 +235,8 @@ fn read_input(items: &[Value]) -> Result<(String, Vec<ToolOutputItem>), ApiError
     }
 }
 
-/// The text parts of a user message.
-fn user_message_text(item: &Value, param: &str) -> Result<Vec<String>, ApiError> {
+/// The text parts of a user message (`param` names it in an error).
+pub fn user_message_text(item: &Value, param: &str) -> Result<Vec<String>, ApiError> {
     let role = item.get("role").and_then(Value::as_str).unwrap_or("");
     if role != "user" {
         return Err(ApiError::invalid(

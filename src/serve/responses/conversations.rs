@@ -1,0 +1,284 @@
+//! The conversation routes of the Responses front: create (optionally with items), read,
+//! update, delete, and list or add items. A conversation is one engine session; items the
+//! client adds outside a response join the user's turn of the conversation's next response.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::records::{new_id, AddedItem, ConversationRecord};
+use super::wire::{self, ApiError};
+use super::ResponsesFront;
+use crate::util::now_ms;
+
+/// The most items one request may add (the API's own limit).
+const MAX_ADDED_ITEMS: usize = 20;
+
+impl ResponsesFront {
+    /// Adds response `response` to conversation `id`.
+    pub(super) async fn append_to_conversation(
+        &self,
+        id: &str,
+        response: &str,
+    ) -> Result<(), ApiError> {
+        let _serial = self.conversation_updates.lock().await;
+        let Some(mut conversation) = self.records.conversation(id)? else {
+            return Err(ApiError::not_found(
+                None,
+                format!("Conversation with id '{id}'"),
+            ));
+        };
+        conversation.responses.push(response.to_owned());
+        self.records.save_conversation(&conversation).await
+    }
+
+    /// The text of the items added to conversation `id` since its last response: they join
+    /// the user's turn of its next response, before its input.
+    pub(super) fn added_since_last_response(&self, id: &str) -> Result<Vec<String>, ApiError> {
+        let Some(conversation) = self.records.conversation(id)? else {
+            return Ok(Vec::new());
+        };
+        Ok(conversation
+            .added
+            .iter()
+            .filter(|added| added.after_responses == conversation.responses.len())
+            .filter_map(|added| wire::user_message_text(&added.item, "items").ok())
+            .map(|parts| parts.join("\n"))
+            .collect())
+    }
+}
+
+fn conversation_not_found(id: &str) -> ApiError {
+    ApiError::not_found(None, format!("Conversation with id '{id}'"))
+}
+
+fn known_conversation(front: &ResponsesFront, id: &str) -> Result<ConversationRecord, ApiError> {
+    front
+        .records
+        .conversation(id)?
+        .ok_or_else(|| conversation_not_found(id))
+}
+
+/// The `metadata` of a conversation body (absent: empty).
+fn body_metadata(body: &Value) -> Result<Value, ApiError> {
+    match body.get("metadata") {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(Value::Object(m)) => Ok(Value::Object(m.clone())),
+        Some(_) => Err(ApiError::invalid(
+            Some("metadata"),
+            "`metadata` must be an object.",
+        )),
+    }
+}
+
+fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("The request body is not valid JSON: {e}.")))
+}
+
+/// The items a request adds (`items`): user messages with text, at most [`MAX_ADDED_ITEMS`],
+/// each given its id; anything else is refused naming the item.
+fn added_items(body: &Value, after_responses: usize) -> Result<Vec<AddedItem>, ApiError> {
+    let items = match body.get("items") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("items"),
+                "`items` must be an array.",
+            ))
+        }
+    };
+    if items.len() > MAX_ADDED_ITEMS {
+        return Err(ApiError::invalid(
+            Some("items"),
+            format!(
+                "At most {MAX_ADDED_ITEMS} items can be added at once; {} were given.",
+                items.len()
+            ),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let param = format!("items[{index}]");
+            let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+            if kind != "message" {
+                return Err(ApiError::invalid(
+                    Some(&param),
+                    format!("Items of type '{kind}' cannot be added to a conversation by ctxbridge's Responses front (only user messages, which join the next response's turn)."),
+                ));
+            }
+            let parts = wire::user_message_text(item, &param)?;
+            Ok(AddedItem {
+                after_responses,
+                item: json!({
+                    "id": new_id("msg"),
+                    "type": "message",
+                    "status": "completed",
+                    "role": "user",
+                    "content": parts
+                        .iter()
+                        .map(|text| json!({"type": "input_text", "text": text}))
+                        .collect::<Vec<_>>(),
+                }),
+            })
+        })
+        .collect()
+}
+
+/// `POST /v1/conversations`: a new conversation, which is a new engine session; its `items`
+/// join the user's turn of its first response.
+pub(super) async fn create_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    body: Bytes,
+) -> Response {
+    let created = async {
+        let body = json_body(&body)?;
+        let record = ConversationRecord {
+            id: new_id("conv"),
+            created_at: now_ms() / 1000,
+            metadata: body_metadata(&body)?,
+            responses: Vec::new(),
+            added: added_items(&body, 0)?,
+        };
+        front.records.save_conversation(&record).await?;
+        Ok::<_, ApiError>(record)
+    };
+    match created.await {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/conversations/{id}`.
+pub(super) async fn get_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    match known_conversation(&front, &id) {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /v1/conversations/{id}`: new metadata.
+pub(super) async fn update_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let updated = async {
+        let metadata = body_metadata(&json_body(&body)?)?;
+        let _serial = front.conversation_updates.lock().await;
+        let mut record = known_conversation(&front, &id)?;
+        record.metadata = metadata;
+        front.records.save_conversation(&record).await?;
+        Ok::<_, ApiError>(record)
+    };
+    match updated.await {
+        Ok(record) => Json(record.object()).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `DELETE /v1/conversations/{id}`.
+pub(super) async fn delete_conversation(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    let deleted = async {
+        let _serial = front.conversation_updates.lock().await;
+        known_conversation(&front, &id)?;
+        front.records.delete_conversation(&id).await
+    };
+    match deleted.await {
+        Ok(()) => Json(json!({"id": id, "object": "conversation.deleted", "deleted": true}))
+            .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `GET /v1/conversations/{id}/items`: the client's inputs (those it added outside a
+/// response included) and the model's answers, oldest first (the conversation API's default
+/// order is ascending).
+pub(super) async fn conversation_items(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+) -> Response {
+    let listed = || -> Result<Value, ApiError> {
+        let conversation = known_conversation(&front, &id)?;
+        let added_after = |count: usize| {
+            conversation
+                .added
+                .iter()
+                .filter(move |added| added.after_responses == count)
+                .map(|added| added.item.clone())
+        };
+        let mut items: Vec<Value> = added_after(0).collect();
+        for (index, response) in conversation.responses.iter().enumerate() {
+            // A deleted response leaves its turn out of the list.
+            if let Some(record) = front.records.response(response)? {
+                items.extend(record.input_items());
+                items.extend(record.output_items());
+            }
+            items.extend(added_after(index + 1));
+        }
+        Ok(wire::list(items))
+    };
+    match listed() {
+        Ok(list) => Json(list).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `POST /v1/conversations/{id}/items`: user messages that join the user's turn of the
+/// conversation's next response (the engine hears them then). Refused while a turn of the
+/// conversation waits on its client's function outputs.
+pub(super) async fn add_conversation_items(
+    State(front): State<Arc<ResponsesFront>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let added = async {
+        let body = json_body(&body)?;
+        let _serial = front.conversation_updates.lock().await;
+        let mut conversation = known_conversation(&front, &id)?;
+        if front.waits_on_tool_outputs(&super::records::session_key_of(&id)) {
+            return Err(ApiError {
+                status: 409,
+                kind: "invalid_request_error",
+                message:
+                    "The conversation's model turn waits on function call outputs; send them first."
+                        .into(),
+                param: Some("items".into()),
+                code: Some("conversation_busy"),
+            });
+        }
+        let added = added_items(&body, conversation.responses.len())?;
+        if added.is_empty() {
+            return Err(ApiError::invalid(
+                Some("items"),
+                "Missing required parameter: 'items'.",
+            ));
+        }
+        conversation.added.extend(added.iter().cloned());
+        front.records.save_conversation(&conversation).await?;
+        Ok(added
+            .into_iter()
+            .map(|added| added.item)
+            .collect::<Vec<_>>())
+    };
+    match added.await {
+        Ok(items) => Json(wire::list(items)).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
