@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, fixture, node_22, openai_python, repo, run_client, transcript_rows, Fixture,
-    CONTEXT_MARK,
+    authed, fixture, get_json, node_22, openai_python, post_json, repo, run_client,
+    transcript_rows, Fixture, CONTEXT_MARK,
 };
 
 /// The client's chain of `len` answers: each under the front's id, answered, and pointing at
@@ -339,36 +339,23 @@ async fn unstored_responses_and_errors_in_the_api_shape() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chain_cannot_be_branched() {
     let fixture = fixture().await;
-    let client = reqwest::Client::new();
-    let post = |body: Value| {
-        authed(
-            &client,
-            reqwest::Method::POST,
-            format!("{}/responses", fixture.url),
-        )
-        .json(&body)
-        .send()
-    };
-    let first: Value = post(json!({"input": "one"}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let second: Value = post(json!({"input": "two", "previous_response_id": first["id"]}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let branch = post(json!({"input": "two again", "previous_response_id": first["id"]}))
-        .await
-        .unwrap();
-    assert_eq!(branch.status(), 400);
-    let body: Value = branch.json().await.unwrap();
-    assert_eq!(body["error"]["param"], "previous_response_id");
-    assert_eq!(body["error"]["code"], "chain_branching_not_supported");
-    let message = body["error"]["message"].as_str().unwrap();
+    let (_, first) = post_json(&fixture, "/responses", json!({"input": "one"})).await;
+    let (_, second) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": "two", "previous_response_id": first["id"]}),
+    )
+    .await;
+    let (status, branch) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": "two again", "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(branch["error"]["param"], "previous_response_id");
+    assert_eq!(branch["error"]["code"], "chain_branching_not_supported");
+    let message = branch["error"]["message"].as_str().unwrap();
     assert!(
         message.contains(second["id"].as_str().unwrap()),
         "{message}"
@@ -378,10 +365,13 @@ async fn a_chain_cannot_be_branched() {
         4,
         "the branch ran no turn"
     );
-    let third = post(json!({"input": "three", "previous_response_id": second["id"]}))
-        .await
-        .unwrap();
-    assert_eq!(third.status(), 200);
+    let (status, _) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": "three", "previous_response_id": second["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200);
 }
 
 /// Items a client adds to a conversation outside a response (at creation, or later) join the
@@ -391,54 +381,37 @@ async fn a_chain_cannot_be_branched() {
 #[tokio::test(flavor = "multi_thread")]
 async fn items_added_to_a_conversation_join_its_next_turn() {
     let fixture = fixture().await;
-    let client = reqwest::Client::new();
-    let call = |method: reqwest::Method, path: &str, body: Value| {
-        authed(&client, method, format!("{}{path}", fixture.url))
-            .json(&body)
-            .send()
-    };
-    let created: Value = call(
-        reqwest::Method::POST,
+    let (_, created) = post_json(
+        &fixture,
         "/conversations",
         json!({"items": [{"type": "message", "role": "user", "content": "My name is Ann."}]}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     let id = created["id"].as_str().unwrap();
-    let added = call(
-        reqwest::Method::POST,
-        &format!("/conversations/{id}/items"),
+    let items_path = format!("/conversations/{id}/items");
+    let (status, added) = post_json(
+        &fixture,
+        &items_path,
         json!({"items": [{"role": "user", "content": [{"type": "input_text", "text": "I live in Oslo."}]}]}),
     )
-    .await
-    .unwrap();
-    assert_eq!(added.status(), 200);
-    let added: Value = added.json().await.unwrap();
+    .await;
+    assert_eq!(status, 200);
     assert_eq!(added["data"][0]["content"][0]["text"], "I live in Oslo.");
-    let refused = call(
-        reqwest::Method::POST,
-        &format!("/conversations/{id}/items"),
+    let (status, refused) = post_json(
+        &fixture,
+        &items_path,
         json!({"items": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]}),
     )
-    .await
-    .unwrap();
-    assert_eq!(refused.status(), 400);
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"]["param"], "items[0]");
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(refused["error"]["param"], "items[0]");
 
-    let answered: Value = call(
-        reqwest::Method::POST,
+    let (_, answered) = post_json(
+        &fixture,
         "/responses",
         json!({"input": "Where do I live?", "conversation": id}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(answered["status"], "completed", "{answered}");
     let upstream = fixture.mock.response_requests();
     let user = upstream[0].input_texts("user").join("\n");
@@ -448,17 +421,7 @@ async fn items_added_to_a_conversation_join_its_next_turn() {
     );
     assert_eq!(transcript_rows(fixture.dir.path()), 2, "one engine turn");
 
-    let items: Value = authed(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/conversations/{id}/items", fixture.url),
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let items = get_json(&fixture, &items_path).await;
     let texts: Vec<&str> = items["data"]
         .as_array()
         .unwrap()
@@ -471,27 +434,16 @@ async fn items_added_to_a_conversation_join_its_next_turn() {
     );
     assert_eq!(texts.len(), 4);
     let response_id = answered["id"].as_str().unwrap();
-    let inputs: Value = authed(
-        &client,
-        reqwest::Method::GET,
-        format!("{}/responses/{response_id}/input_items", fixture.url),
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let inputs = get_json(&fixture, &format!("/responses/{response_id}/input_items")).await;
     assert_eq!(inputs["data"].as_array().unwrap().len(), 1);
 
     // The next response's turn has nothing added before it.
-    call(
-        reqwest::Method::POST,
+    post_json(
+        &fixture,
         "/responses",
         json!({"input": "Thanks.", "conversation": id}),
     )
-    .await
-    .unwrap();
+    .await;
     let upstream = fixture.mock.response_requests();
     assert_eq!(upstream[1].input_texts("user"), ["Thanks."]);
 }

@@ -12,18 +12,12 @@ use serde_json::{json, Value};
 #[path = "support/responses_front.rs"]
 mod front;
 
-use front::{config_of, fixture_of, transcript_rows, TOKEN, UPSTREAM_KEY, UPSTREAM_KEY_ENV};
+use front::{
+    config_of, events_of, fixture_of, transcript_rows, TOKEN, UPSTREAM_KEY, UPSTREAM_KEY_ENV,
+};
 
 fn legacy() -> Value {
     json!({"slots": {"contextEngine": "legacy"}})
-}
-
-/// The `data:` payloads of an SSE body.
-fn events_of(body: &str) -> Vec<Value> {
-    body.split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
 }
 
 /// A body the engine front would refuse (a system message, a hosted tool, sampling) passes

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, fixture, fixture_with, node_22, openai_python, repo, run_client, transcript_rows,
-    Fixture, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_with, get_json, node_22, openai_python, post_json, repo,
+    run_client, transcript_rows, CONTEXT_MARK,
 };
 
 fn weather_tool() -> Value {
@@ -25,35 +25,6 @@ fn weather_tool() -> Value {
         "description": "The weather of a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     }])
-}
-
-/// POSTs `body` to the front's `/responses`; returns the status and the JSON body.
-async fn create(fixture: &Fixture, body: Value) -> (u16, Value) {
-    let response = authed(
-        &reqwest::Client::new(),
-        reqwest::Method::POST,
-        format!("{}/responses", fixture.url),
-    )
-    .json(&body)
-    .send()
-    .await
-    .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
-}
-
-/// GETs `path` under the front's base URL.
-async fn read(fixture: &Fixture, path: &str) -> Value {
-    authed(
-        &reqwest::Client::new(),
-        reqwest::Method::GET,
-        format!("{}{path}", fixture.url),
-    )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap()
 }
 
 /// Whether `later` continues the upstream thread of `earlier` (chained on its response, or
@@ -72,8 +43,9 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
         "get_weather",
         r#"{"city":"Paris"}"#,
     ));
-    let (status, first) = create(
+    let (status, first) = post_json(
         &fixture,
+        "/responses",
         json!({
             "model": "mock-model",
             "input": "What is the weather in Paris?",
@@ -101,8 +73,9 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
 
     // While the turn waits: a new message is refused as the API refuses it, so is an output
     // of another call; neither disturbs the waiting turn.
-    let (status, refused) = create(
+    let (status, refused) = post_json(
         &fixture,
+        "/responses",
         json!({"input": "hello?", "previous_response_id": first_id}),
     )
     .await;
@@ -112,8 +85,9 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
         message.contains(&format!("No tool output found for function call {call_id}")),
         "{message}"
     );
-    let (status, stray) = create(
+    let (status, stray) = post_json(
         &fixture,
+        "/responses",
         json!({"previous_response_id": first_id, "input": [
             {"type": "function_call_output", "call_id": "call_nope", "output": "x"}]}),
     )
@@ -125,8 +99,9 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
         .contains("call_nope"));
 
     // The output: the same turn goes on, and the model answers with it.
-    let (status, second) = create(
+    let (status, second) = post_json(
         &fixture,
+        "/responses",
         json!({"previous_response_id": first_id, "tools": weather_tool(), "input": [
             {"type": "function_call_output", "call_id": call_id, "output": "18C and sunny"}]}),
     )
@@ -151,10 +126,10 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
     );
 
     // Reads show the client's view: the call, and the output as the next input.
-    let stored = read(&fixture, &format!("/responses/{first_id}")).await;
+    let stored = get_json(&fixture, &format!("/responses/{first_id}")).await;
     assert_eq!(stored["output"], first["output"]);
     let second_id = second["id"].as_str().unwrap();
-    let inputs = read(&fixture, &format!("/responses/{second_id}/input_items")).await;
+    let inputs = get_json(&fixture, &format!("/responses/{second_id}/input_items")).await;
     assert_eq!(inputs["data"][0]["type"], "function_call_output");
     assert_eq!(inputs["data"][0]["call_id"], call_id.as_str());
 
@@ -181,8 +156,9 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
 
     // The engine heard one turn: the user's message and the answer.
     assert_eq!(transcript_rows(fixture.dir.path()), 2);
-    let (status, third) = create(
+    let (status, third) = post_json(
         &fixture,
+        "/responses",
         json!({"input": "thanks", "previous_response_id": second_id}),
     )
     .await;
@@ -220,14 +196,6 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
     assert_eq!(health.status(), 200);
     let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(ready.text().await.unwrap(), "ok");
-}
-
-/// The SSE frames of a streamed response body, as JSON events.
-fn events_of(body: &str) -> Vec<Value> {
-    body.split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
 }
 
 /// Streamed, the call comes as the API's function call events and the answer as text
@@ -309,16 +277,18 @@ async fn a_turn_left_waiting_is_cancelled_and_keeps_nothing() {
         "get_weather",
         r#"{"city":"Quito"}"#,
     ));
-    let (_, first) = create(
+    let (_, first) = post_json(
         &fixture,
+        "/responses",
         json!({"input": "Weather in Quito?", "tools": weather_tool()}),
     )
     .await;
     let call_id = first["output"][0]["call_id"].as_str().unwrap().to_owned();
     let first_id = first["id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let (status, late) = create(
+    let (status, late) = post_json(
         &fixture,
+        "/responses",
         json!({"previous_response_id": first_id, "input": [
             {"type": "function_call_output", "call_id": call_id, "output": "too late"}]}),
     )
@@ -333,8 +303,9 @@ async fn a_turn_left_waiting_is_cancelled_and_keeps_nothing() {
         0,
         "nothing of the cancelled turn is kept"
     );
-    let (status, next) = create(
+    let (status, next) = post_json(
         &fixture,
+        "/responses",
         json!({"input": "never mind", "previous_response_id": first_id}),
     )
     .await;

@@ -209,3 +209,41 @@ pub fn transcript_rows(dir: &Path) -> i64 {
     conn.query_row("SELECT count(*) FROM transcript", [], |r| r.get(0))
         .unwrap()
 }
+
+/// POSTs `body` to `path` under the front's base URL with the token; the status and the JSON
+/// body.
+pub async fn post_json(fixture: &Fixture, path: &str, body: Value) -> (u16, Value) {
+    let response = authed(
+        &reqwest::Client::new(),
+        reqwest::Method::POST,
+        format!("{}{path}", fixture.url),
+    )
+    .json(&body)
+    .send()
+    .await
+    .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// GETs `path` under the front's base URL with the token; the JSON body.
+pub async fn get_json(fixture: &Fixture, path: &str) -> Value {
+    authed(
+        &reqwest::Client::new(),
+        reqwest::Method::GET,
+        format!("{}{path}", fixture.url),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap()
+}
+
+/// The `data:` payloads of an SSE body, as JSON.
+pub fn events_of(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
