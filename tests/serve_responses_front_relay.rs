@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    config_of, events_of, fixture_of, transcript_rows, TOKEN, UPSTREAM_KEY, UPSTREAM_KEY_ENV,
+    config_of, events_of, fixture_configured, fixture_of, transcript_rows, TOKEN, UPSTREAM_KEY,
+    UPSTREAM_KEY_ENV,
 };
 
 fn legacy() -> Value {
@@ -160,9 +161,10 @@ async fn pass_through_auth_hands_the_clients_key_upstream() {
     );
 }
 
-/// Pass-through with an engine running the turns is refused at start, naming the key.
+/// Pass-through with an engine on conversation threads is refused at start, naming the key
+/// and what it needs.
 #[tokio::test(flavor = "multi_thread")]
-async fn pass_through_auth_with_an_engine_is_refused() {
+async fn pass_through_auth_with_engine_conversations_is_refused() {
     let mock = MockModelServer::start(MockModelConfig::stateful())
         .await
         .unwrap();
@@ -191,8 +193,123 @@ async fn pass_through_auth_with_an_engine_is_refused() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("serve.responses.passThroughAuth") && stderr.contains("sample-summary"),
+        stderr.contains("serve.responses.passThroughAuth")
+            && stderr.contains("backend.threads \"chain\""),
         "{stderr}"
     );
     assert!(mock.requests().is_empty());
+}
+
+/// Pass-through with an engine (chain threads): each client's key goes upstream with its
+/// turns, and a client's responses are its own: another key finds none of them, cannot
+/// continue its chain, and lists the models with its own key.
+#[tokio::test(flavor = "multi_thread")]
+async fn pass_through_auth_with_an_engine_keeps_each_keys_responses_its_own() {
+    let fixture = fixture_configured(
+        |mock| {
+            let mut config: Value = serde_json::from_str(&config_of(
+                mock,
+                json!({"slots": {"contextEngine": "sample-summary"}}),
+                json!({"responses": {"passThroughAuth": true}}),
+            ))
+            .unwrap();
+            config["backend"]["threads"] = json!("chain");
+            config.to_string()
+        },
+        false,
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let post = |key: &'static str, body: Value| {
+        client
+            .post(format!("{}/responses", fixture.url))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let first: Value = post("sk-ann", json!({"input": "Ann's first"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let first_id = first["id"].as_str().unwrap();
+    let second = post(
+        "sk-ann",
+        json!({"input": "Ann's second", "previous_response_id": first_id}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.status(), 200);
+    let keys: Vec<Option<String>> = fixture
+        .mock
+        .response_requests()
+        .iter()
+        .map(|r| r.header("authorization").map(str::to_owned))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            Some("Bearer sk-ann".to_owned()),
+            Some("Bearer sk-ann".to_owned())
+        ]
+    );
+
+    // Bob sees nothing of Ann's.
+    let read = client
+        .get(format!("{}/responses/{first_id}", fixture.url))
+        .bearer_auth("sk-bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 404);
+    let hijack = post(
+        "sk-bob",
+        json!({"input": "tell me Ann's", "previous_response_id": first_id}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(hijack.status(), 404);
+    assert_eq!(
+        fixture.mock.response_requests().len(),
+        2,
+        "nothing of Bob's went upstream"
+    );
+    let models = client
+        .get(format!("{}/models", fixture.url))
+        .bearer_auth("sk-bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    let last = fixture.mock.requests().pop().unwrap();
+    assert_eq!(last.path, "/v1/models");
+    assert_eq!(last.header("authorization"), Some("Bearer sk-bob"));
+
+    // Ann still reads hers; no key is refused before anything goes upstream.
+    let read = client
+        .get(format!("{}/responses/{first_id}", fixture.url))
+        .bearer_auth("sk-ann")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    let anonymous = client
+        .post(format!("{}/responses", fixture.url))
+        .json(&json!({"input": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let metrics = client
+        .get(format!("{}/metrics", fixture.url.trim_end_matches("/v1")))
+        .bearer_auth("sk-ann")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        metrics.status(),
+        404,
+        "no metrics without a token of the front's"
+    );
 }

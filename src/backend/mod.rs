@@ -326,6 +326,31 @@ pub struct TurnOptions {
     /// How the model must choose among the turn's tools (the Responses API's `tool_choice`:
     /// `"auto"`, `"none"`, `"required"` or `{"type": "function", "name"}`).
     pub tool_choice: Option<Value>,
+    /// The `Authorization` the turn's requests carry instead of the backend's configured key
+    /// (ctxbridge serve's Responses front passing its client's own key on).
+    pub authorization: Option<Authorization>,
+}
+
+/// An `Authorization` header value (`Bearer …`), never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Authorization(String);
+
+impl Authorization {
+    /// The header value as sent.
+    pub fn new(value: impl Into<String>) -> Authorization {
+        Authorization(value.into())
+    }
+
+    /// The header value, for the request that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Authorization {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Authorization(***)")
+    }
 }
 
 impl TurnOptions {

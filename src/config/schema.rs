@@ -557,9 +557,8 @@ pub struct ResponsesFrontConfig {
     /// that brings their outputs before it is cancelled (nothing of it kept).
     pub tool_output_timeout_secs: u64,
     /// The client's `Authorization` goes on to the upstream, which checks it (instead of the
-    /// front checking a capability token and sending `backend.apiKeyEnv`'s key). Only for a
-    /// front that relays (no context engine): an engine's turns call the upstream with the
-    /// configured key.
+    /// front checking a capability token and sending `backend.apiKeyEnv`'s key). With an
+    /// engine, each key's responses are its own, and `backend.threads` must be `"chain"`.
     pub pass_through_auth: bool,
 }
 

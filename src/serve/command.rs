@@ -125,9 +125,9 @@ pub enum ServeSetupError {
     /// The Responses front without a Responses backend.
     #[error("serve --front responses needs backend.kind \"responses\" in the configuration (the upstream Responses API, or `ctxbridge mock-model`)")]
     NotResponses,
-    /// `serve.responses.passThroughAuth` with a context engine running the turns.
-    #[error("serve.responses.passThroughAuth needs the Responses front to relay (plugins.slots.contextEngine \"legacy\" without serve.engineThreads \"all\"): the engine {engine:?} runs each turn, and its requests go upstream with backend.apiKeyEnv's key")]
-    PassThroughAuthWithEngine { engine: String },
+    /// `serve.responses.passThroughAuth` with an engine on conversation threads.
+    #[error("serve.responses.passThroughAuth with the context engine {engine:?} needs backend.threads \"chain\": an upstream conversation belongs to the key that made it, and ctxbridge makes and feeds the engine's conversations outside the client's requests")]
+    PassThroughAuthWithConversations { engine: String },
     /// `serve.responses.passThroughAuth` beside a capability token.
     #[error("serve.responses.passThroughAuth and --ws-auth exclude each other: with pass-through, the client's Authorization is the upstream's key, checked upstream")]
     PassThroughAuthWithToken,
@@ -193,8 +193,11 @@ pub async fn responses_front(
     let app = open_with_backend(config, store, upstream.clone()).await;
     let engine = app.resolved.slot.engine_id.clone();
     let relays = !config.serve.engine_threads_for(&engine);
-    if front_config.pass_through_auth && !relays {
-        return Err(ServeSetupError::PassThroughAuthWithEngine { engine });
+    if front_config.pass_through_auth
+        && !relays
+        && upstream.threads() == crate::backend::responses::ResponsesThreads::Conversation
+    {
+        return Err(ServeSetupError::PassThroughAuthWithConversations { engine });
     }
     if relays {
         tracing::info!(

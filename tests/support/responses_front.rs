@@ -121,15 +121,19 @@ pub fn config_of(mock: &MockModelServer, plugins: Value, serve: Value) -> String
 /// The fixture with these `plugins` and `serve` sections, started with the capability token
 /// or without.
 pub async fn fixture_of(plugins: Value, serve: Value, capability_token: bool) -> Fixture {
+    fixture_configured(|mock| config_of(mock, plugins, serve), capability_token).await
+}
+
+/// The fixture with the configuration `config` writes for the mock model.
+pub async fn fixture_configured(
+    config: impl FnOnce(&MockModelServer) -> String,
+    capability_token: bool,
+) -> Fixture {
     let mock = MockModelServer::start(MockModelConfig::stateful())
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("ctxbridge.json5"),
-        config_of(&mock, plugins, serve),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("ctxbridge.json5"), config(&mock)).unwrap();
     let (server, url) = start_front_as(dir.path(), capability_token);
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"),

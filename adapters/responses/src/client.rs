@@ -95,6 +95,9 @@ struct Call<'a> {
     accept: &'static str,
     chained: bool,
     conversation: bool,
+    /// The `Authorization` of this call instead of the client's key (a caller passing its own
+    /// client's key on).
+    authorization: Option<HeaderValue>,
 }
 
 impl<'a> Call<'a> {
@@ -113,6 +116,7 @@ impl<'a> Call<'a> {
             accept: "application/json",
             chained: false,
             conversation: true,
+            authorization: None,
         }
     }
 }
@@ -181,6 +185,29 @@ impl ResponsesClient {
         &self,
         request: CreateResponse,
     ) -> Result<ResponseStream, ResponsesError> {
+        self.create_response_as(request, None).await
+    }
+
+    /// [`ResponsesClient::create_response`] sent with `authorization` (a whole header value,
+    /// `Bearer …`) instead of the client's key when given: a proxy passing its own client's
+    /// key on.
+    pub async fn create_response_as(
+        &self,
+        request: CreateResponse,
+        authorization: Option<&str>,
+    ) -> Result<ResponseStream, ResponsesError> {
+        let authorization = authorization
+            .map(|value| {
+                let mut value =
+                    HeaderValue::from_str(value).map_err(|_| ResponsesError::Config {
+                        operation: CREATE_OPERATION,
+                        message: "the Authorization given holds characters an HTTP header cannot"
+                            .into(),
+                    })?;
+                value.set_sensitive(true);
+                Ok::<_, ResponsesError>(value)
+            })
+            .transpose()?;
         let body = serde_json::to_vec(&StreamingBody {
             request: &request,
             stream: true,
@@ -208,6 +235,7 @@ impl ResponsesClient {
             accept: "text/event-stream",
             chained: request.previous_response_id.is_some(),
             conversation: request.conversation.is_some(),
+            authorization,
         };
         let limits = self.stream_limits(started);
         let sent = match started.checked_add(self.config.turn_timeout) {
@@ -254,6 +282,7 @@ impl ResponsesClient {
             accept: "application/json",
             chained: request.previous_response_id.is_some(),
             conversation: false,
+            authorization: None,
         };
         let response = match self.send_with_retries(call).await {
             Ok(response) => response,
@@ -297,6 +326,7 @@ impl ResponsesClient {
             accept: "application/json",
             chained: false,
             conversation: false,
+            authorization: None,
         };
         let conversation = self.conversation_call(call).await?;
         tracing::debug!(conversation = %conversation.id, "created a conversation");
@@ -326,6 +356,7 @@ impl ResponsesClient {
             accept: "application/json",
             chained: false,
             conversation: false,
+            authorization: None,
         };
         let conversation = self.conversation_call(call).await?;
         if !rest.is_empty() {
@@ -444,6 +475,7 @@ impl ResponsesClient {
             accept: "application/json",
             chained: false,
             conversation: false,
+            authorization: None,
         };
         let response = self.send_with_retries(call).await?;
         let bytes = self.read_json_body(LIST_MODELS_OPERATION, response).await?;
@@ -530,7 +562,7 @@ impl ResponsesClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.clone());
         }
-        if let Some(authorization) = &self.authorization {
+        if let Some(authorization) = call.authorization.as_ref().or(self.authorization.as_ref()) {
             builder = builder.header(AUTHORIZATION, authorization.clone());
         }
         let no_answer = |message: String| ResponsesError::Connect {

@@ -115,6 +115,18 @@ impl ThreadedBackend for ResponsesBackend {
         const OPERATION: &str = "run turn";
         let thread_id = request.thread_id.clone();
         self.check_known(OPERATION, &thread_id)?;
+        let authorization = match &request.options.authorization {
+            None => None,
+            // A conversation belongs to the key that made it, and this backend makes and feeds
+            // its conversations with its own key outside the turn's requests.
+            Some(_) if self.threads == ResponsesThreads::Conversation => {
+                return Err(BackendError::Unsupported {
+                    operation: "a turn with its caller's own key on conversation threads (backend.threads \"chain\" takes one)",
+                    backend: "responses",
+                })
+            }
+            Some(given) => Some(given.expose()),
+        };
         let continuation = match self.threads {
             ResponsesThreads::Chain => Continuation::Chain(ChainPosition::of(&thread_id)),
             ResponsesThreads::Conversation => Continuation::Conversation(thread_id.to_string()),
@@ -129,7 +141,13 @@ impl ThreadedBackend for ResponsesBackend {
             "running a Responses turn"
         );
         match self
-            .run_rounds(create, &request.tools, &events, thread_id.as_str())
+            .run_rounds(
+                create,
+                &request.tools,
+                &events,
+                thread_id.as_str(),
+                authorization,
+            )
             .await
         {
             Ok((response_id, reply, usage)) => {

@@ -21,13 +21,14 @@ impl ResponsesBackend {
         tools: &TurnTools,
         events: &mpsc::Sender<TurnEvent>,
         thread_id: &str,
+        authorization: Option<&str>,
     ) -> Result<(String, String, Option<Usage>), BackendError> {
         const OPERATION: &str = "run turn";
         let mut reply = String::new();
         for round in 1..=MAX_TOOL_ROUNDS {
             let mut calls = Vec::new();
             let (response_id, text, usage) = self
-                .stream_turn(create.clone(), events, &mut calls)
+                .stream_turn(create.clone(), events, &mut calls, authorization)
                 .await
                 .map_err(|e| backend_error(OPERATION, thread_id, e))?;
             reply.push_str(&text);
@@ -69,8 +70,12 @@ impl ResponsesBackend {
         request: CreateResponse,
         events: &mpsc::Sender<TurnEvent>,
         calls: &mut Vec<Value>,
+        authorization: Option<&str>,
     ) -> Result<(String, String, Option<Usage>), ResponsesError> {
-        let mut stream = self.client.create_response(request).await?;
+        let mut stream = self
+            .client
+            .create_response_as(request, authorization)
+            .await?;
         let mut streamed = String::new();
         let mut item_text = String::new();
         while let Some(event) = stream.next().await {

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::records::{new_id, AddedItem, ConversationRecord};
+use super::records::{new_id, AddedItem, Caller, ConversationRecord};
 use super::wire::{self, ApiError};
 use super::ResponsesFront;
 use crate::util::now_ms;
@@ -56,10 +57,14 @@ fn conversation_not_found(id: &str) -> ApiError {
     ApiError::not_found(None, format!("Conversation with id '{id}'"))
 }
 
-fn known_conversation(front: &ResponsesFront, id: &str) -> Result<ConversationRecord, ApiError> {
+fn known_conversation(
+    front: &ResponsesFront,
+    id: &str,
+    caller: &Caller,
+) -> Result<ConversationRecord, ApiError> {
     front
         .records
-        .conversation(id)?
+        .conversation_for(id, caller)?
         .ok_or_else(|| conversation_not_found(id))
 }
 
@@ -139,6 +144,7 @@ fn added_items(body: &Value, after_responses: usize) -> Result<Vec<AddedItem>, A
 /// join the user's turn of its first response.
 pub(super) async fn create_conversation(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Response {
     let created = async {
@@ -149,6 +155,7 @@ pub(super) async fn create_conversation(
             metadata: body_metadata(&body)?,
             responses: Vec::new(),
             added: added_items(&body, 0)?,
+            owner: caller.owner,
         };
         front.records.save_conversation(&record).await?;
         Ok::<_, ApiError>(record)
@@ -162,9 +169,10 @@ pub(super) async fn create_conversation(
 /// `GET /v1/conversations/{id}`.
 pub(super) async fn get_conversation(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match known_conversation(&front, &id) {
+    match known_conversation(&front, &id, &caller) {
         Ok(record) => Json(record.object()).into_response(),
         Err(error) => error.into_response(),
     }
@@ -173,13 +181,14 @@ pub(super) async fn get_conversation(
 /// `POST /v1/conversations/{id}`: new metadata.
 pub(super) async fn update_conversation(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
     let updated = async {
         let metadata = body_metadata(&json_body(&body)?)?;
         let _serial = front.conversation_updates.lock().await;
-        let mut record = known_conversation(&front, &id)?;
+        let mut record = known_conversation(&front, &id, &caller)?;
         record.metadata = metadata;
         front.records.save_conversation(&record).await?;
         Ok::<_, ApiError>(record)
@@ -193,11 +202,12 @@ pub(super) async fn update_conversation(
 /// `DELETE /v1/conversations/{id}`.
 pub(super) async fn delete_conversation(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
     let deleted = async {
         let _serial = front.conversation_updates.lock().await;
-        known_conversation(&front, &id)?;
+        known_conversation(&front, &id, &caller)?;
         front.records.delete_conversation(&id).await
     };
     match deleted.await {
@@ -212,10 +222,11 @@ pub(super) async fn delete_conversation(
 /// order is ascending).
 pub(super) async fn conversation_items(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
     let listed = || -> Result<Value, ApiError> {
-        let conversation = known_conversation(&front, &id)?;
+        let conversation = known_conversation(&front, &id, &caller)?;
         let added_after = |count: usize| {
             conversation
                 .added
@@ -245,13 +256,14 @@ pub(super) async fn conversation_items(
 /// conversation waits on its client's function outputs.
 pub(super) async fn add_conversation_items(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
     let added = async {
         let body = json_body(&body)?;
         let _serial = front.conversation_updates.lock().await;
-        let mut conversation = known_conversation(&front, &id)?;
+        let mut conversation = known_conversation(&front, &id, &caller)?;
         if front.waits_on_tool_outputs(&super::records::session_key_of(&id)) {
             return Err(ApiError {
                 status: 409,

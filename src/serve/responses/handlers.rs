@@ -7,10 +7,11 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde_json::json;
 
-use super::records::{new_id, session_key_of, ResponseRecord};
+use super::records::{new_id, session_key_of, Caller, ResponseRecord};
 use super::stream::{self, CancelGuard};
 use super::wire::{self, ApiError, CreateRequest, FunctionCall, TokenUsage};
 use super::{answer, ResponsesFront};
@@ -28,19 +29,29 @@ pub(super) struct Pending {
     pub created_at: u64,
     pub model: String,
     pub request: CreateRequest,
+    /// Who asks (see [`Caller`]).
+    pub caller: Caller,
 }
 
 impl ResponsesFront {
     /// The engine session `request` continues: its previous response's, its conversation's,
     /// or a new one named after the response `id` that starts it.
-    fn session_of(&self, request: &CreateRequest, id: &str) -> Result<String, ApiError> {
+    fn session_of(
+        &self,
+        request: &CreateRequest,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<String, ApiError> {
         if let Some(previous) = &request.previous_response_id {
-            let record = self.records.response(previous)?.ok_or_else(|| {
-                ApiError::not_found(
-                    Some("previous_response_id"),
-                    format!("Previous response with id '{previous}'"),
-                )
-            })?;
+            let record = self
+                .records
+                .response_for(previous, caller)?
+                .ok_or_else(|| {
+                    ApiError::not_found(
+                        Some("previous_response_id"),
+                        format!("Previous response with id '{previous}'"),
+                    )
+                })?;
             // One engine session holds the chain's turns in order: a response can only be
             // continued while it is the latest (branching the session is not served).
             if let Some(head) = self.records.head(&record.session_key)? {
@@ -59,21 +70,23 @@ impl ResponsesFront {
             return Ok(record.session_key);
         }
         if let Some(conversation) = &request.conversation {
-            self.records.conversation(conversation)?.ok_or_else(|| {
-                ApiError::not_found(
-                    Some("conversation"),
-                    format!("Conversation with id '{conversation}'"),
-                )
-            })?;
+            self.records
+                .conversation_for(conversation, caller)?
+                .ok_or_else(|| {
+                    ApiError::not_found(
+                        Some("conversation"),
+                        format!("Conversation with id '{conversation}'"),
+                    )
+                })?;
             return Ok(session_key_of(conversation));
         }
         Ok(session_key_of(id))
     }
 
     /// A new response to `request`.
-    fn pending(&self, request: CreateRequest) -> Result<Pending, ApiError> {
+    fn pending(&self, request: CreateRequest, caller: Caller) -> Result<Pending, ApiError> {
         let id = new_id("resp");
-        let session_key = self.session_of(&request, &id)?;
+        let session_key = self.session_of(&request, &id, &caller)?;
         let mut prompt = match &request.conversation {
             // Function outputs go on with a waiting turn: nothing joins them.
             Some(conversation) if request.tool_outputs.is_empty() => {
@@ -90,6 +103,7 @@ impl ResponsesFront {
             model: self.upstream.model().to_owned(),
             id,
             request,
+            caller,
         })
     }
 
@@ -118,6 +132,7 @@ impl ResponsesFront {
             store: pending.request.store,
             settings: pending.request.settings.clone(),
             usage,
+            owner: pending.caller.owner.clone(),
         };
         if let Err(error) = self.records.save_response_as_head(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
@@ -154,10 +169,11 @@ pub(super) fn turn_error(error: &HarnessError) -> ApiError {
 /// `POST /v1/responses`.
 pub(super) async fn create_response(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Response {
     let started = wire::parse_create(&body)
-        .and_then(|request| front.pending(request))
+        .and_then(|request| front.pending(request, caller))
         .and_then(|pending| Ok((front.turn_for(&pending)?, pending)));
     let (turn, pending) = match started {
         Ok(started) => started,
@@ -189,10 +205,14 @@ fn response_not_found(id: &str) -> ApiError {
 
 /// A response the client may read: kept, and made with `store: true` (one made with
 /// `store: false` stays only the link of its chain, as the API's).
-fn known_response(front: &ResponsesFront, id: &str) -> Result<ResponseRecord, ApiError> {
+fn known_response(
+    front: &ResponsesFront,
+    id: &str,
+    caller: &Caller,
+) -> Result<ResponseRecord, ApiError> {
     front
         .records
-        .response(id)?
+        .response_for(id, caller)?
         .filter(|record| record.store)
         .ok_or_else(|| response_not_found(id))
 }
@@ -200,9 +220,10 @@ fn known_response(front: &ResponsesFront, id: &str) -> Result<ResponseRecord, Ap
 /// `GET /v1/responses/{id}`.
 pub(super) async fn get_response(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match known_response(&front, &id) {
+    match known_response(&front, &id, &caller) {
         Ok(record) => Json(record.object()).into_response(),
         Err(error) => error.into_response(),
     }
@@ -211,10 +232,11 @@ pub(super) async fn get_response(
 /// `DELETE /v1/responses/{id}`: the record goes (the turn stays in the engine session).
 pub(super) async fn delete_response(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
     let deleted = async {
-        known_response(&front, &id)?;
+        known_response(&front, &id, &caller)?;
         front.records.delete_response(&id).await
     };
     match deleted.await {
@@ -227,9 +249,10 @@ pub(super) async fn delete_response(
 /// front runs none (a streamed response is cancelled by closing its stream).
 pub(super) async fn cancel_response(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match known_response(&front, &id) {
+    match known_response(&front, &id, &caller) {
         Ok(_) => ApiError::invalid(
             None,
             "Only responses created with background=true can be cancelled; this response has finished.",
@@ -242,9 +265,10 @@ pub(super) async fn cancel_response(
 /// `GET /v1/responses/{id}/input_items`: what the client sent, never the projected context.
 pub(super) async fn input_items(
     State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match known_response(&front, &id) {
+    match known_response(&front, &id, &caller) {
         Ok(record) => {
             // The API lists them newest first by default.
             let mut items = record.input_items();
@@ -256,7 +280,14 @@ pub(super) async fn input_items(
 }
 
 /// `GET /v1/models`: the upstream's answer, passed through.
-pub(super) async fn models(State(front): State<Arc<ResponsesFront>>) -> Response {
+pub(super) async fn models(
+    State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    if let Some(authorization) = &caller.authorization {
+        // The caller's own key asks (pass-through).
+        return super::relay::relay_as(&front, "models", authorization).await;
+    }
     match front.upstream.client().list_models().await {
         Ok(list) => Json(list).into_response(),
         Err(error) => {

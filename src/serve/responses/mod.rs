@@ -37,7 +37,7 @@ mod stream;
 mod turns;
 pub mod wire;
 
-use self::records::Records;
+use self::records::{Caller, Records};
 use self::turns::ParkedTurns;
 use self::wire::ApiError;
 
@@ -115,11 +115,13 @@ impl ResponsesFront {
                 .layer(middleware::from_fn_with_state(self.clone(), authorize))
                 .with_state(self.clone());
         }
-        // Health is open, as the Codex front's; the API and the metrics need the token.
-        let guarded = self
-            .routes()
-            .route("/metrics", get(metrics))
-            .layer(middleware::from_fn_with_state(self.clone(), authorize));
+        // Health is open, as the Codex front's; the API and the metrics need the token (with
+        // pass-through there is none of the front's to check: no metrics).
+        let mut guarded = self.routes();
+        if !self.mode.pass_through_auth {
+            guarded = guarded.route("/metrics", get(metrics));
+        }
+        let guarded = guarded.layer(middleware::from_fn_with_state(self.clone(), authorize));
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
@@ -185,22 +187,32 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Refuses a request whose bearer token is not the capability token (when one is set).
+/// Refuses a request whose bearer token is not the capability token (when one is set), and
+/// tells the handlers who asks ([`Caller`]): with pass-through, the client's key, which the
+/// upstream checks (a request without one is refused here).
 async fn authorize(
     State(front): State<Arc<ResponsesFront>>,
     headers: HeaderMap,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    // With pass-through, the upstream checks the client's key.
-    if let (Some(token), false) = (&front.auth, front.mode.pass_through_auth) {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        if !token.accepts(given) {
-            return ApiError::unauthorized().into_response();
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let caller = if front.mode.pass_through_auth {
+        match given {
+            Some(key) => Caller::with_key(key),
+            None => return ApiError::unauthorized_upstream().into_response(),
         }
-    }
+    } else {
+        if let Some(token) = &front.auth {
+            if !token.accepts(given) {
+                return ApiError::unauthorized().into_response();
+            }
+        }
+        Caller::default()
+    };
+    request.extensions_mut().insert(caller);
     next.run(request).await
 }
 

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::wire::{self, ApiError, FunctionCall, ModelSettings, ResponseView, Status, TokenUsage};
+use crate::backend::Authorization;
 use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
+use crate::util::sha256_hex;
 
 /// The documents namespace of response records (key: the response id).
 pub const RESPONSES_NAMESPACE: &str = "responses-front/responses";
@@ -28,6 +30,32 @@ pub fn new_id(prefix: &str) -> String {
 /// `conversation_id`: every response of a chain or a conversation is a turn of one session.
 pub fn session_key_of(thread: &str) -> String {
     format!("responses:{thread}")
+}
+
+/// Who asks. With `serve.responses.passThroughAuth` a client is its key: the key goes on with
+/// its turns, and the records it makes are its own (another key finds nothing); otherwise
+/// every client is the same caller.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The client's `Authorization`, passed on to the upstream.
+    pub authorization: Option<Authorization>,
+    /// Its owner mark: the SHA-256 of the `Authorization`.
+    pub owner: Option<String>,
+}
+
+impl Caller {
+    /// The caller whose requests carry `authorization` (pass-through).
+    pub fn with_key(authorization: &str) -> Caller {
+        Caller {
+            owner: Some(sha256_hex(authorization)),
+            authorization: Some(Authorization::new(authorization)),
+        }
+    }
+
+    /// Whether a record marked `owner` is this caller's.
+    pub fn owns(&self, owner: &Option<String>) -> bool {
+        &self.owner == owner
+    }
 }
 
 /// One answered response, as its client sees it (a failed one is not kept).
@@ -55,6 +83,9 @@ pub struct ResponseRecord {
     /// What the client asked of the model (echoed).
     #[serde(default)]
     pub settings: ModelSettings,
+    /// Whose it is (see [`Caller`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The tokens of the model's last response of the turn (unknown for a response that
     /// ended with the model's calls: the turn has not ended).
     #[serde(default)]
@@ -138,6 +169,9 @@ pub struct ConversationRecord {
     /// Items the client added outside a response.
     #[serde(default)]
     pub added: Vec<AddedItem>,
+    /// Whose it is (see [`Caller`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// An item the client added to a conversation outside a response (a user message), with its
@@ -221,6 +255,24 @@ impl Records {
         self.save(RESPONSES_NAMESPACE, &record.id, json)
             .await
             .map_err(|e| store_error("record the response", e))
+    }
+
+    /// The response `id` if `caller` may see it.
+    pub fn response_for(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<Option<ResponseRecord>, ApiError> {
+        Ok(self.response(id)?.filter(|r| caller.owns(&r.owner)))
+    }
+
+    /// The conversation `id` if `caller` may see it.
+    pub fn conversation_for(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<Option<ConversationRecord>, ApiError> {
+        Ok(self.conversation(id)?.filter(|c| caller.owns(&c.owner)))
     }
 
     /// The latest response of engine session `session_key`, if it has one.

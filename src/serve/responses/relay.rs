@@ -5,14 +5,16 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use responses_client::RelayRequest;
 
 use super::wire::ApiError;
 use super::ResponsesFront;
+use crate::backend::Authorization;
 
 /// The largest request body relayed (the API's own limit for a request with inline files is
 /// larger; the front keeps a bound of its own).
@@ -46,19 +48,47 @@ pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Req
     } else {
         None
     };
-    let relayed = front
-        .upstream
-        .client()
-        .relay(RelayRequest {
+    forward(
+        &front,
+        RelayRequest {
             method: parts.method,
             path: path.to_owned(),
             query: parts.uri.query().map(str::to_owned),
             headers: parts.headers,
             body,
             authorization,
-        })
-        .await;
-    match relayed {
+        },
+    )
+    .await
+}
+
+/// `GET /v1/{path}` relayed with the caller's own `authorization` (a front with an engine
+/// passing its clients' keys on, for what it passes through).
+pub(super) async fn relay_as(
+    front: &ResponsesFront,
+    path: &str,
+    authorization: &Authorization,
+) -> Response {
+    let Ok(value) = HeaderValue::from_str(authorization.expose()) else {
+        return ApiError::unauthorized_upstream().into_response();
+    };
+    forward(
+        front,
+        RelayRequest {
+            method: Method::GET,
+            path: path.to_owned(),
+            query: None,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            authorization: Some(value),
+        },
+    )
+    .await
+}
+
+/// Sends `request` to the upstream; its answer, streamed, or 502 when none came.
+async fn forward(front: &ResponsesFront, request: RelayRequest) -> Response {
+    match front.upstream.client().relay(request).await {
         Ok(relayed) => {
             let mut response = Body::from_stream(relayed.body).into_response();
             *response.status_mut() = relayed.status;

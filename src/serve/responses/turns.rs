@@ -128,6 +128,7 @@ impl ResponsesFront {
                 instructions: settings.instructions.clone(),
                 max_output_tokens: settings.max_output_tokens,
                 tool_choice: settings.tool_choice.clone(),
+                authorization: pending.caller.authorization.clone(),
             });
         let specs = settings.tool_specs();
         if !specs.is_empty() {
