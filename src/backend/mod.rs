@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use responses_client::ApiKey;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -155,12 +156,9 @@ impl TurnTools {
     /// Runs one call through the executor (an error output when there is none, or when the
     /// tool was not offered this turn).
     pub async fn call(&self, invocation: ToolInvocation) -> ToolOutput {
-        match self.refusal(&invocation) {
-            Some(refused) => refused,
-            None => match &self.executor {
-                Some(executor) => executor.call(invocation).await,
-                None => unreachable_output(),
-            },
+        match (self.refusal(&invocation), &self.executor) {
+            (None, Some(executor)) => executor.call(invocation).await,
+            (refused, _) => refused.unwrap_or_else(unreachable_output),
         }
     }
 
@@ -326,31 +324,9 @@ pub struct TurnOptions {
     /// How the model must choose among the turn's tools (the Responses API's `tool_choice`:
     /// `"auto"`, `"none"`, `"required"` or `{"type": "function", "name"}`).
     pub tool_choice: Option<Value>,
-    /// The `Authorization` the turn's requests carry instead of the backend's configured key
-    /// (ctxbridge serve's Responses front passing its client's own key on).
-    pub authorization: Option<Authorization>,
-}
-
-/// An `Authorization` header value (`Bearer …`), never shown by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Authorization(String);
-
-impl Authorization {
-    /// The header value as sent.
-    pub fn new(value: impl Into<String>) -> Authorization {
-        Authorization(value.into())
-    }
-
-    /// The header value, for the request that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Authorization {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Authorization(***)")
-    }
+    /// The key the turn's requests carry instead of the backend's configured one (ctxbridge
+    /// serve's Responses front passing its client's own key on).
+    pub api_key: Option<ApiKey>,
 }
 
 impl TurnOptions {

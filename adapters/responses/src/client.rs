@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use url::Url;
 
-use crate::config::ResponsesConfig;
+use crate::config::{ApiKey, ResponsesConfig};
 use crate::error::ResponsesError;
 use crate::sse::{ResponseStream, StreamLimits};
 use crate::types::{
@@ -128,19 +128,11 @@ impl ResponsesClient {
                 operation: "build Responses client",
                 message,
             })?;
-        let authorization = match &config.api_key {
-            None => None,
-            Some(key) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-                    .map_err(|_| ResponsesError::Config {
-                        operation: "build Responses client",
-                        message: "the API key contains characters not allowed in an HTTP header"
-                            .into(),
-                    })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-        };
+        let authorization = config
+            .api_key
+            .as_ref()
+            .map(|key| bearer(key, "build Responses client"))
+            .transpose()?;
         let http = reqwest::Client::builder()
             .connect_timeout(config.request_timeout)
             .build()
@@ -188,25 +180,15 @@ impl ResponsesClient {
         self.create_response_as(request, None).await
     }
 
-    /// [`ResponsesClient::create_response`] sent with `authorization` (a whole header value,
-    /// `Bearer …`) instead of the client's key when given: a proxy passing its own client's
-    /// key on.
+    /// [`ResponsesClient::create_response`] sent with `api_key` instead of the client's own
+    /// when given: a proxy passing its own client's key on.
     pub async fn create_response_as(
         &self,
         request: CreateResponse,
-        authorization: Option<&str>,
+        api_key: Option<&ApiKey>,
     ) -> Result<ResponseStream, ResponsesError> {
-        let authorization = authorization
-            .map(|value| {
-                let mut value =
-                    HeaderValue::from_str(value).map_err(|_| ResponsesError::Config {
-                        operation: CREATE_OPERATION,
-                        message: "the Authorization given holds characters an HTTP header cannot"
-                            .into(),
-                    })?;
-                value.set_sensitive(true);
-                Ok::<_, ResponsesError>(value)
-            })
+        let authorization = api_key
+            .map(|key| bearer(key, CREATE_OPERATION))
             .transpose()?;
         let body = serde_json::to_vec(&StreamingBody {
             request: &request,
@@ -654,6 +636,18 @@ fn shorten(text: &str) -> String {
 }
 
 /// An error with its causes ("error sending request: connection refused").
+/// `Authorization: Bearer <key>`, marked sensitive so that no formatter prints it.
+pub fn bearer(key: &ApiKey, operation: &'static str) -> Result<HeaderValue, ResponsesError> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+        ResponsesError::Config {
+            operation,
+            message: "the API key contains characters not allowed in an HTTP header".into(),
+        }
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

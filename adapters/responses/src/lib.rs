@@ -36,7 +36,7 @@ pub mod sse;
 pub mod types;
 pub mod urls;
 
-pub use client::ResponsesClient;
+pub use client::{bearer, ResponsesClient};
 pub use config::{ApiKey, ResponsesConfig};
 pub use error::ResponsesError;
 pub use relay::{RelayRequest, Relayed};

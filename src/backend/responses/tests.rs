@@ -309,7 +309,7 @@ fn requests_carry_the_turn_options() {
         instructions: Some("Answer in one line.".into()),
         max_output_tokens: Some(64),
         tool_choice: Some(serde_json::json!("required")),
-        authorization: None,
+        api_key: None,
     };
     let fresh = Continuation::Chain(ChainPosition::Fresh);
     let create = turn_request("m", &fresh, &ChainState::default(), &request);

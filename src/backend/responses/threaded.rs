@@ -115,7 +115,7 @@ impl ThreadedBackend for ResponsesBackend {
         const OPERATION: &str = "run turn";
         let thread_id = request.thread_id.clone();
         self.check_known(OPERATION, &thread_id)?;
-        let authorization = match &request.options.authorization {
+        let api_key = match &request.options.api_key {
             None => None,
             // A conversation belongs to the key that made it, and this backend makes and feeds
             // its conversations with its own key outside the turn's requests.
@@ -125,7 +125,7 @@ impl ThreadedBackend for ResponsesBackend {
                     backend: "responses",
                 })
             }
-            Some(given) => Some(given.expose()),
+            Some(given) => Some(given),
         };
         let continuation = match self.threads {
             ResponsesThreads::Chain => Continuation::Chain(ChainPosition::of(&thread_id)),
@@ -141,13 +141,7 @@ impl ThreadedBackend for ResponsesBackend {
             "running a Responses turn"
         );
         match self
-            .run_rounds(
-                create,
-                &request.tools,
-                &events,
-                thread_id.as_str(),
-                authorization,
-            )
+            .run_rounds(create, &request.tools, &events, thread_id.as_str(), api_key)
             .await
         {
             Ok((response_id, reply, usage)) => {

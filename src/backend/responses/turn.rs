@@ -1,6 +1,6 @@
 //! A turn's responses: streaming each one and running the model's tool calls between them.
 
-use responses_client::{output_item_text, CreateResponse, ResponseEvent, ResponsesError};
+use responses_client::{output_item_text, ApiKey, CreateResponse, ResponseEvent, ResponsesError};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -21,14 +21,14 @@ impl ResponsesBackend {
         tools: &TurnTools,
         events: &mpsc::Sender<TurnEvent>,
         thread_id: &str,
-        authorization: Option<&str>,
+        api_key: Option<&ApiKey>,
     ) -> Result<(String, String, Option<Usage>), BackendError> {
         const OPERATION: &str = "run turn";
         let mut reply = String::new();
         for round in 1..=MAX_TOOL_ROUNDS {
             let mut calls = Vec::new();
             let (response_id, text, usage) = self
-                .stream_turn(create.clone(), events, &mut calls, authorization)
+                .stream_turn(create.clone(), events, &mut calls, api_key)
                 .await
                 .map_err(|e| backend_error(OPERATION, thread_id, e))?;
             reply.push_str(&text);
@@ -70,12 +70,9 @@ impl ResponsesBackend {
         request: CreateResponse,
         events: &mpsc::Sender<TurnEvent>,
         calls: &mut Vec<Value>,
-        authorization: Option<&str>,
+        api_key: Option<&ApiKey>,
     ) -> Result<(String, String, Option<Usage>), ResponsesError> {
-        let mut stream = self
-            .client
-            .create_response_as(request, authorization)
-            .await?;
+        let mut stream = self.client.create_response_as(request, api_key).await?;
         let mut streamed = String::new();
         let mut item_text = String::new();
         while let Some(event) = stream.next().await {

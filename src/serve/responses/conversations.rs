@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::records::{new_id, AddedItem, Caller, ConversationRecord};
+use super::handlers::Answer;
+use super::records::{new_id, session_key_of, AddedItem, Caller, ConversationRecord};
 use super::wire::{self, ApiError};
 use super::ResponsesFront;
 use crate::util::now_ms;
@@ -35,21 +35,6 @@ impl ResponsesFront {
         };
         conversation.responses.push(response.to_owned());
         self.records.save_conversation(&conversation).await
-    }
-
-    /// The text of the items added to conversation `id` since its last response: they join
-    /// the user's turn of its next response, before its input.
-    pub(super) fn added_since_last_response(&self, id: &str) -> Result<Vec<String>, ApiError> {
-        let Some(conversation) = self.records.conversation(id)? else {
-            return Ok(Vec::new());
-        };
-        Ok(conversation
-            .added
-            .iter()
-            .filter(|added| added.after_responses == conversation.responses.len())
-            .filter_map(|added| wire::user_message_text(&added.item, "items").ok())
-            .map(|parts| parts.join("\n"))
-            .collect())
     }
 }
 
@@ -146,24 +131,18 @@ pub(super) async fn create_conversation(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     body: Bytes,
-) -> Response {
-    let created = async {
-        let body = json_body(&body)?;
-        let record = ConversationRecord {
-            id: new_id("conv"),
-            created_at: now_ms() / 1000,
-            metadata: body_metadata(&body)?,
-            responses: Vec::new(),
-            added: added_items(&body, 0)?,
-            owner: caller.owner,
-        };
-        front.records.save_conversation(&record).await?;
-        Ok::<_, ApiError>(record)
+) -> Answer {
+    let body = json_body(&body)?;
+    let record = ConversationRecord {
+        id: new_id("conv"),
+        created_at: now_ms() / 1000,
+        metadata: body_metadata(&body)?,
+        responses: Vec::new(),
+        added: added_items(&body, 0)?,
+        owner: caller.owner,
     };
-    match created.await {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
+    front.records.save_conversation(&record).await?;
+    Ok(Json(record.object()))
 }
 
 /// `GET /v1/conversations/{id}`.
@@ -171,11 +150,8 @@ pub(super) async fn get_conversation(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    match known_conversation(&front, &id, &caller) {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    Ok(Json(known_conversation(&front, &id, &caller)?.object()))
 }
 
 /// `POST /v1/conversations/{id}`: new metadata.
@@ -184,19 +160,13 @@ pub(super) async fn update_conversation(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Response {
-    let updated = async {
-        let metadata = body_metadata(&json_body(&body)?)?;
-        let _serial = front.conversation_updates.lock().await;
-        let mut record = known_conversation(&front, &id, &caller)?;
-        record.metadata = metadata;
-        front.records.save_conversation(&record).await?;
-        Ok::<_, ApiError>(record)
-    };
-    match updated.await {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    let metadata = body_metadata(&json_body(&body)?)?;
+    let _serial = front.conversation_updates.lock().await;
+    let mut record = known_conversation(&front, &id, &caller)?;
+    record.metadata = metadata;
+    front.records.save_conversation(&record).await?;
+    Ok(Json(record.object()))
 }
 
 /// `DELETE /v1/conversations/{id}`.
@@ -204,17 +174,13 @@ pub(super) async fn delete_conversation(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let deleted = async {
-        let _serial = front.conversation_updates.lock().await;
-        known_conversation(&front, &id, &caller)?;
-        front.records.delete_conversation(&id).await
-    };
-    match deleted.await {
-        Ok(()) => Json(json!({"id": id, "object": "conversation.deleted", "deleted": true}))
-            .into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    let _serial = front.conversation_updates.lock().await;
+    known_conversation(&front, &id, &caller)?;
+    front.records.delete_conversation(&id).await?;
+    Ok(Json(
+        json!({"id": id, "object": "conversation.deleted", "deleted": true}),
+    ))
 }
 
 /// `GET /v1/conversations/{id}/items`: the client's inputs (those it added outside a
@@ -224,31 +190,25 @@ pub(super) async fn conversation_items(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let listed = || -> Result<Value, ApiError> {
-        let conversation = known_conversation(&front, &id, &caller)?;
-        let added_after = |count: usize| {
-            conversation
-                .added
-                .iter()
-                .filter(move |added| added.after_responses == count)
-                .map(|added| added.item.clone())
-        };
-        let mut items: Vec<Value> = added_after(0).collect();
-        for (index, response) in conversation.responses.iter().enumerate() {
-            // A deleted response leaves its turn out of the list.
-            if let Some(record) = front.records.response(response)? {
-                items.extend(record.input_items());
-                items.extend(record.output_items());
-            }
-            items.extend(added_after(index + 1));
-        }
-        Ok(wire::list(items))
+) -> Answer {
+    let conversation = known_conversation(&front, &id, &caller)?;
+    let added_after = |count: usize| {
+        conversation
+            .added
+            .iter()
+            .filter(move |added| added.after_responses == count)
+            .map(|added| added.item.clone())
     };
-    match listed() {
-        Ok(list) => Json(list).into_response(),
-        Err(error) => error.into_response(),
+    let mut items: Vec<Value> = added_after(0).collect();
+    for (index, response) in conversation.responses.iter().enumerate() {
+        // A deleted response leaves its turn out of the list.
+        if let Some(record) = front.records.response(response)? {
+            items.extend(record.input_items());
+            items.extend(record.output_items());
+        }
+        items.extend(added_after(index + 1));
     }
+    Ok(Json(wire::list(items)))
 }
 
 /// `POST /v1/conversations/{id}/items`: user messages that join the user's turn of the
@@ -259,38 +219,30 @@ pub(super) async fn add_conversation_items(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Response {
-    let added = async {
-        let body = json_body(&body)?;
-        let _serial = front.conversation_updates.lock().await;
-        let mut conversation = known_conversation(&front, &id, &caller)?;
-        if front.waits_on_tool_outputs(&super::records::session_key_of(&id)) {
-            return Err(ApiError {
-                status: 409,
-                kind: "invalid_request_error",
-                message:
-                    "The conversation's model turn waits on function call outputs; send them first."
-                        .into(),
-                param: Some("items".into()),
-                code: Some("conversation_busy"),
-            });
-        }
-        let added = added_items(&body, conversation.responses.len())?;
-        if added.is_empty() {
-            return Err(ApiError::invalid(
-                Some("items"),
-                "Missing required parameter: 'items'.",
-            ));
-        }
-        conversation.added.extend(added.iter().cloned());
-        front.records.save_conversation(&conversation).await?;
-        Ok(added
-            .into_iter()
-            .map(|added| added.item)
-            .collect::<Vec<_>>())
-    };
-    match added.await {
-        Ok(items) => Json(wire::list(items)).into_response(),
-        Err(error) => error.into_response(),
+) -> Answer {
+    let body = json_body(&body)?;
+    let _serial = front.conversation_updates.lock().await;
+    let mut conversation = known_conversation(&front, &id, &caller)?;
+    if front.waits_on_tool_outputs(&session_key_of(&id)) {
+        return Err(ApiError {
+            status: 409,
+            kind: "invalid_request_error",
+            message:
+                "The conversation's model turn waits on function call outputs; send them first."
+                    .into(),
+            param: Some("items".into()),
+            code: Some("conversation_busy"),
+        });
     }
+    let added = added_items(&body, conversation.responses.len())?;
+    if added.is_empty() {
+        return Err(ApiError::invalid(
+            Some("items"),
+            "Missing required parameter: 'items'.",
+        ));
+    }
+    conversation.added.extend(added.iter().cloned());
+    front.records.save_conversation(&conversation).await?;
+    let items = added.into_iter().map(|added| added.item).collect();
+    Ok(Json(wire::list(items)))
 }

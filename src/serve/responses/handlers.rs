@@ -9,9 +9,9 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 
-use super::records::{new_id, session_key_of, Caller, ResponseRecord};
+use super::records::{new_id, session_key_of, Caller, ConversationRecord, ResponseRecord};
 use super::stream::{self, CancelGuard};
 use super::wire::{self, ApiError, CreateRequest, FunctionCall, TokenUsage};
 use super::{answer, ResponsesFront};
@@ -34,14 +34,14 @@ pub(super) struct Pending {
 }
 
 impl ResponsesFront {
-    /// The engine session `request` continues: its previous response's, its conversation's,
-    /// or a new one named after the response `id` that starts it.
+    /// The engine session `request` continues: its previous response's, its conversation's
+    /// (with the conversation), or a new one named after the response `id` that starts it.
     fn session_of(
         &self,
         request: &CreateRequest,
         id: &str,
         caller: &Caller,
-    ) -> Result<String, ApiError> {
+    ) -> Result<(String, Option<ConversationRecord>), ApiError> {
         if let Some(previous) = &request.previous_response_id {
             let record = self
                 .records
@@ -67,10 +67,11 @@ impl ResponsesFront {
                     });
                 }
             }
-            return Ok(record.session_key);
+            return Ok((record.session_key, None));
         }
         if let Some(conversation) = &request.conversation {
-            self.records
+            let record = self
+                .records
                 .conversation_for(conversation, caller)?
                 .ok_or_else(|| {
                     ApiError::not_found(
@@ -78,19 +79,19 @@ impl ResponsesFront {
                         format!("Conversation with id '{conversation}'"),
                     )
                 })?;
-            return Ok(session_key_of(conversation));
+            return Ok((session_key_of(conversation), Some(record)));
         }
-        Ok(session_key_of(id))
+        Ok((session_key_of(id), None))
     }
 
     /// A new response to `request`.
     fn pending(&self, request: CreateRequest, caller: Caller) -> Result<Pending, ApiError> {
         let id = new_id("resp");
-        let session_key = self.session_of(&request, &id, &caller)?;
-        let mut prompt = match &request.conversation {
+        let (session_key, conversation) = self.session_of(&request, &id, &caller)?;
+        let mut prompt = match conversation {
             // Function outputs go on with a waiting turn: nothing joins them.
             Some(conversation) if request.tool_outputs.is_empty() => {
-                self.added_since_last_response(conversation)?
+                conversation.added_since_last_response()
             }
             _ => Vec::new(),
         };
@@ -217,16 +218,16 @@ fn known_response(
         .ok_or_else(|| response_not_found(id))
 }
 
+/// What a route answers: a JSON body, or the API's error.
+pub(super) type Answer = Result<Json<Value>, ApiError>;
+
 /// `GET /v1/responses/{id}`.
 pub(super) async fn get_response(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    match known_response(&front, &id, &caller) {
-        Ok(record) => Json(record.object()).into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    Ok(Json(known_response(&front, &id, &caller)?.object()))
 }
 
 /// `DELETE /v1/responses/{id}`: the record goes (the turn stays in the engine session).
@@ -234,15 +235,12 @@ pub(super) async fn delete_response(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let deleted = async {
-        known_response(&front, &id, &caller)?;
-        front.records.delete_response(&id).await
-    };
-    match deleted.await {
-        Ok(()) => Json(json!({"id": id, "object": "response", "deleted": true})).into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    known_response(&front, &id, &caller)?;
+    front.records.delete_response(&id).await?;
+    Ok(Json(
+        json!({"id": id, "object": "response", "deleted": true}),
+    ))
 }
 
 /// `POST /v1/responses/{id}/cancel`: only background responses can be cancelled, and the
@@ -251,15 +249,12 @@ pub(super) async fn cancel_response(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    match known_response(&front, &id, &caller) {
-        Ok(_) => ApiError::invalid(
-            None,
-            "Only responses created with background=true can be cancelled; this response has finished.",
-        )
-        .into_response(),
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    known_response(&front, &id, &caller)?;
+    Err(ApiError::invalid(
+        None,
+        "Only responses created with background=true can be cancelled; this response has finished.",
+    ))
 }
 
 /// `GET /v1/responses/{id}/input_items`: what the client sent, never the projected context.
@@ -267,16 +262,11 @@ pub(super) async fn input_items(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    match known_response(&front, &id, &caller) {
-        Ok(record) => {
-            // The API lists them newest first by default.
-            let mut items = record.input_items();
-            items.reverse();
-            Json(wire::list(items)).into_response()
-        }
-        Err(error) => error.into_response(),
-    }
+) -> Answer {
+    // The API lists them newest first by default.
+    let mut items = known_response(&front, &id, &caller)?.input_items();
+    items.reverse();
+    Ok(Json(wire::list(items)))
 }
 
 /// `GET /v1/models`: the upstream's answer, passed through.
@@ -284,9 +274,9 @@ pub(super) async fn models(
     State(front): State<Arc<ResponsesFront>>,
     Extension(caller): Extension<Caller>,
 ) -> Response {
-    if let Some(authorization) = &caller.authorization {
+    if let Some(api_key) = &caller.api_key {
         // The caller's own key asks (pass-through).
-        return super::relay::relay_as(&front, "models", authorization).await;
+        return super::relay::relay_as(&front, "models", api_key).await;
     }
     match front.upstream.client().list_models().await {
         Ok(list) => Json(list).into_response(),

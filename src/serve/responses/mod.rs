@@ -102,11 +102,6 @@ impl ResponsesFront {
         self.mode.relays
     }
 
-    /// How many turns wait on their client's function outputs.
-    pub fn waiting_turns(&self) -> usize {
-        self.parked.len()
-    }
-
     /// The routes of the API the front serves; anything else answers the API's 404.
     pub fn router(self: &Arc<Self>) -> Router {
         if self.mode.relays {
@@ -200,8 +195,8 @@ async fn authorize(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let caller = if front.mode.pass_through_auth {
-        match given {
-            Some(key) => Caller::with_key(key),
+        match given.and_then(Caller::with_bearer) {
+            Some(caller) => caller,
             None => return ApiError::unauthorized_upstream().into_response(),
         }
     } else {

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use responses_client::ApiKey;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::wire::{self, ApiError, FunctionCall, ModelSettings, ResponseView, Status, TokenUsage};
-use crate::backend::Authorization;
 use crate::store::{StateStore, StateStoreExt, StoreError, TurnWrite};
 use crate::util::sha256_hex;
 
@@ -37,19 +37,22 @@ pub fn session_key_of(thread: &str) -> String {
 /// every client is the same caller.
 #[derive(Debug, Clone, Default)]
 pub struct Caller {
-    /// The client's `Authorization`, passed on to the upstream.
-    pub authorization: Option<Authorization>,
-    /// Its owner mark: the SHA-256 of the `Authorization`.
+    /// The client's key, passed on to the upstream.
+    pub api_key: Option<ApiKey>,
+    /// Its owner mark: the SHA-256 of the key.
     pub owner: Option<String>,
 }
 
 impl Caller {
-    /// The caller whose requests carry `authorization` (pass-through).
-    pub fn with_key(authorization: &str) -> Caller {
-        Caller {
-            owner: Some(sha256_hex(authorization)),
-            authorization: Some(Authorization::new(authorization)),
-        }
+    /// The caller whose requests carry `authorization` (pass-through): its bearer key, or
+    /// `None` when it is no `Bearer` credential.
+    pub fn with_bearer(authorization: &str) -> Option<Caller> {
+        let (scheme, key) = authorization.split_once(' ')?;
+        let key = key.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then(|| Caller {
+            owner: Some(sha256_hex(key)),
+            api_key: Some(ApiKey::new(key)),
+        })
     }
 
     /// Whether a record marked `owner` is this caller's.
@@ -185,6 +188,17 @@ pub struct AddedItem {
 }
 
 impl ConversationRecord {
+    /// The text of the items added since the last response: they join the user's turn of the
+    /// next response, before its input.
+    pub fn added_since_last_response(&self) -> Vec<String> {
+        self.added
+            .iter()
+            .filter(|added| added.after_responses == self.responses.len())
+            .filter_map(|added| wire::user_message_text(&added.item, "items").ok())
+            .map(|parts| parts.join("\n"))
+            .collect()
+    }
+
     /// The conversation object.
     pub fn object(&self) -> Value {
         serde_json::json!({

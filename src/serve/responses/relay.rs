@@ -8,13 +8,12 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
-use responses_client::RelayRequest;
+use responses_client::{bearer, ApiKey, RelayRequest};
 
 use super::wire::ApiError;
 use super::ResponsesFront;
-use crate::backend::Authorization;
 
 /// The largest request body relayed (the API's own limit for a request with inline files is
 /// larger; the front keeps a bound of its own).
@@ -62,14 +61,10 @@ pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Req
     .await
 }
 
-/// `GET /v1/{path}` relayed with the caller's own `authorization` (a front with an engine
-/// passing its clients' keys on, for what it passes through).
-pub(super) async fn relay_as(
-    front: &ResponsesFront,
-    path: &str,
-    authorization: &Authorization,
-) -> Response {
-    let Ok(value) = HeaderValue::from_str(authorization.expose()) else {
+/// `GET /v1/{path}` relayed with the caller's own `api_key` (a front with an engine passing
+/// its clients' keys on, for what it passes through).
+pub(super) async fn relay_as(front: &ResponsesFront, path: &str, api_key: &ApiKey) -> Response {
+    let Ok(value) = bearer(api_key, "relay a request") else {
         return ApiError::unauthorized_upstream().into_response();
     };
     forward(

@@ -128,7 +128,7 @@ impl ResponsesFront {
                 instructions: settings.instructions.clone(),
                 max_output_tokens: settings.max_output_tokens,
                 tool_choice: settings.tool_choice.clone(),
-                authorization: pending.caller.authorization.clone(),
+                api_key: pending.caller.api_key.clone(),
             });
         let specs = settings.tool_specs();
         if !specs.is_empty() {
@@ -314,13 +314,6 @@ async fn drive(
         }
     }
     let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
-}
-
-impl ParkedTurns {
-    /// How many turns wait on their client's function outputs.
-    pub(super) fn len(&self) -> usize {
-        lock(&self.0).len()
-    }
 }
 
 /// How long a parked turn waits, from `serve.responses.toolOutputTimeoutSecs`.
