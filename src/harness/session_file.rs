@@ -3,7 +3,8 @@
 //! store stays the source of truth: a file that cannot be written is logged and skipped, never
 //! a failed turn. The formatting is [`crate::host::session_file`].
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::Harness;
@@ -87,20 +88,112 @@ impl Harness {
             return;
         };
         let result = (|| -> Result<(), std::io::Error> {
-            let existing = std::fs::read_to_string(&path)?;
-            let lines = message_lines(
-                last_entry_id(&existing).as_deref(),
-                &pairs(entries),
-                now_ms(),
-            );
-            let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
-            if !existing.is_empty() && !existing.ends_with('\n') {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(&path)?;
+            let tail = read_tail(&mut file, TAIL_WINDOW)?;
+            let lines = message_lines(tail.last_id.as_deref(), &pairs(entries), now_ms());
+            if tail.unterminated {
                 file.write_all(b"\n")?;
             }
             file.write_all(lines.as_bytes())
         })();
         if let Err(error) = result {
             tracing::warn!(path = %path.display(), %error, "cannot append to the session file");
+        }
+    }
+}
+
+/// The bytes read from a session file's end at first when appending; doubled until a whole
+/// entry line is among them (a long message's line is longer).
+const TAIL_WINDOW: u64 = 8 * 1024;
+
+/// What appending to a session file needs of what it holds.
+#[derive(Debug, PartialEq, Eq)]
+struct Tail {
+    /// The last entry's id ([`last_entry_id`] of the whole text).
+    last_id: Option<String>,
+    /// The file does not end with a newline (a torn last line): the next entry starts on a
+    /// line of its own.
+    unterminated: bool,
+}
+
+/// Reads what [`Tail`] needs from the end of `file`, `window` bytes at first, so that a turn
+/// does not read the whole session file: its cost stays that of the last lines however long
+/// the session grows. The result is that of [`last_entry_id`] on the whole text.
+fn read_tail(file: &mut File, window: u64) -> std::io::Result<Tail> {
+    let len = file.metadata()?.len();
+    let mut window = window.clamp(1, len.max(1));
+    loop {
+        let start = len.saturating_sub(window);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        Read::take(&mut *file, len - start).read_to_end(&mut bytes)?;
+        let text = String::from_utf8_lossy(&bytes);
+        // Unless the window starts the file, its first line is cut: only whole lines count.
+        let whole = match start {
+            0 => Some(text.as_ref()),
+            _ => text.find('\n').map(|at| &text[at + 1..]),
+        };
+        let last_id = whole.and_then(last_entry_id);
+        if last_id.is_some() || start == 0 {
+            return Ok(Tail {
+                last_id,
+                unterminated: bytes.last().is_some_and(|b| *b != b'\n'),
+            });
+        }
+        window = window.saturating_mul(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::{last_entry_id, read_tail, Tail};
+
+    fn entry(id: &str, text_len: usize) -> String {
+        format!(
+            "{{\"type\":\"message\",\"id\":\"{id}\",\"message\":{{\"text\":\"{}\"}}}}\n",
+            "é".repeat(text_len)
+        )
+    }
+
+    /// Every window finds what reading the whole file finds, whatever the lines' lengths,
+    /// a torn last line, or a header alone.
+    #[test]
+    fn the_tail_says_what_the_whole_file_says() {
+        let header = "{\"type\":\"session\",\"id\":\"s\"}\n".to_string();
+        let cases = [
+            String::new(),
+            header.clone(),
+            format!("{header}{}", entry("a", 3)),
+            format!("{header}{}{}", entry("a", 3), entry("b", 5000)),
+            format!("{header}{}{}", entry("a", 9000), entry("b", 2)),
+            format!("{header}{}{{\"type\":\"mess", entry("a", 40)),
+            format!("{header}{}not json\n\n", entry("a", 40)),
+            format!("{header}{}", entry("a", 40)).trim_end().to_string(),
+        ];
+        for text in &cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.jsonl");
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            let expected = Tail {
+                last_id: last_entry_id(text),
+                unterminated: !text.is_empty() && !text.ends_with('\n'),
+            };
+            for window in [1, 7, 64, 1000, 8 * 1024, 1 << 20] {
+                let mut file = std::fs::File::open(&path).unwrap();
+                assert_eq!(
+                    read_tail(&mut file, window).unwrap(),
+                    expected,
+                    "window {window} of {text:?}"
+                );
+            }
         }
     }
 }
