@@ -332,7 +332,8 @@ fn bench_serve_prints_its_rows() {
 }
 
 /// `bench --serve --front responses` needs only the mock model: it prints the three latency
-/// rows (direct, legacy and sample-summary through the front), the concurrent clients with no
+/// rows (direct, legacy and sample-summary through the front; to the stream's end and to the
+/// first text), the concurrent clients with no
 /// failed turn, the idle-connection memory and the load.
 #[test]
 fn bench_serve_responses_front_prints_its_rows() {
@@ -360,6 +361,7 @@ fn bench_serve_responses_front_prints_its_rows() {
         String::from_utf8_lossy(&output.stderr)
     );
     for row in [
+        "first text p50 ms",
         "direct to the upstream",
         "through the front, legacy",
         "through the front, sample-summary",

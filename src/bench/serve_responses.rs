@@ -3,9 +3,10 @@
 //! (built from a configuration as the command builds it, its state in a SQLite file), spoken
 //! to over HTTP as an SDK speaks to it:
 //! - a streamed turn sent to the mock directly, then the same through the front with no
-//!   engine (`legacy`: the relay) and with `sample-summary` (thread bootstrap): p50/p99, the
-//!   added p50 and the ratio, against the mock's own ~1 ms and with the model taking
-//!   [`MODEL_TIME`];
+//!   engine (`legacy`: the relay) and with `sample-summary` (thread bootstrap): p50/p99 to the
+//!   stream's end (`response.completed`, sent once the turn is kept), the added p50 and the
+//!   ratio, and the p50 to the first text and what the front adds to it, against the mock's
+//!   own ~1 ms and with the model taking [`MODEL_TIME`];
 //! - concurrent clients, each a `previous_response_id` chain of several turns: failures and
 //!   responses per second;
 //! - idle keep-alive connections: resident memory per connection.
@@ -36,11 +37,19 @@ pub struct ResponsesBenchOptions {
     pub idle_connections: usize,
 }
 
-/// Latency figures of one path.
+/// Latency figures of one path: the whole streamed turn (to `response.completed`, when the
+/// turn is kept), and its first text (the first `response.output_text.delta`).
 #[derive(Debug, Clone, Copy)]
 pub struct Latency {
     pub p50: Duration,
     pub p99: Duration,
+    pub first_text_p50: Duration,
+}
+
+/// What one streamed turn took.
+struct TurnTimes {
+    whole: Duration,
+    first_text: Duration,
 }
 
 /// The run's figures.
@@ -136,18 +145,20 @@ async fn start_front(
     })
 }
 
-/// One streamed turn at `base`, read to its end; the new response's id.
+/// One streamed turn at `base`, read to its end; the new response's id, and when its first
+/// text came (from `started`, when there was text).
 async fn streamed_turn(
     client: &reqwest::Client,
     base: &str,
     input: &str,
     previous: Option<&str>,
-) -> Result<String, String> {
+) -> Result<(String, Option<Duration>), String> {
+    let started = Instant::now();
     let mut body = json!({"model": "mock-model", "input": input, "stream": true, "store": true});
     if let Some(previous) = previous {
         body["previous_response_id"] = Value::from(previous);
     }
-    let response = client
+    let mut response = client
         .post(format!("{base}/responses"))
         .json(&body)
         .send()
@@ -158,7 +169,17 @@ async fn streamed_turn(
         let body = response.text().await.unwrap_or_default();
         return Err(format!("HTTP {status} from {base}: {body}"));
     }
-    let text = response.text().await.map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    let mut first_text = None;
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        bytes.extend_from_slice(&chunk);
+        if first_text.is_none()
+            && String::from_utf8_lossy(&bytes).contains("event: response.output_text.delta")
+        {
+            first_text = Some(started.elapsed());
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
     if !text.contains("event: response.completed") {
         return Err("the stream ended without response.completed".into());
     }
@@ -168,6 +189,7 @@ async fn streamed_turn(
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .find(|v| v["type"] == "response.completed")
         .and_then(|v| v["response"]["id"].as_str().map(str::to_owned))
+        .map(|id| (id, first_text))
         .ok_or_else(|| "no response.completed with an id in the stream".to_owned())
 }
 
@@ -181,7 +203,7 @@ async fn timed_chain(
     let mut previous: Option<String> = None;
     for turn in 0..turns {
         let started = Instant::now();
-        let id = streamed_turn(
+        let (id, first_text) = streamed_turn(
             client,
             base,
             &format!("bench turn {turn}"),
@@ -189,13 +211,21 @@ async fn timed_chain(
         )
         .await
         .map_err(runtime("a timed streamed turn"))?;
-        times.push(started.elapsed());
+        let whole = started.elapsed();
+        times.push(TurnTimes {
+            whole,
+            first_text: first_text.unwrap_or(whole),
+        });
         previous = Some(id);
     }
-    times.sort_unstable();
+    let mut whole: Vec<Duration> = times.iter().map(|t| t.whole).collect();
+    let mut first_text: Vec<Duration> = times.iter().map(|t| t.first_text).collect();
+    whole.sort_unstable();
+    first_text.sort_unstable();
     Ok(Latency {
-        p50: percentile(&times, 50).unwrap_or_default(),
-        p99: percentile(&times, 99).unwrap_or_default(),
+        p50: percentile(&whole, 50).unwrap_or_default(),
+        p99: percentile(&whole, 99).unwrap_or_default(),
+        first_text_p50: percentile(&first_text, 50).unwrap_or_default(),
     })
 }
 
@@ -283,7 +313,7 @@ async fn measure(
             let mut previous: Option<String> = None;
             for t in 0..turns {
                 match streamed_turn(&client, &base, &format!("client {c} turn {t}"), previous.as_deref()).await {
-                    Ok(id) => previous = Some(id),
+                    Ok((id, _)) => previous = Some(id),
                     Err(error) => {
                         tracing::warn!(%error, client = c, turn = t, "bench: a concurrent turn failed");
                         failed += 1;
@@ -368,7 +398,7 @@ fn ms(d: Duration) -> f64 {
 pub fn format_report(report: &ResponsesBenchReport) -> String {
     let mut out = String::from("Responses front (serve --front responses), streamed turns against the loopback mock model:\n");
     out.push_str(
-        "path                                  p50 ms    p99 ms   added p50 ms   p50 ÷ direct\n",
+        "path                                  p50 ms    p99 ms   added p50 ms   p50 ÷ direct   first text p50 ms   added\n",
     );
     latency_rows(&mut out, report.direct, report.legacy, report.engine);
     out.push_str(&format!(
@@ -401,10 +431,12 @@ fn latency_rows(out: &mut String, direct: Latency, legacy: Latency, engine: Late
     ] {
         let added = ms(latency.p50) - ms(direct.p50);
         let ratio = ms(latency.p50) / ms(direct.p50).max(f64::EPSILON);
+        let first_added = ms(latency.first_text_p50) - ms(direct.first_text_p50);
         out.push_str(&format!(
-            "{name:<36} {:>7.3}   {:>7.3}   {added:>+12.3}   {ratio:>12.3}\n",
+            "{name:<36} {:>7.3}   {:>7.3}   {added:>+12.3}   {ratio:>12.3}   {:>17.3}   {first_added:>+6.3}\n",
             ms(latency.p50),
             ms(latency.p99),
+            ms(latency.first_text_p50),
         ));
     }
 }
