@@ -148,6 +148,7 @@ fn read_tail(file: &mut File, window: u64) -> std::io::Result<Tail> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::io::Write;
 
