@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, fixture, get_json, node_22, openai_python, post_json, repo, run_client,
-    transcript_rows, Fixture, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_of, get_json, node_22, openai_python, post_json, repo,
+    run_client, transcript_rows, Fixture, CONTEXT_MARK,
 };
 
 /// The client's chain of `len` answers: each under the front's id, answered, and pointing at
@@ -446,4 +446,76 @@ async fn items_added_to_a_conversation_join_its_next_turn() {
     .await;
     let upstream = fixture.mock.response_requests();
     assert_eq!(upstream[1].input_texts("user"), ["Thanks."]);
+}
+
+/// A response ends once its turn is recorded: the engine's `afterTurn` runs after the client
+/// has its answer, as the Codex front's `turn/completed` does. The engine here never answers
+/// `afterTurn` (and its call timeout is an hour), yet a non-streamed and a streamed response
+/// (each a new chain) are answered, kept and readable, and the turn is in the transcript.
+/// Before, each waited for `afterTurn`: the client's 60 s timeout ends the test then.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_answer_does_not_wait_for_the_engines_after_turn() {
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python {
+        eprintln!("SKIPPED: python3 is not installed; the engine of this test is a Python script");
+        return;
+    }
+    let engine = repo().join("tests/fixtures/engines/fault_matrix_engine.py");
+    let fixture = fixture_of(
+        json!({
+            "slots": {"contextEngine": "stuck-after-turn"},
+            "entries": {"stuck-after-turn": {
+                "command": ["python3", engine, "afterTurn", "timeout"],
+                "timeoutMs": 3_600_000,
+            }},
+        }),
+        json!({}),
+        true,
+    )
+    .await;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let post = |body: Value| {
+        authed(
+            &client,
+            reqwest::Method::POST,
+            format!("{}/responses", fixture.url),
+        )
+        .json(&body)
+        .send()
+    };
+
+    let answered: Value = post(json!({"input": "hello"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answered["status"], "completed", "{answered}");
+    assert_eq!(transcript_rows(fixture.dir.path()), 2);
+    let id = answered["id"].as_str().unwrap();
+    let kept = get_json(&fixture, &format!("/responses/{id}")).await;
+    assert_eq!(kept["output"], answered["output"], "{kept}");
+
+    let streamed = post(json!({"input": "hello again", "stream": true}))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = events_of(&streamed);
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "response.completed")
+        .unwrap_or_else(|| panic!("no response.completed in:\n{streamed}"));
+    assert_eq!(completed["response"]["status"], "completed");
+    assert_eq!(transcript_rows(fixture.dir.path()), 4);
+    let id = completed["response"]["id"].as_str().unwrap();
+    let kept = get_json(&fixture, &format!("/responses/{id}")).await;
+    assert_eq!(kept["status"], "completed", "{kept}");
 }

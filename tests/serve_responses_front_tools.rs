@@ -166,16 +166,26 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
     assert_eq!(transcript_rows(fixture.dir.path()), 4);
 
     // The metrics count the responses by how they ended and the engine turns (two: the
-    // round trip and the thanks), behind the token; health is open.
+    // round trip and the thanks), behind the token; health is open. A response ends once its
+    // turn is recorded and the turn itself once the engine has heard of it, so the turns are
+    // read until the second has ended.
     let base = fixture.url.trim_end_matches("/v1");
     let client = reqwest::Client::new();
-    let exposition = authed(&client, reqwest::Method::GET, format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let completed_turns = r#"ctxbridge_turns_total{outcome="completed"}"#;
+    let mut exposition = String::new();
+    for _ in 0..500 {
+        exposition = authed(&client, reqwest::Method::GET, format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if ctxbridge::metrics::sample(&exposition, completed_turns) == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let sample = |series: &str| ctxbridge::metrics::sample(&exposition, series);
     assert_eq!(
         sample(r#"ctxbridge_responses_total{outcome="function_calls"}"#),
@@ -186,10 +196,7 @@ async fn a_function_call_round_trip_is_one_engine_turn() {
         sample(r#"ctxbridge_responses_total{outcome="answered"}"#),
         Some(2.0)
     );
-    assert_eq!(
-        sample(r#"ctxbridge_turns_total{outcome="completed"}"#),
-        Some(2.0)
-    );
+    assert_eq!(sample(completed_turns), Some(2.0), "{exposition}");
     let anonymous = client.get(format!("{base}/metrics")).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
     let health = client.get(format!("{base}/healthz")).send().await.unwrap();

@@ -38,7 +38,8 @@ use serde::Serialize;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{
-    BackendError, ContextDelivery, ThreadId, ThreadedBackend, TurnOptions, TurnTools, Usage,
+    BackendError, ContextDelivery, ThreadId, ThreadedBackend, TurnOptions, TurnOutcome, TurnTools,
+    Usage,
 };
 use crate::contract::{
     AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, Messages,
@@ -283,9 +284,12 @@ pub struct TurnSpec {
     /// serve hands in the Codex backend over the connection serving the client's request (the
     /// same kind of backend; the harness's own still reports what the backend is and offers).
     pub backend: Option<Arc<dyn ThreadedBackend>>,
-    /// Called once the backend's answer is recorded (transcript and binding written), before
-    /// the engine hears of the turn: from then on the turn has succeeded whatever the engine
-    /// does with it (ctxbridge serve tells its client the turn ended).
+    /// Called with the backend's answer once it is recorded (transcript and binding written),
+    /// before the engine hears of the turn: from then on the turn has succeeded whatever the
+    /// engine does with it, so ctxbridge serve tells its client the turn ended (the Codex
+    /// front's `turn/completed`, the Responses front's `response.completed`) while the engine's
+    /// `afterTurn` and maintenance run. The harness yields right after the call, so that the
+    /// caller's answer goes out before that work runs on the same thread.
     pub on_recorded: Option<RecordedHook>,
     /// The caller's own tools, offered beside the engine's and executed by the caller's
     /// executor (ctxbridge serve's Responses front: its client's function tools). They are
@@ -297,7 +301,7 @@ pub struct TurnSpec {
 }
 
 /// See [`TurnSpec::on_recorded`].
-pub type RecordedHook = Arc<dyn Fn() + Send + Sync>;
+pub type RecordedHook = Arc<dyn Fn(&TurnOutcome) + Send + Sync>;
 
 impl std::fmt::Debug for TurnSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -373,7 +373,8 @@ impl Harness {
             Err(e) => return Err(e),
         };
         if let Some(recorded) = &spec.on_recorded {
-            recorded();
+            recorded(&executed.outcome);
+            tokio::task::yield_now().await;
         }
         let queued_commit = recorded.commit.is_some();
         let recorded_cursor = recorded.cursor;

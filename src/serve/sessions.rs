@@ -212,7 +212,7 @@ impl EngineSessions {
         let recorded = call.clone();
         let spec = TurnSpec::new(session.clone(), prompt)
             .on(backend)
-            .when_recorded(Arc::new(move || recorded.settle(TurnEnd::AsUpstream)));
+            .when_recorded(Arc::new(move |_| recorded.settle(TurnEnd::AsUpstream)));
         self.run_until_accepted(
             session,
             "turn",

@@ -116,6 +116,12 @@ pub(super) async fn follow(
                 }
                 return Ok(record);
             }
+            // Recorded: the response ends now; the engine's post-turn work goes on.
+            Some(Progress::Answered(answer)) => {
+                let usage = answer.usage.map(token_usage);
+                let told = Told { text, opened };
+                return Ok(answered(&front, &pending, &turn, told, answer.reply, usage, out).await);
+            }
             Some(Progress::Ended(outcome)) => {
                 let (reply, usage) = match *outcome {
                     Ok(report) => (report.reply, report.metrics.usage.map(token_usage)),
@@ -127,24 +133,8 @@ pub(super) async fn follow(
                         return Err(failed(&pending, turn_error(&error), &mut out).await);
                     }
                 };
-                // A turn that went through the client's functions spans several responses:
-                // this one shows the text since the last calls.
-                let text = if turn.rounds == 0 { reply } else { text };
-                let record = front.keep(&pending, &text, Vec::new(), usage).await;
-                front.metrics.response_ended(ResponseOutcome::Answered);
-                if let Some(out) = &mut out {
-                    if !opened {
-                        for event in wire::message_opened(&pending.message_id) {
-                            out.send(event).await;
-                        }
-                    }
-                    for event in wire::message_done(&pending.message_id, &text) {
-                        out.send(event).await;
-                    }
-                    out.send(wire::response_event("response.completed", record.object()))
-                        .await;
-                }
-                return Ok(record);
+                let told = Told { text, opened };
+                return Ok(answered(&front, &pending, &turn, told, reply, usage, out).await);
             }
             None => {
                 front.metrics.response_ended(ResponseOutcome::Failed);
@@ -153,6 +143,44 @@ pub(super) async fn follow(
             }
         }
     }
+}
+
+/// What a response has told its client so far: the text, and whether its message item is
+/// open.
+struct Told {
+    text: String,
+    opened: bool,
+}
+
+/// Ends the response `pending` with the turn's answer `reply`: kept, then (streamed) the
+/// message's end and `response.completed`.
+async fn answered(
+    front: &ResponsesFront,
+    pending: &Pending,
+    turn: &RunningTurn,
+    told: Told,
+    reply: String,
+    usage: Option<TokenUsage>,
+    mut out: Option<Writer>,
+) -> ResponseRecord {
+    // A turn that went through the client's functions spans several responses: this one
+    // shows the text since the last calls.
+    let text = if turn.rounds == 0 { reply } else { told.text };
+    let record = front.keep(pending, &text, Vec::new(), usage).await;
+    front.metrics.response_ended(ResponseOutcome::Answered);
+    if let Some(out) = &mut out {
+        if !told.opened {
+            for event in wire::message_opened(&pending.message_id) {
+                out.send(event).await;
+            }
+        }
+        for event in wire::message_done(&pending.message_id, &text) {
+            out.send(event).await;
+        }
+        out.send(wire::response_event("response.completed", record.object()))
+            .await;
+    }
+    record
 }
 
 /// Tells a streamed client its response failed (`response.failed`); returns the error.

@@ -19,7 +19,9 @@ use tokio::task::AbortHandle;
 use super::handlers::Pending;
 use super::wire::{ApiError, ToolOutputItem};
 use super::ResponsesFront;
-use crate::backend::{ToolExecutor, ToolInvocation, ToolOutput, TurnEvent, TurnOptions, TurnTools};
+use crate::backend::{
+    ToolExecutor, ToolInvocation, ToolOutput, TurnEvent, TurnOptions, TurnOutcome, TurnTools, Usage,
+};
 use crate::harness::{Harness, HarnessError, TurnReport, TurnSpec};
 use crate::util::sync::lock;
 
@@ -33,8 +35,18 @@ pub(super) enum Progress {
         calls: Vec<ToolInvocation>,
         outputs: oneshot::Sender<Vec<ToolOutput>>,
     },
-    /// The turn ended.
+    /// The answer is recorded: the response ends with it while the engine's `afterTurn` and
+    /// maintenance run (see [`TurnSpec::on_recorded`]).
+    Answered(Answer),
+    /// The turn ended (without [`Progress::Answered`] before: it failed, or its answer could
+    /// not be recorded).
     Ended(Box<Result<TurnReport, HarnessError>>),
+}
+
+/// A turn's recorded answer: the reply and the backend's token counts.
+pub(super) struct Answer {
+    pub reply: String,
+    pub usage: Option<Usage>,
 }
 
 /// Progress waiting for the response that follows the turn.
@@ -121,9 +133,19 @@ impl ResponsesFront {
         let (rounds, rounds_rx) = mpsc::channel(1);
         let recorded = Arc::new(AtomicBool::new(false));
         let mark = recorded.clone();
+        let (answered, answered_rx) = oneshot::channel();
+        let answered = Mutex::new(Some(answered));
         let settings = &pending.request.settings;
         let mut spec = TurnSpec::new(pending.session_key.clone(), pending.prompt.clone())
-            .when_recorded(Arc::new(move || mark.store(true, Ordering::SeqCst)))
+            .when_recorded(Arc::new(move |outcome: &TurnOutcome| {
+                mark.store(true, Ordering::SeqCst);
+                if let Some(answered) = lock(&answered).take() {
+                    let _ = answered.send(Answer {
+                        reply: outcome.reply.clone(),
+                        usage: outcome.usage,
+                    });
+                }
+            }))
             .with_options(TurnOptions {
                 instructions: settings.instructions.clone(),
                 max_output_tokens: settings.max_output_tokens,
@@ -134,7 +156,13 @@ impl ResponsesFront {
         if !specs.is_empty() {
             spec = spec.with_tools(TurnTools::new(specs, Arc::new(ClientTools { rounds })));
         }
-        let task = tokio::spawn(drive(self.harness.clone(), spec, progress, rounds_rx));
+        let task = tokio::spawn(drive(
+            self.harness.clone(),
+            spec,
+            progress,
+            rounds_rx,
+            answered_rx,
+        ));
         RunningTurn {
             progress: progress_rx,
             task: task.abort_handle(),
@@ -268,18 +296,21 @@ impl ToolExecutor for ClientTools {
 
 /// Runs the harness turn of `spec` and tells its progress. A round of the client's calls is
 /// told once the backend has announced it ([`TurnEvent::ToolCalls`]): the text streamed
-/// before the calls is told before them.
+/// before the calls is told before them. The recorded answer (`answered`) is told as soon as
+/// the harness has it, after the text streamed before it.
 async fn drive(
     harness: Arc<Harness>,
     spec: TurnSpec,
     progress: mpsc::Sender<Progress>,
     mut rounds: mpsc::Receiver<ToolRound>,
+    mut answered: oneshot::Receiver<Answer>,
 ) {
     let (events, mut events_rx) = mpsc::channel(EVENT_QUEUE);
     let turn = harness.turn_streaming(spec, Some(events));
     tokio::pin!(turn);
     let mut announced: HashSet<String> = HashSet::new();
     let mut waiting: Option<ToolRound> = None;
+    let mut told = false;
     let outcome = loop {
         tokio::select! {
             biased;
@@ -291,6 +322,13 @@ async fn drive(
                 TurnEvent::RetryDiscarded { .. } | TurnEvent::Compacted { .. } => {}
             },
             Some(round) = rounds.recv(), if waiting.is_none() => waiting = Some(round),
+            answer = &mut answered, if !told => {
+                told = true;
+                if let Ok(answer) = answer {
+                    tell_text(&mut events_rx, &progress).await;
+                    let _ = progress.send(Progress::Answered(answer)).await;
+                }
+            }
             outcome = &mut turn => break outcome,
         }
         let ready = waiting.as_ref().is_some_and(|round| {
@@ -308,12 +346,17 @@ async fn drive(
                 .await;
         }
     };
-    while let Ok(event) = events_rx.try_recv() {
+    tell_text(&mut events_rx, &progress).await;
+    let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
+}
+
+/// Tells the text the backend has streamed and `drive` has not told yet.
+async fn tell_text(events: &mut mpsc::Receiver<TurnEvent>, progress: &mpsc::Sender<Progress>) {
+    while let Ok(event) = events.try_recv() {
         if let TurnEvent::TextDelta(delta) = event {
             let _ = progress.send(Progress::Delta(delta)).await;
         }
     }
-    let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
 }
 
 /// How long a parked turn waits, from `serve.responses.toolOutputTimeoutSecs`.
