@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, events_of, fixture, fixture_of, get_json, node_22, openai_python, post_json, repo,
-    run_client, transcript_rows, Fixture, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_of, get_json, node_22, openai_python, post_json,
+    post_response, repo, run_client, transcript_rows, Fixture, CONTEXT_MARK,
 };
 
 /// The client's chain of `len` answers: each under the front's id, answered, and pointing at
@@ -267,14 +267,7 @@ async fn a_stream_closed_before_the_answer_keeps_nothing() {
 async fn unstored_responses_and_errors_in_the_api_shape() {
     let fixture = fixture().await;
     let client = reqwest::Client::new();
-    let post = |body: Value| {
-        authed(
-            &client,
-            reqwest::Method::POST,
-            format!("{}/responses", fixture.url),
-        )
-        .json(&body)
-    };
+    let post = |body: Value| post_response(&client, &fixture, &body);
     let unstored: Value = post(json!({"input": "not kept", "store": false}))
         .send()
         .await
@@ -480,15 +473,7 @@ async fn the_answer_does_not_wait_for_the_engines_after_turn() {
         .timeout(std::time::Duration::from_secs(60))
         .build()
         .unwrap();
-    let post = |body: Value| {
-        authed(
-            &client,
-            reqwest::Method::POST,
-            format!("{}/responses", fixture.url),
-        )
-        .json(&body)
-        .send()
-    };
+    let post = |body: Value| post_response(&client, &fixture, &body).send();
 
     let answered: Value = post(json!({"input": "hello"}))
         .await

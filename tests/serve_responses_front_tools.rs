@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, events_of, fixture, fixture_with, get_json, node_22, openai_python, post_json, repo,
-    run_client, transcript_rows, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_with, get_json, node_22, openai_python, post_json,
+    post_response, repo, run_client, transcript_rows, CONTEXT_MARK,
 };
 
 fn weather_tool() -> Value {
@@ -215,15 +215,7 @@ async fn a_streamed_round_trip_speaks_the_api_events() {
         r#"{"city":"Lima"}"#,
     ));
     let client = reqwest::Client::new();
-    let stream = |body: Value| {
-        authed(
-            &client,
-            reqwest::Method::POST,
-            format!("{}/responses", fixture.url),
-        )
-        .json(&body)
-        .send()
-    };
+    let stream = |body: Value| post_response(&client, &fixture, &body).send();
     let body =
         stream(json!({"input": "Weather in Lima?", "tools": weather_tool(), "stream": true}))
             .await

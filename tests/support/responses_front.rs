@@ -207,6 +207,20 @@ pub fn authed(
     client.request(method, url).bearer_auth(TOKEN)
 }
 
+/// A `POST /v1/responses` of `body` to the front with the test's token, on `client`.
+pub fn post_response(
+    client: &reqwest::Client,
+    fixture: &Fixture,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    authed(
+        client,
+        reqwest::Method::POST,
+        format!("{}/responses", fixture.url),
+    )
+    .json(body)
+}
+
 /// Rows of the front's state store (`state.db` in the fixture's directory).
 pub fn transcript_rows(dir: &Path) -> i64 {
     let conn = rusqlite::Connection::open(dir.join("state.db")).unwrap();
