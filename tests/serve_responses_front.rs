@@ -504,3 +504,105 @@ async fn the_answer_does_not_wait_for_the_engines_after_turn() {
     let kept = get_json(&fixture, &format!("/responses/{id}")).await;
     assert_eq!(kept["status"], "completed", "{kept}");
 }
+
+/// System and developer messages in a response's input become instructions of its turn and of
+/// the turns after it in the chain or the conversation, as they stay in the API's context;
+/// `instructions` stays with its own response. The client's input items list them as sent,
+/// and the engine's transcript holds only the user's turns and the answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn system_and_developer_messages_stay_with_the_chain() {
+    let fixture = fixture().await;
+    let (status, first) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": [
+            {"role": "system", "content": "SYSTEM-MARK: answer as a pirate."},
+            {"role": "user", "content": "hi"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let (status, second) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": "again", "previous_response_id": first["id"],
+               "instructions": "ONCE-MARK"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["instructions"], "ONCE-MARK");
+    let (status, third) = post_json(
+        &fixture,
+        "/responses",
+        json!({"input": "and again", "previous_response_id": second["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{third}");
+
+    let (_, conversation) = post_json(&fixture, "/conversations", json!({})).await;
+    let conversation = conversation["id"].as_str().unwrap();
+    let (status, asked) = post_json(
+        &fixture,
+        "/responses",
+        json!({"conversation": conversation, "input": [
+            {"type": "message", "role": "developer",
+             "content": [{"type": "input_text", "text": "DEVELOPER-MARK"}]},
+            {"role": "user", "content": "a question"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{asked}");
+    let (status, later) = post_json(
+        &fixture,
+        "/responses",
+        json!({"conversation": conversation, "input": "a later question"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{later}");
+
+    let instructions: Vec<String> = fixture
+        .mock
+        .response_requests()
+        .iter()
+        .map(|r| r.instructions.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(instructions.len(), 5, "{instructions:?}");
+    for (turn, seen) in instructions[..3].iter().enumerate() {
+        assert!(seen.contains("SYSTEM-MARK"), "chain turn {turn}: {seen}");
+        assert!(
+            !seen.contains("DEVELOPER-MARK"),
+            "chain turn {turn}: {seen}"
+        );
+    }
+    assert!(!instructions[0].contains("ONCE-MARK"));
+    assert!(instructions[1].contains("ONCE-MARK"));
+    assert!(!instructions[2].contains("ONCE-MARK"));
+    for (turn, seen) in instructions[3..].iter().enumerate() {
+        assert!(
+            seen.contains("DEVELOPER-MARK"),
+            "conversation turn {turn}: {seen}"
+        );
+        assert!(
+            !seen.contains("SYSTEM-MARK"),
+            "conversation turn {turn}: {seen}"
+        );
+    }
+
+    let first_id = first["id"].as_str().unwrap();
+    let items = get_json(&fixture, &format!("/responses/{first_id}/input_items")).await;
+    let items = items["data"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert!(items
+        .iter()
+        .any(|i| i["role"] == "system" && i.to_string().contains("SYSTEM-MARK")));
+    assert_eq!(transcript_rows(fixture.dir.path()), 10);
+    let state = rusqlite::Connection::open(fixture.dir.path().join("state.db")).unwrap();
+    let marked: i64 = state
+        .query_row(
+            "SELECT count(*) FROM transcript WHERE message LIKE '%-MARK%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(marked, 0, "instructions are not the user's turn");
+}

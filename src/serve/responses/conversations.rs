@@ -20,11 +20,13 @@ use crate::util::now_ms;
 const MAX_ADDED_ITEMS: usize = 20;
 
 impl ResponsesFront {
-    /// Adds response `response` to conversation `id`.
+    /// Adds response `response` to conversation `id`, and the text of the system and
+    /// developer messages of its input (`instructions`) to the conversation's.
     pub(super) async fn append_to_conversation(
         &self,
         id: &str,
         response: &str,
+        instructions: &[String],
     ) -> Result<(), ApiError> {
         let _serial = self.conversation_updates.lock().await;
         let Some(mut conversation) = self.records.conversation(id)? else {
@@ -34,6 +36,9 @@ impl ResponsesFront {
             ));
         };
         conversation.responses.push(response.to_owned());
+        conversation
+            .standing_instructions
+            .extend_from_slice(instructions);
         self.records.save_conversation(&conversation).await
     }
 }
@@ -140,6 +145,7 @@ pub(super) async fn create_conversation(
         responses: Vec::new(),
         added: added_items(&body, 0)?,
         owner: caller.owner,
+        standing_instructions: Vec::new(),
     };
     front.records.save_conversation(&record).await?;
     Ok(Json(record.object()))

@@ -31,6 +31,32 @@ pub(super) struct Pending {
     pub request: CreateRequest,
     /// Who asks (see [`Caller`]).
     pub caller: Caller,
+    /// The text of the system and developer messages of the chain's or conversation's inputs
+    /// so far, then of this request's: instructions for this turn and the ones after it.
+    pub standing_instructions: Vec<String>,
+}
+
+impl Pending {
+    /// The instructions of this response's turn: the standing ones, then the request's
+    /// `instructions` (this response's only, as the API's).
+    pub fn instructions(&self) -> Option<String> {
+        let parts: Vec<&str> = self
+            .standing_instructions
+            .iter()
+            .map(String::as_str)
+            .chain(self.request.settings.instructions.as_deref())
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+}
+
+/// The engine session a request continues, with what it keeps of it.
+struct Continued {
+    session_key: String,
+    /// The conversation, when the request is in one.
+    conversation: Option<ConversationRecord>,
+    /// The standing instructions so far (see [`Pending::standing_instructions`]).
+    standing_instructions: Vec<String>,
 }
 
 impl ResponsesFront {
@@ -41,7 +67,7 @@ impl ResponsesFront {
         request: &CreateRequest,
         id: &str,
         caller: &Caller,
-    ) -> Result<(String, Option<ConversationRecord>), ApiError> {
+    ) -> Result<Continued, ApiError> {
         if let Some(previous) = &request.previous_response_id {
             let record = self
                 .records
@@ -67,7 +93,11 @@ impl ResponsesFront {
                     });
                 }
             }
-            return Ok((record.session_key, None));
+            return Ok(Continued {
+                session_key: record.session_key,
+                conversation: None,
+                standing_instructions: record.standing_instructions,
+            });
         }
         if let Some(conversation) = &request.conversation {
             let record = self
@@ -79,15 +109,28 @@ impl ResponsesFront {
                         format!("Conversation with id '{conversation}'"),
                     )
                 })?;
-            return Ok((session_key_of(conversation), Some(record)));
+            return Ok(Continued {
+                session_key: session_key_of(conversation),
+                standing_instructions: record.standing_instructions.clone(),
+                conversation: Some(record),
+            });
         }
-        Ok((session_key_of(id), None))
+        Ok(Continued {
+            session_key: session_key_of(id),
+            conversation: None,
+            standing_instructions: Vec::new(),
+        })
     }
 
     /// A new response to `request`.
     fn pending(&self, request: CreateRequest, caller: Caller) -> Result<Pending, ApiError> {
         let id = new_id("resp");
-        let (session_key, conversation) = self.session_of(&request, &id, &caller)?;
+        let Continued {
+            session_key,
+            conversation,
+            mut standing_instructions,
+        } = self.session_of(&request, &id, &caller)?;
+        standing_instructions.extend_from_slice(&request.standing_instructions);
         let mut prompt = match conversation {
             // Function outputs go on with a waiting turn: nothing joins them.
             Some(conversation) if request.tool_outputs.is_empty() => {
@@ -105,6 +148,7 @@ impl ResponsesFront {
             id,
             request,
             caller,
+            standing_instructions,
         })
     }
 
@@ -134,13 +178,18 @@ impl ResponsesFront {
             settings: pending.request.settings.clone(),
             usage,
             owner: pending.caller.owner.clone(),
+            standing_instructions: pending.standing_instructions.clone(),
         };
         if let Err(error) = self.records.save_response_as_head(&record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
             self.metrics.response_unkept();
         }
         if let Some(conversation) = &record.conversation {
-            if let Err(error) = self.append_to_conversation(conversation, &record.id).await {
+            let added = &pending.request.standing_instructions;
+            if let Err(error) = self
+                .append_to_conversation(conversation, &record.id, added)
+                .await
+            {
                 tracing::error!(%conversation, response = %record.id, %error, "responses front: the response could not be added to its conversation");
             }
         }

@@ -93,6 +93,10 @@ pub struct ResponseRecord {
     /// ended with the model's calls: the turn has not ended).
     #[serde(default)]
     pub usage: Option<TokenUsage>,
+    /// The text of the system and developer messages of the chain's inputs up to this
+    /// response, in order: the instructions its continuations keep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standing_instructions: Vec<String>,
 }
 
 impl ResponseRecord {
@@ -175,6 +179,10 @@ pub struct ConversationRecord {
     /// Whose it is (see [`Caller`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The text of the system and developer messages of its responses' inputs, in order: the
+    /// instructions its later responses keep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standing_instructions: Vec<String>,
 }
 
 /// An item the client added to a conversation outside a response (a user message), with its

@@ -147,7 +147,7 @@ impl ResponsesFront {
                 }
             }))
             .with_options(TurnOptions {
-                instructions: settings.instructions.clone(),
+                instructions: pending.instructions(),
                 max_output_tokens: settings.max_output_tokens,
                 tool_choice: settings.tool_choice.clone(),
                 api_key: pending.caller.api_key.clone(),

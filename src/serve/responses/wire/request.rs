@@ -18,6 +18,9 @@ pub struct CreateRequest {
     /// The outputs of the model's function calls the input carries (`function_call_output`),
     /// in order; the turn that made the calls goes on with them.
     pub tool_outputs: Vec<ToolOutputItem>,
+    /// The text of the input's `system` and `developer` messages, in order: instructions that
+    /// stay with the rest of the chain or conversation, as those messages stay in the API's.
+    pub standing_instructions: Vec<String>,
     pub previous_response_id: Option<String>,
     /// The conversation the response belongs to (`conversation: "conv_…"` or `{id}`).
     pub conversation: Option<String>,
@@ -139,7 +142,11 @@ pub fn parse_create(body: &[u8]) -> Result<CreateRequest, ApiError> {
         ));
     }
     let input = input_items(fields.get("input"))?;
-    let (prompt, tool_outputs) = read_input(&input)?;
+    let Input {
+        prompt,
+        tool_outputs,
+        standing_instructions,
+    } = read_input(&input)?;
     let metadata = match fields.get("metadata") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::Object(m)) => Value::Object(m.clone()),
@@ -162,6 +169,7 @@ pub fn parse_create(body: &[u8]) -> Result<CreateRequest, ApiError> {
         input,
         prompt,
         tool_outputs,
+        standing_instructions,
         previous_response_id,
         conversation,
         stream: bool_field("stream", false)?,
@@ -198,13 +206,22 @@ fn input_items(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
     }
 }
 
-/// The user's text of the input's user messages (text parts joined by newlines) and the
-/// function call outputs it carries. A turn is one or the other: user messages start one,
-/// function call outputs let the model's waiting turn go on. Items the front cannot pass on
+/// What a request's input says: see [`read_input`].
+struct Input {
+    prompt: String,
+    tool_outputs: Vec<ToolOutputItem>,
+    standing_instructions: Vec<String>,
+}
+
+/// The user's text of the input's user messages (text parts joined by newlines), the function
+/// call outputs it carries, and the text of its system and developer messages. A turn is user
+/// messages or function call outputs: user messages start one, function call outputs let the
+/// model's waiting turn go on (whose instructions are set). Items the front cannot pass on
 /// are refused, naming the item.
-fn read_input(items: &[Value]) -> Result<(String, Vec<ToolOutputItem>), ApiError> {
+fn read_input(items: &[Value]) -> Result<Input, ApiError> {
     let mut texts = Vec::new();
     let mut outputs = Vec::new();
+    let mut instructions = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let param = format!("input[{index}]");
         let kind = item
@@ -212,7 +229,10 @@ fn read_input(items: &[Value]) -> Result<(String, Vec<ToolOutputItem>), ApiError
             .and_then(Value::as_str)
             .unwrap_or("message");
         match kind {
-            "message" => texts.extend(user_message_text(item, &param)?),
+            "message" => match role_of(item) {
+                "system" | "developer" => instructions.extend(message_text(item, &param)?),
+                _ => texts.extend(user_message_text(item, &param)?),
+            },
             "function_call_output" => outputs.push(tool_output(item, &param)?),
             _ => {
                 return Err(ApiError::invalid(
@@ -231,19 +251,38 @@ fn read_input(items: &[Value]) -> Result<(String, Vec<ToolOutputItem>), ApiError
             Some("input"),
             "User messages beside function_call_output items are not served: the model's turn waits on the outputs alone. Send the message in the next request.",
         )),
-        _ => Ok((texts.join("\n"), outputs)),
+        (true, false) if !instructions.is_empty() => Err(ApiError::invalid(
+            Some("input"),
+            "System and developer messages beside function_call_output items are not served: the model's turn waits on the outputs alone, with the instructions it started with. Send them with the next user message.",
+        )),
+        _ => Ok(Input {
+            prompt: texts.join("\n"),
+            tool_outputs: outputs,
+            standing_instructions: instructions,
+        }),
     }
+}
+
+/// A message item's role (none: "").
+fn role_of(item: &Value) -> &str {
+    item.get("role").and_then(Value::as_str).unwrap_or("")
 }
 
 /// The text parts of a user message (`param` names it in an error).
 pub fn user_message_text(item: &Value, param: &str) -> Result<Vec<String>, ApiError> {
-    let role = item.get("role").and_then(Value::as_str).unwrap_or("");
+    let role = role_of(item);
     if role != "user" {
         return Err(ApiError::invalid(
             Some(param),
-            format!("Input messages of role '{role}' are not served: the user's turn is its user messages, and instructions go in `instructions`."),
+            format!("Input messages of role '{role}' are not served: the user's turn is its user messages; system and developer messages in a response's input become its instructions."),
         ));
     }
+    message_text(item, param)
+}
+
+/// The text parts of a message's content, a string or `input_text` parts (`param` names it
+/// in an error).
+fn message_text(item: &Value, param: &str) -> Result<Vec<String>, ApiError> {
     match item.get("content") {
         Some(Value::String(text)) => Ok(vec![text.clone()]),
         Some(Value::Array(parts)) => text_parts(parts, &format!("{param}.content")),
@@ -432,6 +471,21 @@ mod tests {
         .unwrap();
         assert_eq!(request.prompt, "one\ntwo");
         assert_eq!(request.conversation.as_deref(), Some("conv_1"));
+        assert!(request.standing_instructions.is_empty());
+    }
+
+    /// System and developer messages give the standing instructions, in order, and no user
+    /// text; the input keeps every item as sent.
+    #[test]
+    fn system_and_developer_messages_are_instructions() {
+        let request = parse_create(
+            br#"{"input":[{"role":"system","content":"be a pirate"},{"role":"user","content":"hi"},{"type":"message","role":"developer","content":[{"type":"input_text","text":"say arr"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(request.prompt, "hi");
+        assert_eq!(request.standing_instructions, ["be a pirate", "say arr"]);
+        assert_eq!(request.input.len(), 3);
+        assert_eq!(request.settings.instructions, None);
     }
 
     /// Instructions, an output cap, function tools and a tool choice are read as given.
@@ -478,7 +532,7 @@ mod tests {
     /// What the front cannot honour is refused naming the parameter, in the API's shape.
     #[test]
     fn unserved_input_is_refused_naming_the_parameter() {
-        let cases: [(&[u8], &str); 14] = [
+        let cases: [(&[u8], &str); 16] = [
             (br#"{"input":"x","tools":[{"type":"web_search"}]}"#, "tools[0].type"),
             (br#"{"input":"x","tools":[{"type":"function"}]}"#, "tools[0].name"),
             (br#"{"input":"x","tools":[{"type":"function","name":"f"},{"type":"function","name":"f"}]}"#, "tools[1].name"),
@@ -489,7 +543,9 @@ mod tests {
             (br#"{"input":[{"type":"function_call_output","output":"o"}]}"#, "input[0].call_id"),
             (br#"{"input":[{"type":"function_call_output","call_id":"c","output":"o"},{"role":"user","content":"u"}]}"#, "input"),
             (br#"{"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}"#, "input[0]"),
-            (br#"{"input":[{"role":"system","content":"s"}]}"#, "input[0]"),
+            (br#"{"input":[{"role":"assistant","content":"s"}]}"#, "input[0]"),
+            (br#"{"input":[{"role":"system","content":"s"}]}"#, "input"),
+            (br#"{"input":[{"type":"function_call_output","call_id":"c","output":"o"},{"role":"developer","content":"d"}]}"#, "input"),
             (br#"{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}"#, "input[0].content[0]"),
             (br#"{"input":"x","frobnicate":1}"#, "frobnicate"),
             (br#"{"input":"x","previous_response_id":"r","conversation":"c"}"#, "previous_response_id"),
