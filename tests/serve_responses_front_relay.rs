@@ -21,7 +21,7 @@ fn legacy() -> Value {
     json!({"slots": {"contextEngine": "legacy"}})
 }
 
-/// A body the engine front would refuse (a system message, a hosted tool, sampling) passes
+/// A body the engine front would refuse (a hosted tool, sampling) passes
 /// unchanged; the answer is the upstream's, ids included; the upstream gets the configured
 /// key, never the client's token; a wrong token never reaches the upstream.
 #[tokio::test(flavor = "multi_thread")]
