@@ -38,8 +38,8 @@ pub(super) enum Progress {
     /// The answer is recorded: the response ends with it while the engine's `afterTurn` and
     /// maintenance run (see [`TurnSpec::on_recorded`]).
     Answered(Answer),
-    /// The turn ended (without [`Progress::Answered`] before: it failed, or its answer could
-    /// not be recorded).
+    /// The turn ended. After [`Progress::Answered`] nobody listens any more; without it, this
+    /// is how the response learns that the turn failed or that its answer was not recorded.
     Ended(Box<Result<TurnReport, HarnessError>>),
 }
 
