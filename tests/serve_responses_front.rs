@@ -606,3 +606,36 @@ async fn system_and_developer_messages_stay_with_the_chain() {
         .unwrap();
     assert_eq!(marked, 0, "instructions are not the user's turn");
 }
+
+/// The official `openai` Python package sends a system message at the head of a chain's first
+/// input, then continues the chain: both upstream requests carry it as instructions, the
+/// client lists it among the first response's input items, and its answers hold no projected
+/// context.
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_python_client_with_a_system_message() {
+    if !openai_python() {
+        eprintln!("SKIPPED: python3 has no `openai` package (pip install openai); the Responses front's system-message client test did not run");
+        return;
+    }
+    let Fixture { mock, url, .. } = &fixture().await;
+    let script = repo().join("tests/clients/responses_front_instructions.py");
+    let (seen, stdout) = run_client("python3".into(), vec![script], url).await;
+    assert_eq!(
+        seen["statuses"],
+        json!(["completed", "completed"]),
+        "{stdout}"
+    );
+    assert_eq!(seen["previous"], seen["first_id"], "{stdout}");
+    assert!(seen["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r == "system"));
+    assert!(!stdout.contains(CONTEXT_MARK), "{stdout}");
+    let requests = mock.response_requests();
+    assert_eq!(requests.len(), 2, "one upstream request per response");
+    for r in &requests {
+        let instructions = r.instructions.as_deref().unwrap_or_default();
+        assert!(instructions.contains("PY-SYSTEM-MARK"), "{instructions}");
+    }
+}
