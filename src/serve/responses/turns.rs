@@ -334,13 +334,7 @@ async fn drive(
             }
             outcome = &mut turn => break outcome,
         }
-        let ready = waiting.as_ref().is_some_and(|round| {
-            round
-                .calls
-                .iter()
-                .all(|call| announced.contains(&call.call_id))
-        });
-        if let (true, Some(round)) = (ready, waiting.take()) {
+        if let Some(round) = ready_round(&mut waiting, &announced) {
             let _ = progress
                 .send(Progress::Calls {
                     calls: round.calls,
@@ -351,6 +345,17 @@ async fn drive(
     };
     tell_text(&mut events_rx, &progress).await;
     let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
+}
+
+/// The round of calls waiting in `waiting`, once the backend has announced all its calls; a
+/// round that came before its announcement (the two travel different channels) stays.
+fn ready_round(waiting: &mut Option<ToolRound>, announced: &HashSet<String>) -> Option<ToolRound> {
+    waiting.take_if(|round| {
+        round
+            .calls
+            .iter()
+            .all(|call| announced.contains(&call.call_id))
+    })
 }
 
 /// Tells the text the backend has streamed and `drive` has not told yet.
@@ -377,6 +382,33 @@ mod tests {
             call_id: call_id.into(),
             output: output.into(),
         }
+    }
+
+    /// A round of calls that comes before the backend announced them waits (its outputs'
+    /// sender kept, so the turn still hears from the client), and is handed on once they are.
+    #[test]
+    fn a_round_before_its_announcement_waits_for_it() {
+        let (outputs, mut outputs_rx) = oneshot::channel();
+        let call = |id: &str| ToolInvocation {
+            call_id: id.into(),
+            name: "f".into(),
+            arguments: serde_json::Value::Null,
+        };
+        let mut waiting = Some(ToolRound {
+            calls: vec![call("a"), call("b")],
+            outputs,
+        });
+        let mut announced = HashSet::from(["a".to_owned()]);
+        assert!(ready_round(&mut waiting, &announced).is_none());
+        assert!(waiting.is_some(), "the round is kept");
+        assert!(matches!(
+            outputs_rx.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        ));
+        announced.insert("b".to_owned());
+        let round = ready_round(&mut waiting, &announced).unwrap();
+        assert_eq!(round.calls.len(), 2);
+        assert!(waiting.is_none());
     }
 
     /// Outputs go to the turn in the order of its calls, whatever order the client sent.
