@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, events_of, fixture, fixture_of, get_json, node_22, openai_python, post_json,
-    post_response, repo, run_client, transcript_rows, Fixture, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_of, get_json, node_22, post_json, post_response,
+    python3_here, python_client_here, repo, run_client, run_python_client, transcript_rows,
+    Fixture, CONTEXT_MARK,
 };
 
 /// The client's chain of `len` answers: each under the front's id, answered, and pointing at
@@ -35,13 +36,11 @@ fn chain_of(seen: &Value, len: usize) -> &Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_python_client_through_the_responses_front() {
-    if !openai_python() {
-        eprintln!("SKIPPED: python3 has no `openai` package (pip install openai); the Responses front's Python client test did not run");
+    if !python_client_here("the Responses front's Python client test") {
         return;
     }
     let Fixture { mock, url, .. } = &fixture().await;
-    let script = repo().join("tests/clients/responses_front.py");
-    let (seen, stdout) = run_client("python3".into(), vec![script], url).await;
+    let (seen, stdout) = run_python_client("responses_front.py", url).await;
 
     // The chain: four answers, each pointing at the one before, under the front's ids.
     let chain = chain_of(&seen, 4);
@@ -448,12 +447,7 @@ async fn items_added_to_a_conversation_join_its_next_turn() {
 /// Before, each waited for `afterTurn`: the client's 60 s timeout ends the test then.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_answer_does_not_wait_for_the_engines_after_turn() {
-    let python = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !python {
-        eprintln!("SKIPPED: python3 is not installed; the engine of this test is a Python script");
+    if !python3_here("the test of an engine stuck in afterTurn (a Python script)") {
         return;
     }
     let engine = repo().join("tests/fixtures/engines/fault_matrix_engine.py");
@@ -613,13 +607,11 @@ async fn system_and_developer_messages_stay_with_the_chain() {
 /// context.
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_python_client_with_a_system_message() {
-    if !openai_python() {
-        eprintln!("SKIPPED: python3 has no `openai` package (pip install openai); the Responses front's system-message client test did not run");
+    if !python_client_here("the Responses front's system-message client test") {
         return;
     }
     let Fixture { mock, url, .. } = &fixture().await;
-    let script = repo().join("tests/clients/responses_front_instructions.py");
-    let (seen, stdout) = run_client("python3".into(), vec![script], url).await;
+    let (seen, stdout) = run_python_client("responses_front_instructions.py", url).await;
     assert_eq!(
         seen["statuses"],
         json!(["completed", "completed"]),

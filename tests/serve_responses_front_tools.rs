@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 mod front;
 
 use front::{
-    authed, events_of, fixture, fixture_with, get_json, node_22, openai_python, post_json,
-    post_response, repo, run_client, transcript_rows, CONTEXT_MARK,
+    authed, events_of, fixture, fixture_with, get_json, node_22, post_json, post_response,
+    python_client_here, repo, run_client, run_python_client, transcript_rows, CONTEXT_MARK,
 };
 
 fn weather_tool() -> Value {
@@ -321,8 +321,7 @@ fn asks_about(request: &RecordedRequest, city: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_python_client_round_trips_function_tools() {
-    if !openai_python() {
-        eprintln!("SKIPPED: python3 has no `openai` package (pip install openai); the Responses front's Python function tool test did not run");
+    if !python_client_here("the Responses front's Python function tool test") {
         return;
     }
     let fixture = fixture().await;
@@ -332,8 +331,7 @@ async fn openai_python_client_round_trips_function_tools() {
             ScriptedReply::tool_call("get_weather", format!(r#"{{"city":"{city}"}}"#)),
         );
     }
-    let script = repo().join("tests/clients/responses_front_tools.py");
-    let (seen, stdout) = run_client("python3".into(), vec![script], &fixture.url).await;
+    let (seen, stdout) = run_python_client("responses_front_tools.py", &fixture.url).await;
 
     // The chain: the call, the client's output, the answer on it.
     let chain = &seen["chain"];

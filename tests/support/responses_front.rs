@@ -198,6 +198,37 @@ pub fn node_22() -> Option<std::path::PathBuf> {
     (major >= 22).then_some(node)
 }
 
+/// Whether `python3` with the `openai` package is here; when not, says loudly that `test`
+/// did not run.
+pub fn python_client_here(test: &str) -> bool {
+    let here = openai_python();
+    if !here {
+        eprintln!(
+            "SKIPPED: python3 has no `openai` package (pip install openai); {test} did not run"
+        );
+    }
+    here
+}
+
+/// Whether `python3` is here; when not, says loudly that `test` (which needs it) did not run.
+pub fn python3_here(test: &str) -> bool {
+    let here = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !here {
+        eprintln!("SKIPPED: python3 is not installed; {test} did not run");
+    }
+    here
+}
+
+/// Runs the Python client `tests/clients/{script}` against the front at `url` (see
+/// [`run_client`]).
+pub async fn run_python_client(script: &str, url: &str) -> (Value, String) {
+    let script = repo().join("tests/clients").join(script);
+    run_client("python3".into(), vec![script], url).await
+}
+
 /// A request to the front with the test's token.
 pub fn authed(
     client: &reqwest::Client,
