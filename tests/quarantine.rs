@@ -448,7 +448,7 @@ fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
         .with_target(false)
         .with_max_level(tracing::Level::TRACE)
         .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
+    let guard = support::set_capturing_default(subscriber);
     (captured, guard)
 }
 

@@ -8,7 +8,7 @@ pub mod engine_calls;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
 
 use async_trait::async_trait;
 use ctxbridge::backend::mock::MockCall;
@@ -19,7 +19,8 @@ use ctxbridge::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
 use ctxbridge::store::{SqliteStore, StateStore};
 use tokio::sync::Notify;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
+use tracing::subscriber::Interest;
+use tracing::{span, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 /// The id the scriptable engine registers under.
@@ -864,6 +865,47 @@ impl<S: Subscriber> Layer<S> for CaptureLayer {
 pub fn capture() -> (Capture, tracing::subscriber::DefaultGuard) {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(CaptureLayer(capture.clone()));
-    let guard = tracing::subscriber::set_default(subscriber);
+    let guard = set_capturing_default(subscriber);
     (capture, guard)
+}
+
+/// Installs `subscriber` for the current thread so that it sees every event logged here, even
+/// while sibling tests log the same callsites on threads without a subscriber.
+///
+/// tracing caches each callsite's interest process-wide, decided when the callsite is first hit:
+/// a sibling thread with no subscriber would cache "never" and the capturing test would see
+/// nothing (it happened in CI, `quarantine::first_failure_wins_and_logs_once`). A global default
+/// that answers "sometimes" for every callsite makes each event ask the current thread's
+/// subscriber instead; it enables nothing itself.
+pub fn set_capturing_default(
+    subscriber: impl Subscriber + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    static ANCHOR: Once = Once::new();
+    ANCHOR.call_once(|| {
+        // Fails only if this test binary set a global default already; that one decides then.
+        let _ = tracing::subscriber::set_global_default(AskEachTime);
+        tracing::callsite::rebuild_interest_cache();
+    });
+    tracing::subscriber::set_default(subscriber)
+}
+
+/// The global default of test binaries that capture logs: interested "sometimes" in every
+/// callsite, enabled for none.
+struct AskEachTime;
+
+impl Subscriber for AskEachTime {
+    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
+        Interest::sometimes()
+    }
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(1)
+    }
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, _: &span::Id) {}
+    fn exit(&self, _: &span::Id) {}
 }
