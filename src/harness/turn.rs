@@ -134,8 +134,9 @@ pub(super) struct RecordedTurn {
     pub(super) assistant: AgentMessage,
     /// A durable engine's `commitTurn` params, queued in the outbox with the turn.
     pub(super) commit: Option<CommitTurnParams>,
-    /// Where the harness's copy of the transcript ends with this turn's entries appended.
-    pub(super) cursor: Option<crate::store::TranscriptCursor>,
+    /// The entries written, for the harness's own copies (its cached transcript, the
+    /// session file), which follow the store once the caller has heard of the turn.
+    pub(super) entries: [TranscriptEntry; 2],
 }
 
 impl Harness {
@@ -376,8 +377,11 @@ impl Harness {
             recorded(&executed.outcome);
             tokio::task::yield_now().await;
         }
+        let recorded_cursor = self
+            .extend_cached_transcript(&ctx.session_id, &recorded.entries)
+            .await;
+        self.append_session_file(&ctx.session_id, &recorded.entries);
         let queued_commit = recorded.commit.is_some();
-        let recorded_cursor = recorded.cursor;
         self.notify_engine(&ctx, messages, recorded, &executed.outcome, retried)
             .await?;
         self.persist_quarantines();
@@ -888,15 +892,11 @@ impl Harness {
             };
         self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard)
             .await?;
-        let cursor = self
-            .extend_cached_transcript(&ctx.session_id, &entries)
-            .await;
-        self.append_session_file(&ctx.session_id, &entries);
         Ok(RecordedTurn {
             user,
             assistant,
             commit,
-            cursor,
+            entries,
         })
     }
 }

@@ -117,10 +117,13 @@ pub(super) async fn follow(
                 return Ok(record);
             }
             // Recorded: the response ends now; the engine's post-turn work goes on.
-            Some(Progress::Answered(answer)) => {
+            Some(Progress::Answered { answer, ended }) => {
                 let usage = answer.usage.map(token_usage);
                 let told = Told { text, opened };
-                return Ok(answered(&front, &pending, &turn, told, answer.reply, usage, out).await);
+                let record =
+                    answered(&front, &pending, &turn, told, answer.reply, usage, out).await;
+                let _ = ended.send(());
+                return Ok(record);
             }
             Some(Progress::Ended(outcome)) => {
                 let (reply, usage) = match *outcome {

@@ -35,9 +35,12 @@ pub(super) enum Progress {
         calls: Vec<ToolInvocation>,
         outputs: oneshot::Sender<Vec<ToolOutput>>,
     },
-    /// The answer is recorded: the response ends with it while the engine's `afterTurn` and
-    /// maintenance run (see [`TurnSpec::on_recorded`]).
-    Answered(Answer),
+    /// The answer is recorded: the response ends with it, then says so on `ended` (or drops
+    /// it), and the engine's `afterTurn` and maintenance run (see [`TurnSpec::on_recorded`]).
+    Answered {
+        answer: Answer,
+        ended: oneshot::Sender<()>,
+    },
     /// The turn ended. After [`Progress::Answered`] nobody listens any more; without it, this
     /// is how the response learns that the turn failed or that its answer was not recorded.
     Ended(Box<Result<TurnReport, HarnessError>>),
@@ -51,6 +54,9 @@ pub(super) struct Answer {
 
 /// Progress waiting for the response that follows the turn.
 const PROGRESS_QUEUE: usize = 256;
+/// How long the engine's work after a turn waits for the response to end with the answer (a
+/// client that does not read holds it back no longer than this).
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
 /// Reply events waiting to become progress.
 const EVENT_QUEUE: usize = 256;
 
@@ -329,7 +335,13 @@ async fn drive(
                 told = true;
                 if let Ok(answer) = answer {
                     tell_text(&mut events_rx, &progress).await;
-                    let _ = progress.send(Progress::Answered(answer)).await;
+                    let (ended, response_ended) = oneshot::channel();
+                    let _ = progress.send(Progress::Answered { answer, ended }).await;
+                    // The engine's afterTurn runs here, in this task, once the response has
+                    // ended: otherwise the response's task, woken on this thread, would wait
+                    // for it, and so would the server's write of the last event (the yield).
+                    let _ = tokio::time::timeout(ANSWER_WAIT, response_ended).await;
+                    tokio::task::yield_now().await;
                 }
             }
             outcome = &mut turn => break outcome,
