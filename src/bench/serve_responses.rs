@@ -193,40 +193,49 @@ async fn streamed_turn(
         .ok_or_else(|| "no response.completed with an id in the stream".to_owned())
 }
 
-/// `turns` streamed turns at `base`, one chain, each timed.
-async fn timed_chain(
+/// `turns` streamed turns at each of `bases`, one chain per base, each turn timed. The
+/// chains take turns (the first base's turn, the second's, ..., then the next round), so that
+/// the machine's drift over the run falls on every path alike.
+async fn timed_chains<const N: usize>(
     client: &reqwest::Client,
-    base: &str,
+    bases: [&str; N],
     turns: usize,
-) -> Result<Latency, BenchError> {
-    let mut times = Vec::with_capacity(turns);
-    let mut previous: Option<String> = None;
+) -> Result<[Latency; N], BenchError> {
+    let mut times: [Vec<TurnTimes>; N] = std::array::from_fn(|_| Vec::with_capacity(turns));
+    let mut previous: [Option<String>; N] = std::array::from_fn(|_| None);
     for turn in 0..turns {
-        let started = Instant::now();
-        let (id, first_text) = streamed_turn(
-            client,
-            base,
-            &format!("bench turn {turn}"),
-            previous.as_deref(),
-        )
-        .await
-        .map_err(runtime("a timed streamed turn"))?;
-        let whole = started.elapsed();
-        times.push(TurnTimes {
-            whole,
-            first_text: first_text.unwrap_or(whole),
-        });
-        previous = Some(id);
+        for (path, base) in bases.iter().enumerate() {
+            let started = Instant::now();
+            let (id, first_text) = streamed_turn(
+                client,
+                base,
+                &format!("bench turn {turn}"),
+                previous[path].as_deref(),
+            )
+            .await
+            .map_err(runtime("a timed streamed turn"))?;
+            let whole = started.elapsed();
+            times[path].push(TurnTimes {
+                whole,
+                first_text: first_text.unwrap_or(whole),
+            });
+            previous[path] = Some(id);
+        }
     }
+    Ok(times.map(|times| latency(&times)))
+}
+
+/// The percentiles of one path's turns.
+fn latency(times: &[TurnTimes]) -> Latency {
     let mut whole: Vec<Duration> = times.iter().map(|t| t.whole).collect();
     let mut first_text: Vec<Duration> = times.iter().map(|t| t.first_text).collect();
     whole.sort_unstable();
     first_text.sort_unstable();
-    Ok(Latency {
+    Latency {
         p50: percentile(&whole, 50).unwrap_or_default(),
         p99: percentile(&whole, 99).unwrap_or_default(),
         first_text_p50: percentile(&first_text, 50).unwrap_or_default(),
-    })
+    }
 }
 
 /// Runs the measurements.
@@ -269,16 +278,15 @@ async fn measure(
     let (legacy, engine) = (legacy.to_owned(), engine.to_owned());
     let client = reqwest::Client::new();
     // Warm both paths (connections, first thread) before timing.
-    for base in [mock.base_url(), legacy.clone(), engine.clone()] {
-        timed_chain(&client, &base, 3).await?;
-    }
+    let direct = mock.base_url();
+    let bases = [direct.as_str(), legacy.as_str(), engine.as_str()];
+    timed_chains(&client, bases, 3).await?;
     eprintln!(
         "bench: Responses front, {} streamed turns per path",
         options.turns
     );
-    let direct = timed_chain(&client, &mock.base_url(), options.turns).await?;
-    let legacy_latency = timed_chain(&client, &legacy, options.turns).await?;
-    let engine_latency = timed_chain(&client, &engine, options.turns).await?;
+    let [direct, legacy_latency, engine_latency] =
+        timed_chains(&client, bases, options.turns).await?;
 
     let model_turns = options.turns.min(MODEL_TIME_TURNS);
     eprintln!(
@@ -289,16 +297,10 @@ async fn measure(
         delay: Some(MODEL_TIME),
         ..ScriptedReply::default()
     });
-    let timed_slow = async {
-        Ok::<_, BenchError>((
-            timed_chain(&client, &mock.base_url(), model_turns).await?,
-            timed_chain(&client, &legacy, model_turns).await?,
-            timed_chain(&client, &engine, model_turns).await?,
-        ))
-    };
-    let with_model_time = timed_slow.await;
+    let with_model_time = timed_chains(&client, bases, model_turns).await;
     mock.set_default_reply(ScriptedReply::default());
-    let with_model_time = with_model_time?;
+    let [slow_direct, slow_legacy, slow_engine] = with_model_time?;
+    let with_model_time = (slow_direct, slow_legacy, slow_engine);
 
     eprintln!(
         "bench: Responses front, {} concurrent clients x {} turns",
