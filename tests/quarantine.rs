@@ -452,6 +452,20 @@ fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
     (captured, guard)
 }
 
+/// A captured thread sees an event whose callsite another thread, with no subscriber, hit first
+/// (tracing decides a callsite's interest once, for the whole process).
+#[test]
+fn a_capture_sees_a_callsite_first_hit_on_a_thread_without_one() {
+    fn log() {
+        tracing::error!("logged on two threads");
+    }
+    let (logs, guard) = capture_logs();
+    std::thread::spawn(log).join().unwrap();
+    log();
+    drop(guard);
+    assert_eq!(logs.error_lines(), ["ERROR logged on two threads"]);
+}
+
 /// Two overlapping failures of one engine: the first is kept, and exactly one error line is
 /// logged, in the documented exact text.
 #[tokio::test]

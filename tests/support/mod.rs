@@ -19,8 +19,8 @@ use ctxbridge::quarantine::{CallTimeouts, QuarantineBook, QuarantineEngine};
 use ctxbridge::store::{SqliteStore, StateStore};
 use tokio::sync::Notify;
 use tracing::field::{Field, Visit};
-use tracing::subscriber::Interest;
-use tracing::{span, Event, Level, Metadata, Subscriber};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
 /// The id the scriptable engine registers under.
@@ -882,30 +882,11 @@ pub fn set_capturing_default(
 ) -> tracing::subscriber::DefaultGuard {
     static ANCHOR: Once = Once::new();
     ANCHOR.call_once(|| {
+        // A filter without a callsite function answers "sometimes"; this one enables nothing.
+        let ask_each_time = tracing_subscriber::registry().with(filter_fn(|_| false));
         // Fails only if this test binary set a global default already; that one decides then.
-        let _ = tracing::subscriber::set_global_default(AskEachTime);
+        let _ = tracing::subscriber::set_global_default(ask_each_time);
         tracing::callsite::rebuild_interest_cache();
     });
     tracing::subscriber::set_default(subscriber)
-}
-
-/// The global default of test binaries that capture logs: interested "sometimes" in every
-/// callsite, enabled for none.
-struct AskEachTime;
-
-impl Subscriber for AskEachTime {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        Interest::sometimes()
-    }
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        false
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, _: &Event<'_>) {}
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
 }

@@ -17,6 +17,8 @@ use responses_client::{
     ResponsesConfig, ResponsesError,
 };
 use serde_json::{json, Value};
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::layer::SubscriberExt;
 
 const KEY: &str = "sk-test-4f1c9b7e2d";
 
@@ -488,9 +490,17 @@ impl Write for LogBuffer {
     }
 }
 
-/// The key stays out of errors (even when the server echoes it), Debug output and tracing logs.
-#[tokio::test]
-async fn the_key_never_leaks() {
+/// Captures this thread's tracing output until the guard drops. tracing decides a callsite's
+/// interest once for the whole process, on the first thread to hit it: a global default that
+/// answers "sometimes" and enables nothing keeps a sibling test's thread without a subscriber
+/// from deciding "never" for the callsites these tests read.
+fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+    static ASK_EACH_TIME: std::sync::Once = std::sync::Once::new();
+    ASK_EACH_TIME.call_once(|| {
+        let global = tracing_subscriber::registry().with(filter_fn(|_| false));
+        let _ = tracing::subscriber::set_global_default(global);
+        tracing::callsite::rebuild_interest_cache();
+    });
     let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -498,7 +508,13 @@ async fn the_key_never_leaks() {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+/// The key stays out of errors (even when the server echoes it), Debug output and tracing logs.
+#[tokio::test]
+async fn the_key_never_leaks() {
+    let (logs, _guard) = capture_logs();
 
     let (base, requests) = start(
         CompactRoute::Missing,
@@ -624,14 +640,7 @@ async fn compact_of_a_lost_chain_is_not_found() {
 async fn secrets_in_the_base_url_never_print() {
     const USER_SECRET: &str = "sk-in-userinfo-8d1e";
     const QUERY_SECRET: &str = "sk-in-query-3c7a";
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = capture_logs();
 
     let (base, requests) = start(
         CompactRoute::Missing,
