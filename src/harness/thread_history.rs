@@ -44,15 +44,27 @@ impl Harness {
     /// previous turn is committed and this one is not yet). A session's first thread begins
     /// at 0, which is what no record says, so nothing is written for it. A failure is logged:
     /// reads then show only the current backend thread.
-    pub(super) fn record_thread_start(&self, session_key: &str, thread: &ThreadId) {
-        let recorded = self.transcript(session_key).and_then(|transcript| {
-            if transcript.is_empty() {
+    ///
+    /// `transcript_len`: how many messages the transcript holds, when the caller knows (else
+    /// it is read).
+    pub(super) fn record_thread_start(
+        &self,
+        session_key: &str,
+        thread: &ThreadId,
+        transcript_len: Option<usize>,
+    ) {
+        let transcript_len = match transcript_len {
+            Some(known) => Ok(known),
+            None => self.transcript(session_key).map(|t| t.len()),
+        };
+        let recorded = transcript_len.and_then(|transcript_len| {
+            if transcript_len == 0 {
                 return Ok(());
             }
             let mut history = self.thread_history(session_key)?;
             history
                 .threads
-                .insert(thread.as_str().to_owned(), transcript.len());
+                .insert(thread.as_str().to_owned(), transcript_len);
             let json = serde_json::to_string(&history).map_err(|source| HarnessError::Encode {
                 what: "a thread history",
                 source,

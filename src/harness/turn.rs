@@ -126,6 +126,15 @@ struct FailedTurn {
     fresh_thread: bool,
 }
 
+/// What a turn knows of its session before running on the backend.
+#[derive(Debug, Clone, Copy)]
+struct SessionSoFar {
+    /// The session had a bound thread before this turn (a new thread is then a rotation).
+    had_thread: bool,
+    /// How many messages its transcript holds, when the turn's copy is still the store's.
+    transcript_len: Option<usize>,
+}
+
 /// The two transcript entries a turn appended.
 pub(super) struct RecordedTurn {
     /// The user's message.
@@ -326,7 +335,11 @@ impl Harness {
                     &spec,
                     &plan,
                     &ctx.tools,
-                    stored.is_some(),
+                    SessionSoFar {
+                        had_thread: stored.is_some(),
+                        // A compaction before the turn may have rewritten the transcript.
+                        transcript_len: facts_hold.then_some(messages.len()),
+                    },
                     events.clone(),
                 )
                 .await
@@ -739,7 +752,7 @@ impl Harness {
         spec: &TurnSpec,
         plan: &TurnPlan,
         tools: &TurnTools,
-        had_thread: bool,
+        so_far: SessionSoFar,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
         let session_key = spec.session_key.as_str();
@@ -765,12 +778,12 @@ impl Harness {
                     .effective_instructions
                     .as_deref()
                     .map_or(0, |s| s.chars().count());
-                let action = if had_thread {
+                let action = if so_far.had_thread {
                     ThreadAction::Rotated
                 } else {
                     ThreadAction::Started
                 };
-                self.record_thread_start(session_key, &thread);
+                self.record_thread_start(session_key, &thread, so_far.transcript_len);
                 (thread, action, true)
             }
             ThreadChoice::Reuse(thread) => {
