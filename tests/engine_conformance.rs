@@ -494,15 +494,11 @@ async fn conformance_suite(engine: Arc<dyn ContextEngine>) {
 // The engines
 // ------------------------------------------------------------------------------------------
 
+#[path = "support/programs.rs"]
+mod programs;
+
 fn tool_available(program: &str) -> bool {
-    let found = std::process::Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("SKIPPED: `{program}` is not installed; this conformance run needs it");
-    }
-    found
+    programs::program_here(program, "this conformance run")
 }
 
 fn process_config(

@@ -423,15 +423,11 @@ async fn in_process_engine_fault_matrix() {
 // Out-of-process: a child process over the engine process protocol
 // ------------------------------------------------------------------------------------------
 
+#[path = "support/programs.rs"]
+mod programs;
+
 fn python3_available() -> bool {
-    let found = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("SKIPPED: python3 is not installed; the out-of-process fault matrix needs it");
-    }
-    found
+    programs::program_here("python3", "the out-of-process fault matrix")
 }
 
 fn process_config(method: EngineMethod, fault: Fault) -> ProcessEngineConfig {

@@ -15,15 +15,11 @@ use ctxbridge::engines::process::{HostIdentity, ProcessEngine, ProcessEngineConf
 use ctxbridge::host::capabilities::Capability;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/programs.rs"]
+mod programs;
+
 fn python3_available() -> bool {
-    let found = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("SKIPPED: python3 is not installed; the process-engine fault tests need it");
-    }
-    found
+    programs::program_here("python3", "the process-engine fault tests")
 }
 
 fn config(mode: &str) -> ProcessEngineConfig {

@@ -108,12 +108,8 @@ impl Harness {
         outcome: &TurnOutcome,
         retried: bool,
     ) -> Result<(), HarnessError> {
-        let RecordedTurn {
-            user,
-            assistant,
-            commit,
-            ..
-        } = recorded;
+        let RecordedTurn { entries, commit } = recorded;
+        let [user, assistant] = entries.map(|entry| entry.message);
         let serving = ctx.serving;
         let session_key = ctx.session_key();
         let session_id = ctx.session_id.as_str();

@@ -137,15 +137,12 @@ struct SessionSoFar {
 
 /// The two transcript entries a turn appended.
 pub(super) struct RecordedTurn {
-    /// The user's message.
-    pub(super) user: AgentMessage,
-    /// The model's reply.
-    pub(super) assistant: AgentMessage,
+    /// The user's message and the model's reply, as written (also for the harness's own
+    /// copies, its cached transcript and the session file, which follow the store once the
+    /// caller has heard of the turn).
+    pub(super) entries: [TranscriptEntry; 2],
     /// A durable engine's `commitTurn` params, queued in the outbox with the turn.
     pub(super) commit: Option<CommitTurnParams>,
-    /// The entries written, for the harness's own copies (its cached transcript, the
-    /// session file), which follow the store once the caller has heard of the turn.
-    pub(super) entries: [TranscriptEntry; 2],
 }
 
 impl Harness {
@@ -891,11 +888,11 @@ impl Harness {
         let entries = [
             TranscriptEntry {
                 entry_id: format!("{turn_id}-user"),
-                message: user.clone(),
+                message: user,
             },
             TranscriptEntry {
                 entry_id: format!("{turn_id}-assistant"),
-                message: assistant.clone(),
+                message: assistant,
             },
         ];
         let (commit, outbox_row) =
@@ -905,12 +902,7 @@ impl Harness {
             };
         self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard)
             .await?;
-        Ok(RecordedTurn {
-            user,
-            assistant,
-            commit,
-            entries,
-        })
+        Ok(RecordedTurn { entries, commit })
     }
 }
 

@@ -10,6 +10,9 @@ use std::process::{Child, Command, Stdio};
 use ctxbridge_mock_model::{MockModelConfig, MockModelServer};
 use serde_json::{json, Value};
 
+#[path = "programs.rs"]
+mod programs;
+
 pub const TOKEN: &str = "front-test-token";
 /// The opening of the projected context (docs/architecture.md#rendering).
 pub const CONTEXT_MARK: &str = "<conversation_context>";
@@ -212,14 +215,7 @@ pub fn python_client_here(test: &str) -> bool {
 
 /// Whether `python3` is here; when not, says loudly that `test` (which needs it) did not run.
 pub fn python3_here(test: &str) -> bool {
-    let here = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !here {
-        eprintln!("SKIPPED: python3 is not installed; {test} did not run");
-    }
-    here
+    programs::program_here("python3", test)
 }
 
 /// Runs the Python client `tests/clients/{script}` against the front at `url` (see
