@@ -35,7 +35,7 @@ use crate::projection::{
 };
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
-use crate::store::TranscriptEntry;
+use crate::store::{TranscriptEntry, TurnWrite};
 use crate::util::now_ms;
 
 /// What every step of one turn works with once the session is held and the serving engine
@@ -519,8 +519,14 @@ impl Harness {
         )
         .await;
         // Marked only once bootstrap has run: a crash before this point bootstraps again.
+        // Submitted with the turn writes of other sessions, not run alone while this task's
+        // worker thread waits for the writer.
         self.store_for(session_key)
-            .mark_bootstrapped(session_id, &engine_id)
+            .submit(TurnWrite::MarkBootstrapped {
+                session_id: session_id.to_owned(),
+                engine_id: engine_id.clone(),
+            })
+            .await
             .map_err(store_err("mark bootstrapped"))?;
         Ok(true)
     }

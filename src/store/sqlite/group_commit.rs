@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
 
-use super::queries::{acquire_lease, insert_entries, insert_outbox, upsert_binding};
+use super::queries::{
+    acquire_lease, insert_bootstrap_mark, insert_entries, insert_outbox, upsert_binding,
+    upsert_document,
+};
 use super::schema::{touch, SESSION_SCOPE};
 use super::StoreInner;
 use crate::store::{
@@ -243,7 +246,8 @@ pub(super) enum Applied {
 }
 
 impl Op {
-    /// The writes the queue runs: a turn's lease, record and outbox writes.
+    /// The writes the queue runs: a turn's lease, record and outbox writes, its bootstrap mark
+    /// and the documents it keeps (a thread's history).
     pub(super) fn is_queued(write: &TurnWrite) -> bool {
         matches!(
             write,
@@ -253,6 +257,8 @@ impl Op {
                 | TurnWrite::EnqueueOutbox(_)
                 | TurnWrite::CompleteOutbox { .. }
                 | TurnWrite::FailOutbox { .. }
+                | TurnWrite::MarkBootstrapped { .. }
+                | TurnWrite::SaveDocument { .. }
         )
     }
 
@@ -335,6 +341,16 @@ impl Op {
                 )?
                 .execute(params![session_id, advancement_key, error])
                 .map(|_| (done, true)),
+            TurnWrite::MarkBootstrapped {
+                session_id,
+                engine_id,
+            } => insert_bootstrap_mark(conn, session_id, engine_id)
+                .map(|new| (Applied::Outcome(WriteOutcome::Applied(new)), new)),
+            TurnWrite::SaveDocument {
+                namespace,
+                key,
+                json,
+            } => upsert_document(conn, namespace, key, json).map(|()| (done, true)),
             // Not reached: only `is_queued` writes enter the queue. Refused, not guessed at.
             other => Err(rusqlite::Error::ToSqlConversionFailure(Box::new(
                 std::io::Error::other(format!("{} is not a queued write", other.operation())),

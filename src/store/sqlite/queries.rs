@@ -74,6 +74,40 @@ pub(super) fn insert_entries(
     Ok(())
 }
 
+/// Marks `engine_id`'s bootstrap of `session_id` done; true when the mark is new (inside the
+/// caller's transaction; nothing is written otherwise).
+pub(super) fn insert_bootstrap_mark(
+    conn: &Connection,
+    session_id: &str,
+    engine_id: &str,
+) -> rusqlite::Result<bool> {
+    let new = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO bootstrapped (session_id, engine_id) VALUES (?1, ?2)",
+        )?
+        .execute(params![session_id, engine_id])?
+        == 1;
+    if new {
+        touch(conn, SESSION_SCOPE, session_id)?;
+    }
+    Ok(new)
+}
+
+/// Writes a document of `namespace` under `key` (inside the caller's transaction).
+pub(super) fn upsert_document(
+    conn: &Connection,
+    namespace: &str,
+    key: &str,
+    json: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO documents (namespace, key, json) VALUES (?1, ?2, ?3)
+         ON CONFLICT(namespace, key) DO UPDATE SET json = excluded.json",
+    )?
+    .execute(params![namespace, key, json])?;
+    touch(conn, &format!("d:{namespace}"), key)
+}
+
 /// Queues an outbox row (a duplicate advancement key keeps the queued row).
 pub(super) fn insert_outbox(conn: &Connection, row: &OutboxRow) -> rusqlite::Result<()> {
     conn.prepare_cached(

@@ -5,7 +5,7 @@
 use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::contract::AgentMessage;
-use crate::store::StateStoreExt;
+use crate::store::{LeaseAttempt, StateStoreExt, WriteOutcome};
 use crate::util::lock;
 
 /// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
@@ -392,6 +392,56 @@ async fn writes_of_one_scheduler_round_share_a_transaction() {
     let run = s.held_times().since(&before);
     assert_eq!((run.queued_writes, run.write_batches), (8, 1));
     assert!((0..8).all(|i| s.load_transcript(&format!("s{i}")).unwrap().len() == 1));
+}
+
+/// A session's first turn writes its bootstrap mark and its thread history beside its record:
+/// all three join the queue's batch (one transaction), and the mark answers whether it is new.
+#[tokio::test(flavor = "current_thread")]
+async fn bootstrap_marks_and_documents_join_the_batch() {
+    let s = Arc::new(SqliteStore::in_memory().unwrap());
+    let before = s.held_times();
+    let submit = |write: TurnWrite| {
+        let s = s.clone();
+        tokio::spawn(async move { s.submit(write).await })
+    };
+    let mark = || TurnWrite::MarkBootstrapped {
+        session_id: "s1".into(),
+        engine_id: "eng".into(),
+    };
+    let tasks = vec![
+        submit(mark()),
+        submit(TurnWrite::SaveDocument {
+            namespace: "threads".into(),
+            key: "s1".into(),
+            json: "[1]".into(),
+        }),
+        submit(TurnWrite::RecordTurn {
+            session_id: "s1".into(),
+            entries: vec![entry("e1", "x")],
+            binding_key: "k1".into(),
+            binding_json: "{}".into(),
+            lease_generation: 0,
+            commit: None,
+        }),
+    ];
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap().unwrap());
+    }
+    let run = s.held_times().since(&before);
+    assert_eq!((run.queued_writes, run.write_batches), (3, 1));
+    assert_eq!(answers[0], WriteOutcome::Applied(true));
+    assert!(s.is_bootstrapped("s1", "eng").unwrap());
+    assert_eq!(
+        s.load_document("threads", "s1").unwrap().as_deref(),
+        Some("[1]")
+    );
+    // Marked again: queued too, and answered as not new.
+    assert_eq!(
+        s.submit(mark()).await.unwrap(),
+        WriteOutcome::Applied(false)
+    );
+    assert!(!s.mark_bootstrapped("s1", "eng").unwrap());
 }
 
 /// A submitted write whose caller stops waiting before the write ran (its future dropped
