@@ -31,7 +31,7 @@ pub struct HostCallbacks {
     pub(crate) rewrote: Arc<AtomicBool>,
     /// The harness's cached transcripts: a rewrite drops the session's copy, which a turn
     /// under a kept lease would otherwise use without reading the store.
-    pub(crate) transcripts: super::TranscriptCache,
+    pub(crate) transcripts: super::transcript_cache::TranscriptCache,
     /// The session's transcript file, rewritten after a transcript rewrite.
     pub(crate) session_file: Option<std::path::PathBuf>,
     /// The working directory written in a rewritten session file's header.

@@ -27,6 +27,9 @@ mod session_file;
 mod subagent;
 mod thread_history;
 mod tools;
+mod transcript_cache;
+
+use transcript_cache::TranscriptCache;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
@@ -42,8 +45,8 @@ use crate::backend::{
     Usage,
 };
 use crate::contract::{
-    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, Messages,
-    ReasonCode, RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
+    AgentMessage, CompactResult, ContextEngine, EngineError, EngineInfo, HookCall, ReasonCode,
+    RuntimeContext, RuntimeFacts, RuntimeSettings, SelectionSource, SessionTarget,
     SubagentContextMode, HOOK_GATEWAY_START, HOOK_GATEWAY_STOP,
 };
 use crate::engines::LegacyEngine;
@@ -52,9 +55,7 @@ use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{
-    OutboxRow, StateStore, StoreError, TranscriptCursor, TranscriptEntry, TurnWrite,
-};
+use crate::store::{OutboxRow, StateStore, StoreError, TranscriptEntry, TurnWrite};
 
 use crate::store::StateStoreExt;
 use crate::util::lock;
@@ -472,15 +473,6 @@ pub struct SubagentSpawn {
 /// to the store's busy timeout for its write lock).
 const RECORD_ATTEMPTS: u32 = 4;
 
-/// A session transcript as this harness last read it, with the store cursor where it ends.
-/// The harness's copies of session transcripts, per session id.
-type TranscriptCache = moka::future::Cache<String, Arc<Mutex<Option<CachedTranscript>>>>;
-
-pub(crate) struct CachedTranscript {
-    cursor: TranscriptCursor,
-    messages: Messages,
-}
-
 /// The namespace of session-id documents in the store (session key → current session id).
 const SESSION_NAMESPACE: &str = "session";
 /// The namespace of doctor notes.
@@ -657,77 +649,6 @@ impl Harness {
             .into_iter()
             .map(|e| e.message)
             .collect())
-    }
-
-    /// The messages of a session's transcript: the cached list plus what was appended since,
-    /// or the whole transcript when it was rewritten (or never read). The cached list grows in
-    /// place (no copy of the transcript per turn) unless an engine still holds the previous
-    /// turn's list; the returned handle shares it.
-    async fn session_messages(
-        &self,
-        session_key: &str,
-        session_id: &str,
-    ) -> Result<(Messages, Option<TranscriptCursor>), HarnessError> {
-        let slot = match self.transcripts.get(session_id).await {
-            Some(slot) => slot,
-            None => {
-                let slot = Arc::new(Mutex::new(None));
-                self.transcripts
-                    .insert(session_id.to_string(), slot.clone())
-                    .await;
-                slot
-            }
-        };
-        // Held only across the synchronous store read; the session lock already orders turns.
-        // A poisoned slot only means a panic mid-update: the cursor and list were replaced
-        // together or not at all, so its content is still coherent.
-        let mut cached = lock(&slot);
-        let read = self
-            .store_for(session_key)
-            .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
-            .map_err(store_err("load transcript"))?;
-        let mut messages = match cached.take() {
-            Some(c) if read.appended => c.messages,
-            _ => Messages::new(),
-        };
-        messages.extend(read.entries.into_iter().map(|e| e.message));
-        *cached = read.cursor.map(|cursor| CachedTranscript {
-            cursor,
-            messages: messages.clone(),
-        });
-        Ok((messages, read.cursor))
-    }
-
-    /// The cached copy of `session_id`'s transcript when it is at `cursor`: what this harness
-    /// appended under a lease it kept holds, unless a rewrite dropped the copy since.
-    async fn cached_transcript(
-        &self,
-        session_id: &str,
-        cursor: TranscriptCursor,
-    ) -> Option<Messages> {
-        let slot = self.transcripts.get(session_id).await?;
-        let cached = lock(&slot);
-        cached
-            .as_ref()
-            .filter(|c| c.cursor == cursor)
-            .map(|c| c.messages.clone())
-    }
-
-    /// Appends this turn's recorded entries to the cached copy of the transcript (the copy the
-    /// turn read, which the store now continues with them) and returns where the copy ends;
-    /// `None` when there is no copy to continue.
-    async fn extend_cached_transcript(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-    ) -> Option<TranscriptCursor> {
-        let slot = self.transcripts.get(session_id).await?;
-        let mut cached = lock(&slot);
-        let copy = cached.as_mut()?;
-        copy.messages
-            .extend(entries.iter().map(|e| e.message.clone()));
-        copy.cursor.next_seq += entries.len() as u64;
-        Some(copy.cursor)
     }
 
     fn warn_once(&self, key: String, message: &str) {
