@@ -1,6 +1,6 @@
 //! The SQLite store's SQL helpers run inside a caller's transaction (transcript entries, outbox
-//! rows, the fenced binding upsert, leases and the lease floor, the stale-generation check,
-//! row counts) and the encoding of transcript entries.
+//! rows, the fenced binding upsert, leases and the lease floor, bootstrap marks, documents, the
+//! stale-generation check, row counts) and the encoding of transcript entries.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
