@@ -488,6 +488,43 @@ fn the_split_run_prints_its_row_and_the_ceiling() {
     );
 }
 
+/// `--scale-rounds 3` runs both worker counts three times in turn: the detailed report once,
+/// then a row per round and the median of their ratios.
+#[test]
+fn scale_rounds_print_each_round_and_the_median() {
+    let (ok, stdout, stderr) = bench_scale(&[
+        "--scale-store",
+        "memory",
+        "--sessions",
+        "4",
+        "--scale-rounds",
+        "3",
+    ]);
+    assert!(ok, "bench --scale-rounds failed: {stderr}\n{stdout}");
+    // The detailed report (the first round's), before the rounds' table.
+    let report = stdout.split("== Scale rounds").next().unwrap_or("");
+    assert_eq!(scale_rows(report), [(1, 4, 20), (2, 4, 20)], "{stdout}");
+    assert_eq!(stderr.matches("round 2 of 3").count(), 2, "{stderr}");
+    let table = stdout
+        .split("== Scale rounds: 1 and 2 workers in turn, 3 rounds ==")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no rounds table in:\n{stdout}"));
+    let rounds: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 4 && f[0].parse::<usize>().is_ok())
+        .collect();
+    assert_eq!(rounds.len(), 3, "{table}");
+    for (i, fields) in rounds.iter().enumerate() {
+        assert_eq!(fields[0], (i + 1).to_string(), "{table}");
+        assert!(fields[3].ends_with('×'), "{table}");
+    }
+    assert!(table.contains("median 1 → 2: "), "{table}");
+    // Without the flag there is one round and no rounds table.
+    let (ok, stdout, _) = bench_scale(&["--scale-store", "memory", "--sessions", "4"]);
+    assert!(ok && !stdout.contains("Scale rounds"), "{stdout}");
+}
+
 /// The SQLite scale runs print both rows and the 1 → 2 ratio too.
 #[test]
 fn sqlite_scale_runs_print_both_rows_and_the_ratio() {

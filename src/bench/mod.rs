@@ -26,6 +26,7 @@ mod peer;
 pub mod process;
 pub mod projection_cost;
 pub mod scale;
+pub mod scale_rounds;
 pub mod serve;
 mod serve_engine;
 pub mod serve_responses;

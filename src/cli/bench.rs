@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::bench::scale::{self, ScaleStore, ScaleTarget};
+use crate::bench::scale_rounds::{format_rounds, ScaleRound};
 use crate::bench::{chart, engines, overhead, projection_cost, BenchBackend, BenchError};
 use crate::cli::context::{errln, outln, CliError, CommandContext, Stdout, EXIT_OK};
 
@@ -41,6 +42,10 @@ pub struct BenchArgs {
     /// what the CLI uses, `postgres` a fresh schema on `--pg-url` (dropped afterwards).
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
     pub scale_store: ScaleStore,
+    /// Run the 1-worker and 2-worker scale runs this many times in turn and print each
+    /// round's ratio and their median (the detailed report is the first round's).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub scale_rounds: u64,
     /// SQLite scale stores: split the state by session over this many databases, one writer
     /// each (`store.shards`), in every run of the scale measurement.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=crate::store::MAX_SHARDS as u64))]
@@ -179,15 +184,29 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
     }
 
     if let Some(memory) = binding_memory {
-        let mut results = Vec::new();
-        for workers in [1, 2] {
-            phase(format_args!(
-                "scale on {workers} worker{} ({sessions} sessions × {} turns; --sessions N or --skip-scale for less)",
-                if workers == 1 { "" } else { "s" },
-                scale::TURNS_PER_SESSION
-            ));
-            results.push(scale::run_on_own_runtime(sessions, workers, target.clone()).await?);
+        let mut rounds = Vec::new();
+        for round in 1..=args.scale_rounds {
+            let of_rounds = if args.scale_rounds > 1 {
+                format!(", round {round} of {}", args.scale_rounds)
+            } else {
+                String::new()
+            };
+            let run = |workers: usize| {
+                phase(format_args!(
+                    "scale on {workers} worker{} ({sessions} sessions × {} turns{of_rounds}; --sessions N or --skip-scale for less)",
+                    if workers == 1 { "" } else { "s" },
+                    scale::TURNS_PER_SESSION,
+                ));
+                scale::run_on_own_runtime(sessions, workers, target.clone())
+            };
+            let one = run(1).await?;
+            let two = run(2).await?;
+            rounds.push(ScaleRound { one, two });
         }
+        let mut results: Vec<_> = rounds
+            .first()
+            .map(|first| vec![first.one.clone(), first.two.clone()])
+            .unwrap_or_default();
         if args.scale_split {
             phase(format_args!(
                 "scale on 2 workers sharing nothing ({sessions} sessions × {} turns)",
@@ -196,6 +215,9 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
             results.push(scale::run_split_on_own_threads(sessions, 2, target.clone()).await?);
         }
         out.write(&scale::format_report(&results, &memory));
+        if rounds.len() > 1 {
+            out.write(&format_rounds(&rounds));
+        }
     }
     Ok(())
 }
