@@ -811,27 +811,39 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
     out
 }
 
+/// A result of 1 000 sessions (5 000 turns) on `workers` in `seconds`, with `cpu_seconds` of
+/// CPU when given, for the reports' tests.
+#[cfg(test)]
+pub(crate) fn test_result(
+    store: ScaleStore,
+    workers: usize,
+    seconds: f64,
+    cpu_seconds: Option<f64>,
+) -> ScaleResult {
+    ScaleResult {
+        store,
+        workers,
+        sessions: 1000,
+        turns: 5000,
+        elapsed: Duration::from_secs_f64(seconds),
+        rss_before: None,
+        rss_after: None,
+        peak_rss: None,
+        peak_is_this_run: true,
+        held: None,
+        cpu: cpu_seconds.map(Duration::from_secs_f64),
+        split: false,
+        shards: 1,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     fn run(workers: usize, seconds: f64, cpu_seconds: f64) -> ScaleResult {
-        ScaleResult {
-            store: ScaleStore::Memory,
-            workers,
-            sessions: 1000,
-            turns: 5000,
-            elapsed: Duration::from_secs_f64(seconds),
-            rss_before: None,
-            rss_after: None,
-            peak_rss: None,
-            peak_is_this_run: true,
-            held: None,
-            cpu: Some(Duration::from_secs_f64(cpu_seconds)),
-            split: false,
-            shards: 1,
-        }
+        test_result(ScaleStore::Memory, workers, seconds, Some(cpu_seconds))
     }
 
     /// Split workers get every session once, as evenly as can be.

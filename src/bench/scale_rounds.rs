@@ -81,27 +81,11 @@ pub fn format_rounds(rounds: &[ScaleRound]) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::bench::scale::ScaleStore;
+    use crate::bench::scale::{test_result, ScaleStore};
 
     fn run(workers: usize, seconds: f64) -> ScaleResult {
-        ScaleResult {
-            store: ScaleStore::File,
-            workers,
-            sessions: 1000,
-            turns: 5000,
-            elapsed: Duration::from_secs_f64(seconds),
-            rss_before: None,
-            rss_after: None,
-            peak_rss: None,
-            peak_is_this_run: true,
-            held: None,
-            cpu: None,
-            split: false,
-            shards: 1,
-        }
+        test_result(ScaleStore::File, workers, seconds, None)
     }
 
     #[test]
