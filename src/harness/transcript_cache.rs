@@ -83,10 +83,8 @@ impl Harness {
             .transcript_since(session_id, cached.as_ref().map(|c| c.cursor))
             .map_err(store_err("load transcript"))?;
         let mut messages = match cached.take() {
-            Some(mut c) if read.appended => {
-                c.settle();
-                c.messages
-            }
+            // The copy goes with this arm: the list it shares is this turn's alone.
+            Some(mut c) if read.appended => c.settle(),
             _ => Messages::new(),
         };
         messages.extend(read.entries.into_iter().map(|e| e.message));

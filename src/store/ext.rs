@@ -54,42 +54,6 @@ fn lease(outcome: &WriteOutcome) -> Option<LeaseAttempt> {
     }
 }
 
-/// A turn's record, with its durable commit when given.
-fn record(
-    session_id: &str,
-    entries: &[TranscriptEntry],
-    binding_key: &str,
-    binding_json: &str,
-    lease_generation: u64,
-    commit: Option<&OutboxRow>,
-) -> TurnWrite {
-    TurnWrite::RecordTurn {
-        session_id: session_id.to_owned(),
-        entries: entries.to_vec(),
-        binding_key: binding_key.to_owned(),
-        binding_json: binding_json.to_owned(),
-        lease_generation,
-        commit: commit.cloned(),
-    }
-}
-
-/// A lease acquisition, from `dead_holder` when given.
-fn acquire(
-    session: &str,
-    holder: &str,
-    dead_holder: Option<&str>,
-    now_ms: u64,
-    ttl_ms: u64,
-) -> TurnWrite {
-    TurnWrite::AcquireLease {
-        session: session.to_owned(),
-        holder: holder.to_owned(),
-        dead_holder: dead_holder.map(str::to_owned),
-        now_ms,
-        ttl_ms,
-    }
-}
-
 /// The store's writes by name (see [`TurnWrite`] for what each does).
 pub trait StateStoreExt: StateStore {
     /// Submits a write on a turn's path: the store may run it with the writes of other tasks
@@ -165,7 +129,7 @@ pub trait StateStoreExt: StateStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let write = record(
+        let write = TurnWrite::record(
             session_id,
             entries,
             binding_key,
@@ -187,7 +151,7 @@ pub trait StateStoreExt: StateStore {
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
         let (id, key, json) = (session_id, binding_key, binding_json);
-        let write = record(id, entries, key, json, lease_generation, Some(commit));
+        let write = TurnWrite::record(id, entries, key, json, lease_generation, Some(commit));
         self.write_now(write).map(drop)
     }
 
@@ -287,7 +251,11 @@ pub trait StateStoreExt: StateStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        answer(self, acquire(session, holder, None, now_ms, ttl_ms), lease)
+        answer(
+            self,
+            TurnWrite::acquire(session, holder, None, now_ms, ttl_ms),
+            lease,
+        )
     }
 
     /// [`TurnWrite::AcquireLease`] from a holder known to be dead.
@@ -299,7 +267,7 @@ pub trait StateStoreExt: StateStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        let write = acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
+        let write = TurnWrite::acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
         answer(self, write, lease)
     }
 

@@ -117,6 +117,42 @@ pub enum TurnWrite {
 }
 
 impl TurnWrite {
+    /// A turn's record, with its durable commit when given.
+    pub(crate) fn record(
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> TurnWrite {
+        TurnWrite::RecordTurn {
+            session_id: session_id.to_owned(),
+            entries: entries.to_vec(),
+            binding_key: binding_key.to_owned(),
+            binding_json: binding_json.to_owned(),
+            lease_generation,
+            commit: commit.cloned(),
+        }
+    }
+
+    /// A lease acquisition, from `dead_holder` when given.
+    pub(crate) fn acquire(
+        session: &str,
+        holder: &str,
+        dead_holder: Option<&str>,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> TurnWrite {
+        TurnWrite::AcquireLease {
+            session: session.to_owned(),
+            holder: holder.to_owned(),
+            dead_holder: dead_holder.map(str::to_owned),
+            now_ms,
+            ttl_ms,
+        }
+    }
+
     /// The write's operation, for messages.
     pub fn operation(&self) -> &'static str {
         match self {

@@ -15,35 +15,14 @@ use super::queries::{
 };
 use super::schema::{touch, SESSION_SCOPE};
 use super::StoreInner;
-use crate::store::{
-    Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
-};
+use crate::store::{Lease, LeaseAttempt, StoreError, TurnWrite, WriteOutcome};
 use crate::util::lock;
 
 impl StoreInner {
-    /// `record_turn`, queueing `commit` too when given: one fenced transaction.
-    pub(super) fn record_turn_fenced(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: Option<&OutboxRow>,
-    ) -> Result<(), StoreError> {
-        let op = Op {
-            encoded: self.encode_entries("record turn", entries)?,
-            write: TurnWrite::RecordTurn {
-                session_id: session_id.to_owned(),
-                // Encoded above; the writer needs only their JSON.
-                entries: Vec::new(),
-                binding_key: binding_key.to_owned(),
-                binding_json: binding_json.to_owned(),
-                lease_generation,
-                commit: commit.cloned(),
-            },
-        };
-        self.run_now(&op).map(|_| ())
+    /// A write of the queue's kinds run alone, at once (what [`TurnWrite::apply`] asks of
+    /// this store; its own `write` queues them instead).
+    pub(super) fn run_alone(&self, write: TurnWrite) -> Result<WriteOutcome, StoreError> {
+        self.run_now(&self.prepare(write)?)
     }
 
     /// Runs one turn write in a transaction of its own, at once.

@@ -68,14 +68,15 @@ impl StoreWrites for SqliteStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        self.record_turn_fenced(
+        let write = TurnWrite::record(
             session_id,
             entries,
             binding_key,
             binding_json,
             lease_generation,
             None,
-        )
+        );
+        self.run_alone(write).map(drop)
     }
 
     fn record_turn_with_commit(
@@ -87,14 +88,15 @@ impl StoreWrites for SqliteStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        self.record_turn_fenced(
+        let write = TurnWrite::record(
             session_id,
             entries,
             binding_key,
             binding_json,
             lease_generation,
             Some(commit),
-        )
+        );
+        self.run_alone(write).map(drop)
     }
 
     fn replace_transcript_entries(
@@ -226,18 +228,10 @@ impl StoreWrites for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.run_now(
-            &TurnWrite::AcquireLease {
-                session: session.to_owned(),
-                holder: holder.to_owned(),
-                dead_holder: None,
-                now_ms,
-                ttl_ms,
-            }
-            .into(),
-        )
-        .map(WriteOutcome::into_lease)
+        self.run_alone(TurnWrite::acquire(session, holder, None, now_ms, ttl_ms))
+            .map(WriteOutcome::into_lease)
     }
+
     fn take_over_lease(
         &self,
         session: &str,
@@ -246,18 +240,10 @@ impl StoreWrites for SqliteStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        self.run_now(
-            &TurnWrite::AcquireLease {
-                session: session.to_owned(),
-                holder: holder.to_owned(),
-                dead_holder: Some(dead_holder.to_owned()),
-                now_ms,
-                ttl_ms,
-            }
-            .into(),
-        )
-        .map(WriteOutcome::into_lease)
+        let write = TurnWrite::acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
+        self.run_alone(write).map(WriteOutcome::into_lease)
     }
+
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.run_now(&TurnWrite::ReleaseLease(lease.clone()).into())
             .map(|_| ())
