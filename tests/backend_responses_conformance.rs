@@ -48,8 +48,9 @@ async fn responses_backend_conformance_on_conversations() {
 
 /// Conversation threads: start_thread creates a conversation whose id is the thread id; every
 /// request names it (never a previous response), carries the instructions and only the new
-/// input; the thread id stays the same; resume retrieves the conversation; once it is deleted,
-/// resume and the next turn are `ThreadNotFound`.
+/// input; the thread id stays the same; resuming a conversation this backend made or used asks
+/// the server nothing; once it is deleted, the next turn is `ThreadNotFound`, and from then on
+/// resume asks the server and is `ThreadNotFound` too.
 #[tokio::test]
 async fn conversation_requests_and_deletion() {
     let (backend, mock) = setup_with(ResponsesThreads::Conversation).await;
@@ -93,12 +94,37 @@ async fn conversation_requests_and_deletion() {
         vec!["one".to_string(), "two".to_string()],
         "the server holds the history"
     );
+    let retrievals = || {
+        let path = format!("/v1/conversations/{thread}");
+        mock.requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
+    };
     backend
         .resume_thread(&thread, &ResumeThread::default())
         .await
         .unwrap();
+    assert_eq!(
+        retrievals(),
+        0,
+        "a conversation made here is resumed without a call"
+    );
 
     assert!(mock.delete_conversation(thread.as_str()));
+    // Deleted behind the backend's back: the next turn finds out.
+    backend
+        .resume_thread(&thread, &ResumeThread::default())
+        .await
+        .unwrap();
+    let err = backend
+        .run_turn(req(&thread, "three"), tx)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::ThreadNotFound { .. }),
+        "{err:?}"
+    );
     let err = backend
         .resume_thread(&thread, &ResumeThread::default())
         .await
@@ -107,13 +133,10 @@ async fn conversation_requests_and_deletion() {
         matches!(err, BackendError::ThreadNotFound { .. }),
         "{err:?}"
     );
-    let err = backend
-        .run_turn(req(&thread, "three"), tx)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, BackendError::ThreadNotFound { .. }),
-        "{err:?}"
+    assert_eq!(
+        retrievals(),
+        1,
+        "a conversation found gone is asked for again"
     );
     let err = backend.compact_thread(&thread).await.unwrap_err();
     assert!(

@@ -151,11 +151,22 @@ async fn deleted_conversation_is_reprojected_on_a_new_conversation() {
     assert_eq!(binding.thread_id.as_str(), t3.thread_id);
 
     let requests = mock.response_requests();
-    // t1, t2, and t3 on the new conversation: the harness resumes the bound conversation before
-    // a turn, so the deletion is found there (404 on the conversation lookup) and no model
-    // request is spent on the deleted conversation.
-    assert_eq!(requests.len(), 3);
-    assert!(requests.iter().all(|r| r.status == 200));
+    // t1, t2, t3's first try on the deleted conversation, and t3 on the new one: the backend
+    // made the conversation, so resuming it before each turn asks the server nothing, and the
+    // deletion is found by the turn's request (a 404, no answer).
+    assert_eq!(requests.len(), 4);
+    let statuses: Vec<u16> = requests.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 404, 200]);
+    assert_eq!(
+        requests[2].conversation_id.as_deref(),
+        Some(t1.thread_id.as_str())
+    );
+    let lookups = mock
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/v1/conversations/"))
+        .count();
+    assert_eq!(lookups, 0, "no conversation lookup before a turn");
     for r in &requests {
         assert_eq!(r.previous_response_id, None, "never a chain id");
         let instructions = r.instructions.clone().unwrap_or_default();
@@ -169,7 +180,7 @@ async fn deleted_conversation_is_reprojected_on_a_new_conversation() {
         vec!["the second question".to_string()],
         "no history with a conversation"
     );
-    let retried = &requests[2];
+    let retried = &requests[3];
     assert_eq!(
         retried.conversation_id.as_deref(),
         Some(t3.thread_id.as_str())

@@ -20,11 +20,13 @@ impl ResponsesBackend {
         const OPERATION: &str = "compact thread";
         self.check_known(OPERATION, thread_id)?;
         let err = |e| backend_error(OPERATION, thread_id.as_str(), e);
-        let items = self
+        let listed = self
             .client
             .list_conversation_items(thread_id.as_str())
             .await
-            .map_err(err)?;
+            .map_err(err);
+        self.live.learn(thread_id, &listed).await;
+        let items = listed?;
         if items.is_empty() {
             return Ok(NativeCompaction {
                 thread_id: None,
@@ -53,6 +55,7 @@ impl ResponsesBackend {
             .await
             .map_err(err)?;
         let new_thread = ThreadId(conversation.id);
+        self.live.seen(&new_thread).await;
         {
             let mut chains = self.chains();
             if let Some(previous) = chains.remove(thread_id) {

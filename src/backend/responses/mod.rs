@@ -4,7 +4,8 @@
 //! - `conversation` (the default): a server-side conversation (`POST /conversations`, then
 //!   `conversation: <id>` on every response). The thread id is the `conv_…` id and stays the
 //!   same from turn to turn; the server keeps the items without the 30-day limit of stored
-//!   responses. `start_thread` creates the conversation, `resume_thread` retrieves it, and a
+//!   responses. `start_thread` creates the conversation, `resume_thread` retrieves it (once: a
+//!   conversation created or found by this process is resumed without a call), and a
 //!   deleted or unknown conversation is [`BackendError::ThreadNotFound`] (the harness then starts
 //!   a new one, re-projects, retries once and rewrites the binding — the rule for an expired
 //!   chain). `inject_developer_message` adds the developer message to the conversation at once
@@ -47,6 +48,7 @@ mod chain;
 mod compact;
 mod config;
 mod errors;
+mod live;
 mod request;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
@@ -71,6 +73,7 @@ pub use request::{
 };
 
 use chain::ChainState;
+use live::LiveConversations;
 
 /// The backend's name in [`BackendError::Unsupported`].
 const BACKEND_NAME: &str = "responses";
@@ -93,6 +96,8 @@ pub struct ResponsesBackend {
     label: String,
     threads: ResponsesThreads,
     chains: Mutex<HashMap<ThreadId, ChainState>>,
+    /// Conversation threads known to exist (resumed without a call).
+    live: LiveConversations,
 }
 
 impl ResponsesBackend {
@@ -130,6 +135,7 @@ impl ResponsesBackend {
             label,
             threads: ResponsesThreads::default(),
             chains: Mutex::new(HashMap::new()),
+            live: LiveConversations::default(),
         })
     }
 

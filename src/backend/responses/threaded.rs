@@ -46,7 +46,9 @@ impl ThreadedBackend for ResponsesBackend {
                     .create_conversation()
                     .await
                     .map_err(|e| backend_error("start thread", "", e))?;
-                ThreadId(conversation.id)
+                let thread = ThreadId(conversation.id);
+                self.live.seen(&thread).await;
+                thread
             }
         };
         if let Some(model) = request.model.filter(|m| !m.trim().is_empty()) {
@@ -63,7 +65,8 @@ impl ThreadedBackend for ResponsesBackend {
     }
 
     /// Conversation threads: retrieves the conversation (a deleted or unknown one is
-    /// [`BackendError::ThreadNotFound`]). Chain threads: no server call for response ids; a
+    /// [`BackendError::ThreadNotFound`]), unless this process knows it exists (see
+    /// the `live` module). Chain threads: no server call for response ids; a
     /// chain that is gone shows as [`BackendError::ThreadNotFound`] on its next turn.
     async fn resume_thread(
         &self,
@@ -72,11 +75,15 @@ impl ThreadedBackend for ResponsesBackend {
     ) -> Result<(), BackendError> {
         const OPERATION: &str = "resume thread";
         self.check_known(OPERATION, thread_id)?;
-        if self.threads == ResponsesThreads::Conversation {
-            self.client
+        if self.threads == ResponsesThreads::Conversation && !self.live.contains(thread_id) {
+            let retrieved = self
+                .client
                 .retrieve_conversation(thread_id.as_str())
                 .await
-                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e))?;
+                .map(drop)
+                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e));
+            self.live.learn(thread_id, &retrieved).await;
+            retrieved?;
         }
         Ok(())
     }
@@ -92,10 +99,14 @@ impl ThreadedBackend for ResponsesBackend {
         const OPERATION: &str = "inject developer message";
         self.check_known(OPERATION, thread_id)?;
         if self.threads == ResponsesThreads::Conversation {
-            self.client
+            let added = self
+                .client
                 .create_conversation_items(thread_id.as_str(), &[InputItem::developer_text(text)])
                 .await
-                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e))?;
+                .map(drop)
+                .map_err(|e| backend_error(OPERATION, thread_id.as_str(), e));
+            self.live.learn(thread_id, &added).await;
+            added?;
             tracing::debug!(thread = %thread_id, "added a developer message to the conversation");
             return Ok(());
         }
@@ -140,10 +151,13 @@ impl ThreadedBackend for ResponsesBackend {
             input_items = create.input.len(),
             "running a Responses turn"
         );
-        match self
+        let answered = self
             .run_rounds(create, &request.tools, &events, thread_id.as_str(), api_key)
-            .await
-        {
+            .await;
+        if self.threads == ResponsesThreads::Conversation {
+            self.live.learn(&thread_id, &answered).await;
+        }
+        match answered {
             Ok((response_id, reply, usage)) => {
                 // A conversation keeps its id; a chain moves to its new head.
                 let new_thread = match continuation {
