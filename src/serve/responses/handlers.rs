@@ -234,6 +234,9 @@ pub(super) async fn create_response(
     // a task of its own, so that what is answered is kept whoever still listens.
     let handed_over = Arc::new(AtomicBool::new(false));
     let guard = CancelGuard::new(&turn, handed_over.clone());
+    // The turn's task goes first, on to the model's request: the model's time is the turn's
+    // long pole, and the response's head and first events can be written while it runs.
+    tokio::task::yield_now().await;
     if pending.request.stream {
         return stream::respond(front, pending, turn, guard, handed_over);
     }
