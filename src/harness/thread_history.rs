@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{store_err, Harness, HarnessError};
 use crate::backend::ThreadId;
-use crate::store::StateStoreExt;
+use crate::store::TurnWrite;
 
 /// The store documents namespace (key = session key). The name predates the harness keeping
 /// it and stays, so stores written before keep their history.
@@ -39,27 +39,28 @@ impl Harness {
         })
     }
 
-    /// Records that the session's new backend thread `thread` begins where its transcript
-    /// stands now (called with the session's lease held, before the turn on it runs: the
-    /// previous turn is committed and this one is not yet). A session's first thread begins
-    /// at 0, which is what no record says, so nothing is written for it. A failure is logged:
-    /// reads then show only the current backend thread.
+    /// The write that records that the session's new backend thread `thread` begins where its
+    /// transcript stands now (built with the session's lease held, after the first turn on the
+    /// thread ran and before it is recorded: the previous turn is committed and this one is
+    /// not yet; the write goes with the turn's record). A session's first thread begins at 0,
+    /// which is what no record says, so nothing is written for it. A failure is logged: reads
+    /// then show only the current backend thread.
     ///
     /// `transcript_len`: how many messages the transcript holds, when the caller knows (else
     /// it is read).
-    pub(super) fn record_thread_start(
+    pub(super) fn thread_start_write(
         &self,
         session_key: &str,
         thread: &ThreadId,
         transcript_len: Option<usize>,
-    ) {
+    ) -> Option<TurnWrite> {
         let transcript_len = match transcript_len {
             Some(known) => Ok(known),
             None => self.transcript(session_key).map(|t| t.len()),
         };
-        let recorded = transcript_len.and_then(|transcript_len| {
+        let write = transcript_len.and_then(|transcript_len| {
             if transcript_len == 0 {
-                return Ok(());
+                return Ok(None);
             }
             let mut history = self.thread_history(session_key)?;
             history
@@ -69,12 +70,24 @@ impl Harness {
                 what: "a thread history",
                 source,
             })?;
-            self.store()
-                .save_document(THREAD_HISTORY_NAMESPACE, session_key, &json)
-                .map_err(store_err("save thread history"))
+            Ok(Some(TurnWrite::SaveDocument {
+                namespace: THREAD_HISTORY_NAMESPACE.to_owned(),
+                key: session_key.to_owned(),
+                json,
+            }))
         });
-        if let Err(error) = recorded {
-            tracing::warn!(session = %session_key, %thread, %error, "could not record where the session's new backend thread begins; reads show only its current backend thread");
-        }
+        write.unwrap_or_else(|error| {
+            thread_start_unrecorded(session_key, thread, &error);
+            None
+        })
     }
+}
+
+/// Logs that where a session's new backend thread begins could not be recorded.
+pub(super) fn thread_start_unrecorded(
+    session_key: &str,
+    thread: &ThreadId,
+    error: &dyn std::fmt::Display,
+) {
+    tracing::warn!(session = %session_key, %thread, %error, "could not record where the session's new backend thread begins; reads show only its current backend thread");
 }

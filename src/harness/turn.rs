@@ -9,14 +9,15 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::session::{SessionFacts, SessionGuard};
+use super::thread_history::thread_start_unrecorded;
 use super::tools::{
     available_tool_names, catalogue_fingerprint, tool_specs, turn_tools, with_caller_tools,
 };
 use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::ThreadedBackend;
 use crate::backend::{
-    BackendError, ContextDelivery, ResumeThread, StartThread, TurnEvent, TurnOutcome, TurnRequest,
-    TurnTools,
+    BackendError, ContextDelivery, ResumeThread, StartThread, ThreadId, TurnEvent, TurnOutcome,
+    TurnRequest, TurnTools,
 };
 use crate::contract::{
     estimate_tokens, AgentMessage, AssembleParams, AssembleResult, BootstrapParams,
@@ -114,10 +115,20 @@ impl TurnContext<'_> {
 struct ExecutedTurn {
     outcome: TurnOutcome,
     action: ThreadAction,
+    /// The backend thread the turn started, recorded in the session's thread history with the
+    /// turn.
+    started: Option<ThreadStart>,
     /// Characters sent to the backend (input, instructions on start, injected text).
     backend_chars: usize,
     /// Time inside the backend's turn (`run_turn`).
     backend_time: Duration,
+}
+
+/// A backend thread a turn started, and how many messages the session's transcript held
+/// before the turn, when known.
+struct ThreadStart {
+    thread: ThreadId,
+    transcript_len: Option<usize>,
 }
 
 /// A backend failure of a turn, and whether it happened on a fresh thread.
@@ -367,10 +378,7 @@ impl Harness {
         };
 
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
-        let recorded = match self
-            .record_turn(&ctx, &plan, &executed.outcome, retried)
-            .await
-        {
+        let recorded = match self.record_turn(&ctx, &plan, &executed, retried).await {
             Ok(recorded) => recorded,
             // The backend answered: the reply goes back to the caller with the failure.
             Err(HarnessError::Store { source, .. }) => {
@@ -758,7 +766,6 @@ impl Harness {
         so_far: SessionSoFar,
         events: Option<mpsc::Sender<TurnEvent>>,
     ) -> Result<ExecutedTurn, FailedTurn> {
-        let session_key = spec.session_key.as_str();
         let failed = |fresh_thread: bool| {
             move |error: BackendError| FailedTurn {
                 error,
@@ -766,7 +773,7 @@ impl Harness {
             }
         };
         let mut backend_chars = 0usize;
-        let (thread, action, fresh) = match &plan.decision.thread {
+        let (thread, action, started) = match &plan.decision.thread {
             ThreadChoice::New => {
                 let thread = backend
                     .start_thread(StartThread {
@@ -786,8 +793,11 @@ impl Harness {
                 } else {
                     ThreadAction::Started
                 };
-                self.record_thread_start(session_key, &thread, so_far.transcript_len);
-                (thread, action, true)
+                let started = ThreadStart {
+                    thread: thread.clone(),
+                    transcript_len: so_far.transcript_len,
+                };
+                (thread, action, Some(started))
             }
             ThreadChoice::Reuse(thread) => {
                 backend
@@ -807,7 +817,7 @@ impl Harness {
                         .map_err(failed(false))?;
                     backend_chars += text.chars().count();
                 }
-                (thread.clone(), ThreadAction::Resumed, false)
+                (thread.clone(), ThreadAction::Resumed, None)
             }
         };
         let (tx, mut rx) = mpsc::channel::<TurnEvent>(256);
@@ -842,10 +852,11 @@ impl Harness {
                 .additional_context
                 .as_deref()
                 .map_or(0, |c| c.chars().count());
-        let outcome = outcome.map_err(failed(fresh))?;
+        let outcome = outcome.map_err(failed(started.is_some()))?;
         Ok(ExecutedTurn {
             outcome,
             action,
+            started,
             backend_chars,
             backend_time,
         })
@@ -860,9 +871,10 @@ impl Harness {
         &self,
         ctx: &TurnContext<'_>,
         plan: &TurnPlan,
-        outcome: &TurnOutcome,
+        executed: &ExecutedTurn,
         retried: bool,
     ) -> Result<RecordedTurn, HarnessError> {
+        let outcome = &executed.outcome;
         let turn_id = uuid::Uuid::now_v7().simple().to_string();
         let now = now_ms();
         let mut user =
@@ -906,8 +918,24 @@ impl Harness {
                 Some((params, row)) => (Some(params), Some(row)),
                 None => (None, None),
             };
-        self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard)
-            .await?;
+        // Where the turn's new backend thread begins (read before the record can land) goes
+        // beside the record: a store that groups writes runs both in one transaction.
+        let thread_start = executed.started.as_ref().and_then(|started| {
+            self.thread_start_write(ctx.session_key(), &started.thread, started.transcript_len)
+                .map(|write| (write, &started.thread))
+        });
+        let thread_start = async {
+            if let Some((write, thread)) = thread_start {
+                if let Err(error) = ctx.guard.store().submit(write).await {
+                    thread_start_unrecorded(ctx.session_key(), thread, &error);
+                }
+            }
+        };
+        let (recorded, ()) = tokio::join!(
+            self.record_turn_state(&ctx.session_id, &entries, binding, outbox_row, ctx.guard),
+            thread_start
+        );
+        recorded?;
         Ok(RecordedTurn { entries, commit })
     }
 }
