@@ -28,8 +28,6 @@ mod subagent;
 mod thread_history;
 mod tools;
 mod transcript_cache;
-
-use transcript_cache::TranscriptCache;
 mod turn;
 
 use std::collections::{HashMap, HashSet};
@@ -64,6 +62,7 @@ pub use session::SessionLockError;
 use session::{SessionGuard, SessionLocks};
 pub use session_end::{fire_swept_session_ends, ResetReport};
 pub use thread_history::{ThreadHistory, THREAD_HISTORY_NAMESPACE};
+use transcript_cache::TranscriptCache;
 
 /// The default session lease TTL (renewed every third of it while a turn runs).
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);

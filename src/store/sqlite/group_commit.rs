@@ -15,7 +15,9 @@ use super::queries::{
 };
 use super::schema::{touch, SESSION_SCOPE};
 use super::StoreInner;
-use crate::store::{Lease, LeaseAttempt, StoreError, TurnWrite, WriteOutcome};
+use crate::store::{
+    Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
+};
 use crate::util::lock;
 
 impl StoreInner {
@@ -23,6 +25,32 @@ impl StoreInner {
     /// this store; its own `write` queues them instead).
     pub(super) fn run_alone(&self, write: TurnWrite) -> Result<WriteOutcome, StoreError> {
         self.run_now(&self.prepare(write)?)
+    }
+
+    /// A turn's record (with its durable commit when given) run alone, at once: the entries
+    /// are encoded from the caller's slice, not copied into a [`TurnWrite`] first.
+    pub(super) fn record_alone(
+        &self,
+        session_id: &str,
+        entries: &[TranscriptEntry],
+        binding_key: &str,
+        binding_json: &str,
+        lease_generation: u64,
+        commit: Option<&OutboxRow>,
+    ) -> Result<(), StoreError> {
+        let op = Op {
+            encoded: self.encode_entries("record turn", entries)?,
+            // Encoded above: the writer needs only their JSON.
+            write: TurnWrite::record(
+                session_id,
+                &[],
+                binding_key,
+                binding_json,
+                lease_generation,
+                commit,
+            ),
+        };
+        self.run_now(&op).map(drop)
     }
 
     /// Runs one turn write in a transaction of its own, at once.

@@ -68,15 +68,8 @@ impl StoreWrites for SqliteStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let write = TurnWrite::record(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-            None,
-        );
-        self.run_alone(write).map(drop)
+        let (id, key, json) = (session_id, binding_key, binding_json);
+        self.record_alone(id, entries, key, json, lease_generation, None)
     }
 
     fn record_turn_with_commit(
@@ -88,15 +81,8 @@ impl StoreWrites for SqliteStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        let write = TurnWrite::record(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-            Some(commit),
-        );
-        self.run_alone(write).map(drop)
+        let (id, key, json) = (session_id, binding_key, binding_json);
+        self.record_alone(id, entries, key, json, lease_generation, Some(commit))
     }
 
     fn replace_transcript_entries(
