@@ -81,6 +81,61 @@ fn runtime(operation: &'static str) -> impl FnOnce(String) -> BenchError {
     move |message| BenchError::Runtime { operation, message }
 }
 
+/// A runtime on a thread of its own, as a process of its own has one. The timed client and
+/// the mock model run apart from the front, as an SDK's process and the model's server do: a
+/// client sharing the front's runtime hears its socket only when one of the front's worker
+/// threads next polls for I/O, so whatever the front does after writing an event (recording
+/// the turn, the engine's work after it) would delay the client's read and be counted as the
+/// front's added time, though a client in another process is woken by its kernel at once.
+struct Apart {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Apart {
+    /// A single-threaded runtime (the SDKs' clients run on one thread) on a thread named
+    /// `name`, running until dropped.
+    fn start(name: &str) -> Result<Apart, BenchError> {
+        let own = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| runtime("start a runtime apart from the front's")(e.to_string()))?;
+        let handle = own.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                own.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(|e| runtime("start a runtime apart from the front's")(e.to_string()))?;
+        Ok(Apart {
+            handle,
+            stop: Some(stop),
+        })
+    }
+
+    /// Runs `task` there; its output, here.
+    async fn run<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, BenchError> {
+        self.handle
+            .spawn(task)
+            .await
+            .map_err(|e| runtime("a task apart from the front's")(e.to_string()))
+    }
+}
+
+impl Drop for Apart {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
 /// A front the bench started: its base URL, and how to stop it.
 struct RunningFront {
     url: String,
@@ -193,6 +248,23 @@ async fn streamed_turn(
         .ok_or_else(|| "no response.completed with an id in the stream".to_owned())
 }
 
+/// The timed client: its runtime, and the three paths' base URLs (direct, legacy, engine).
+struct Timing {
+    runtime: Apart,
+    client: reqwest::Client,
+    bases: [String; 3],
+}
+
+impl Timing {
+    /// [`timed_chains`] of `turns` turns at the three paths, run on the client's runtime.
+    async fn chains(&self, turns: usize) -> Result<[Latency; 3], BenchError> {
+        let (client, bases) = (self.client.clone(), self.bases.clone());
+        self.runtime
+            .run(async move { timed_chains(&client, bases.each_ref().map(String::as_str), turns).await })
+            .await?
+    }
+}
+
 /// `turns` streamed turns at each of `bases`, one chain per base, each turn timed. The
 /// chains take turns (the first base's turn, the second's, ..., then the next round), so that
 /// the machine's drift over the run falls on every path alike.
@@ -240,8 +312,10 @@ fn latency(times: &[TurnTimes]) -> Latency {
 
 /// Runs the measurements.
 pub async fn run(options: &ResponsesBenchOptions) -> Result<ResponsesBenchReport, BenchError> {
-    let mock = MockModelServer::start(MockModelConfig::stateful())
-        .await
+    let model_runtime = Apart::start("bench-mock-model")?;
+    let mock = model_runtime
+        .run(MockModelServer::start(MockModelConfig::stateful()))
+        .await?
         .map_err(|source| BenchError::MockModel {
             operation: "start the mock model",
             source,
@@ -277,16 +351,19 @@ async fn measure(
 ) -> Result<ResponsesBenchReport, BenchError> {
     let (legacy, engine) = (legacy.to_owned(), engine.to_owned());
     let client = reqwest::Client::new();
+    // The timed client runs apart (see [`Apart`]), with connections of its own.
+    let timing = Timing {
+        runtime: Apart::start("bench-client")?,
+        client: reqwest::Client::new(),
+        bases: [mock.base_url(), legacy.clone(), engine.clone()],
+    };
     // Warm both paths (connections, first thread) before timing.
-    let direct = mock.base_url();
-    let bases = [direct.as_str(), legacy.as_str(), engine.as_str()];
-    timed_chains(&client, bases, 3).await?;
+    timing.chains(3).await?;
     eprintln!(
         "bench: Responses front, {} streamed turns per path",
         options.turns
     );
-    let [direct, legacy_latency, engine_latency] =
-        timed_chains(&client, bases, options.turns).await?;
+    let [direct, legacy_latency, engine_latency] = timing.chains(options.turns).await?;
 
     let model_turns = options.turns.min(MODEL_TIME_TURNS);
     eprintln!(
@@ -297,7 +374,7 @@ async fn measure(
         delay: Some(MODEL_TIME),
         ..ScriptedReply::default()
     });
-    let with_model_time = timed_chains(&client, bases, model_turns).await;
+    let with_model_time = timing.chains(model_turns).await;
     mock.set_default_reply(ScriptedReply::default());
     let [slow_direct, slow_legacy, slow_engine] = with_model_time?;
     let with_model_time = (slow_direct, slow_legacy, slow_engine);
