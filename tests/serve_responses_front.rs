@@ -6,6 +6,9 @@
 //! `python3` has no `openai` package (CI installs it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::time::Duration;
+
+use ctxbridge_mock_model::ScriptedReply;
 use serde_json::{json, Value};
 
 #[path = "support/responses_front.rs"]
@@ -440,10 +443,12 @@ async fn items_added_to_a_conversation_join_its_next_turn() {
     assert_eq!(upstream[1].input_texts("user"), ["Thanks."]);
 }
 
-/// A response ends once its turn is recorded: the engine's `afterTurn` runs after the client
-/// has its answer, as the Codex front's `turn/completed` does. The engine here never answers
+/// A response does not wait for the engine: its `afterTurn` runs after the client has its
+/// answer, as after the Codex front's `turn/completed`. The engine here never answers
 /// `afterTurn` (and its call timeout is an hour), yet a non-streamed and a streamed response
-/// (each a new chain) are answered, kept and readable, and the turn is in the transcript.
+/// (each a new chain) are answered, kept and readable, and the turn is in the transcript: a
+/// non-streamed response is sent once its turn is recorded; a streamed one ends as soon as the
+/// model has answered, and reading it waits until its turn is recorded and it is kept.
 /// Before, each waited for `afterTurn`: the client's 60 s timeout ends the test then.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_answer_does_not_wait_for_the_engines_after_turn() {
@@ -493,10 +498,10 @@ async fn the_answer_does_not_wait_for_the_engines_after_turn() {
         .find(|e| e["type"] == "response.completed")
         .unwrap_or_else(|| panic!("no response.completed in:\n{streamed}"));
     assert_eq!(completed["response"]["status"], "completed");
-    assert_eq!(transcript_rows(fixture.dir.path()), 4);
     let id = completed["response"]["id"].as_str().unwrap();
     let kept = get_json(&fixture, &format!("/responses/{id}")).await;
     assert_eq!(kept["status"], "completed", "{kept}");
+    assert_eq!(transcript_rows(fixture.dir.path()), 4);
 }
 
 /// System and developer messages in a response's input become instructions of its turn and of
@@ -630,4 +635,71 @@ async fn openai_python_client_with_a_system_message() {
         let instructions = r.instructions.as_deref().unwrap_or_default();
         assert!(instructions.contains("PY-SYSTEM-MARK"), "{instructions}");
     }
+}
+
+/// A streamed response ends as soon as the model has answered, before its turn is recorded
+/// and the response kept; a read of it waits until both are written. The state store is held
+/// locked by another connection from while the model thinks until after the stream has ended:
+/// the stream still ends with `response.completed`, nothing is in the transcript yet, and a
+/// `GET` of the response waits for the lock to go, then finds the response and the turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
+    let fixture = fixture().await;
+    fixture
+        .mock
+        .push_reply(ScriptedReply::text("the answer").with_delay(Duration::from_millis(500)));
+    let client = reqwest::Client::new();
+    let request = post_response(
+        &client,
+        &fixture,
+        &json!({"model": "mock-model", "input": "hello", "stream": true}),
+    )
+    .send();
+    let streamed = tokio::spawn(async move { request.await.unwrap().text().await.unwrap() });
+    // The turn's writes before the model's request are done; its record comes after.
+    while fixture.mock.response_requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let locker = rusqlite::Connection::open(fixture.dir.path().join("state.db")).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let streamed = tokio::time::timeout(Duration::from_secs(10), streamed)
+        .await
+        .expect("the stream ends while the store is locked")
+        .unwrap();
+    let events = events_of(&streamed);
+    let completed = events.last().unwrap();
+    assert_eq!(completed["type"], "response.completed", "{streamed}");
+    assert_eq!(
+        completed["response"]["output"][0]["content"][0]["text"],
+        "the answer"
+    );
+    assert_eq!(transcript_rows(fixture.dir.path()), 0, "not recorded yet");
+
+    let id = completed["response"]["id"].as_str().unwrap().to_owned();
+    let url = fixture.url.clone();
+    let read = tokio::spawn(async move {
+        let response = authed(
+            &reqwest::Client::new(),
+            reqwest::Method::GET,
+            format!("{url}/responses/{id}"),
+        )
+        .send()
+        .await
+        .unwrap();
+        (
+            response.status().as_u16(),
+            response.json::<Value>().await.unwrap(),
+        )
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!read.is_finished(), "the read waits for the record");
+    locker.execute_batch("COMMIT").unwrap();
+    let (status, kept) = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the read goes on once the store is free")
+        .unwrap();
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept["output"], completed["response"]["output"]);
+    assert_eq!(transcript_rows(fixture.dir.path()), 2);
 }

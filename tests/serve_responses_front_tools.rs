@@ -15,7 +15,8 @@ mod front;
 
 use front::{
     authed, events_of, fixture, fixture_with, get_json, node_22, post_json, post_response,
-    python_client_here, repo, run_client, run_python_client, transcript_rows, CONTEXT_MARK,
+    python_client_here, repo, run_client, run_python_client, transcript_rows,
+    transcript_rows_reaching, CONTEXT_MARK,
 };
 
 fn weather_tool() -> Value {
@@ -264,6 +265,13 @@ async fn a_streamed_round_trip_speaks_the_api_events() {
     let last = events.last().unwrap();
     assert_eq!(last["type"], "response.completed");
     assert_eq!(last["response"]["output"][0]["content"][0]["text"], deltas);
+    // Read once its turn is recorded and it is kept.
+    let kept = get_json(
+        &fixture,
+        &format!("/responses/{}", last["response"]["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(kept["output"], last["response"]["output"]);
     assert_eq!(transcript_rows(fixture.dir.path()), 2);
 }
 
@@ -395,7 +403,7 @@ async fn openai_python_client_round_trips_function_tools() {
     );
     // Engine turns: the chain's round trip, its two later turns and the conversation's round
     // trip, each once (a user message and an answer).
-    assert_eq!(transcript_rows(fixture.dir.path()), 8);
+    assert_eq!(transcript_rows_reaching(fixture.dir.path(), 8).await, 8);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -423,5 +431,5 @@ async fn openai_npm_client_round_trips_function_tools() {
         "mock reply to tool output: Rome: 21C and clear"
     );
     assert_eq!(seen["answer"]["previous"], seen["calledId"]);
-    assert_eq!(transcript_rows(fixture.dir.path()), 2);
+    assert_eq!(transcript_rows_reaching(fixture.dir.path(), 2).await, 2);
 }

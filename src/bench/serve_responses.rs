@@ -4,9 +4,10 @@
 //! to over HTTP as an SDK speaks to it:
 //! - a streamed turn sent to the mock directly, then the same through the front with no
 //!   engine (`legacy`: the relay) and with `sample-summary` (thread bootstrap): p50/p99 to the
-//!   stream's end (`response.completed`, sent once the turn is kept), the added p50 and the
-//!   ratio, and the p50 to the first text and what the front adds to it, against the mock's
-//!   own ~1 ms and with the model taking [`MODEL_TIME`];
+//!   stream's end (after `response.completed`, sent once the model has answered), the added
+//!   p50 and the ratio, and the p50 to the first text and what the front adds to it, against
+//!   the mock's own ~1 ms and with the model taking [`MODEL_TIME`]; the timed client and the
+//!   mock run apart from the front, as other processes would (see [`Apart`]);
 //! - concurrent clients, each a `previous_response_id` chain of several turns: failures and
 //!   responses per second;
 //! - idle keep-alive connections: resident memory per connection.
@@ -37,8 +38,8 @@ pub struct ResponsesBenchOptions {
     pub idle_connections: usize,
 }
 
-/// Latency figures of one path: the whole streamed turn (to `response.completed`, when the
-/// turn is kept), and its first text (the first `response.output_text.delta`).
+/// Latency figures of one path: the whole streamed turn (to the stream's end, after
+/// `response.completed`), and its first text (the first `response.output_text.delta`).
 #[derive(Debug, Clone, Copy)]
 pub struct Latency {
     pub p50: Duration,

@@ -291,6 +291,10 @@ pub struct TurnSpec {
     /// `afterTurn` and maintenance run. The harness yields right after the call, so that the
     /// caller's answer goes out before that work runs on the same thread.
     pub on_recorded: Option<RecordedHook>,
+    /// Called with the backend's answer as soon as the turn has it, before it is recorded:
+    /// ctxbridge serve's Responses front ends its client's response with it there, and the
+    /// record follows. The harness yields right after the call.
+    pub on_answered: Option<RecordedHook>,
     /// The caller's own tools, offered beside the engine's and executed by the caller's
     /// executor (ctxbridge serve's Responses front: its client's function tools). They are
     /// sent with the turn's requests, not fed into the thread's tool catalogue (a
@@ -300,7 +304,7 @@ pub struct TurnSpec {
     pub options: TurnOptions,
 }
 
-/// See [`TurnSpec::on_recorded`].
+/// See [`TurnSpec::on_recorded`] and [`TurnSpec::on_answered`].
 pub type RecordedHook = Arc<dyn Fn(&TurnOutcome) + Send + Sync>;
 
 impl std::fmt::Debug for TurnSpec {
@@ -314,6 +318,7 @@ impl std::fmt::Debug for TurnSpec {
                 &self.backend.as_ref().map(|b| b.label().to_owned()),
             )
             .field("on_recorded", &self.on_recorded.is_some())
+            .field("on_answered", &self.on_answered.is_some())
             .field("tools", &self.tools)
             .field("options", &self.options)
             .finish()
@@ -329,6 +334,7 @@ impl TurnSpec {
             is_heartbeat: false,
             backend: None,
             on_recorded: None,
+            on_answered: None,
             tools: TurnTools::default(),
             options: TurnOptions::default(),
         }
@@ -349,6 +355,12 @@ impl TurnSpec {
     /// `recorded` is called once the turn is recorded (see [`TurnSpec::on_recorded`]).
     pub fn when_recorded(mut self, recorded: RecordedHook) -> Self {
         self.on_recorded = Some(recorded);
+        self
+    }
+
+    /// `answered` is called once the backend has answered (see [`TurnSpec::on_answered`]).
+    pub fn when_answered(mut self, answered: RecordedHook) -> Self {
+        self.on_answered = Some(answered);
         self
     }
 

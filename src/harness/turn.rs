@@ -377,6 +377,10 @@ impl Harness {
             }
         };
 
+        if let Some(answered) = &spec.on_answered {
+            answered(&executed.outcome);
+            tokio::task::yield_now().await;
+        }
         // 7. The transcript and the binding, then the engine (commit or afterTurn, maintenance).
         let recorded = match self.record_turn(&ctx, &plan, &executed, retried).await {
             Ok(recorded) => recorded,

@@ -255,6 +255,21 @@ pub fn transcript_rows(dir: &Path) -> i64 {
         .unwrap()
 }
 
+/// The transcript's rows once they are `expected`, or after 10 s: a streamed response ends as
+/// soon as the model has answered, and its turn is recorded right after. For a client out of
+/// the test's hands (an SDK script); with a response id at hand, reading the response waits
+/// for its turn's record instead.
+pub async fn transcript_rows_reaching(dir: &Path, expected: i64) -> i64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let rows = transcript_rows(dir);
+        if rows == expected || std::time::Instant::now() > deadline {
+            return rows;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// POSTs `body` to `path` under the front's base URL with the token; the status and the JSON
 /// body.
 pub async fn post_json(fixture: &Fixture, path: &str, body: Value) -> (u16, Value) {

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio::sync::oneshot;
 
-use super::handlers::{turn_error, Pending};
+use super::handlers::{response_record, turn_error, Pending};
 use super::records::{new_id, ResponseRecord};
 use super::stream::Writer;
 use super::turns::{Progress, RunningTurn};
@@ -116,14 +117,18 @@ pub(super) async fn follow(
                 }
                 return Ok(record);
             }
-            // Recorded: the response ends now; the engine's post-turn work goes on.
+            // Answered: the response ends now; the turn's record and the engine's post-turn
+            // work go on.
             Some(Progress::Answered { answer, ended }) => {
                 let usage = answer.usage.map(token_usage);
                 let told = Told { text, opened };
-                let record =
-                    answered(&front, &pending, &turn, told, answer.reply, usage, out).await;
-                let _ = ended.send(());
-                return Ok(record);
+                let end = End {
+                    out,
+                    ended: Some(ended),
+                };
+                return Ok(
+                    answered(&front, &pending, &mut turn, told, answer.reply, usage, end).await,
+                );
             }
             Some(Progress::Ended(outcome)) => {
                 let (reply, usage) = match *outcome {
@@ -137,7 +142,8 @@ pub(super) async fn follow(
                     }
                 };
                 let told = Told { text, opened };
-                return Ok(answered(&front, &pending, &turn, told, reply, usage, out).await);
+                let end = End { out, ended: None };
+                return Ok(answered(&front, &pending, &mut turn, told, reply, usage, end).await);
             }
             None => {
                 front.metrics.response_ended(ResponseOutcome::Failed);
@@ -155,23 +161,39 @@ struct Told {
     opened: bool,
 }
 
-/// Ends the response `pending` with the turn's answer `reply`: kept, then (streamed) the
-/// message's end and `response.completed`.
+/// How an answered response ends: its stream (when streamed), and the turn waiting to hear
+/// that it has ended (when the turn is still running).
+struct End {
+    out: Option<Writer>,
+    ended: Option<oneshot::Sender<()>>,
+}
+
+/// Ends the response `pending` with the turn's answer `reply`: (streamed) the message's end,
+/// `response.completed` and the end of the stream, then the response is kept while the
+/// turn's record is written (one transaction, when the store groups writes). Until both are
+/// written, a request reading the response or its conversation waits for them; a non-streamed
+/// response is returned (and sent) after them.
 async fn answered(
     front: &ResponsesFront,
     pending: &Pending,
-    turn: &RunningTurn,
+    turn: &mut RunningTurn,
     told: Told,
     reply: String,
     usage: Option<TokenUsage>,
-    mut out: Option<Writer>,
+    end: End,
 ) -> ResponseRecord {
     // A turn that went through the client's functions spans several responses: this one
     // shows the text since the last calls.
     let text = if turn.rounds == 0 { reply } else { told.text };
-    let record = front.keep(pending, &text, Vec::new(), usage).await;
+    let record = response_record(pending, &text, Vec::new(), usage);
+    let settling = front.unsettled.begin(
+        std::iter::once(&record.id)
+            .chain(&record.conversation)
+            .cloned()
+            .collect(),
+    );
     front.metrics.response_ended(ResponseOutcome::Answered);
-    if let Some(out) = &mut out {
+    if let Some(mut out) = end.out {
         if !told.opened {
             for event in wire::message_opened(&pending.message_id) {
                 out.send(event).await;
@@ -182,7 +204,17 @@ async fn answered(
         }
         out.send(wire::response_event("response.completed", record.object()))
             .await;
+        // Dropped here: the stream ends.
     }
+    if let Some(ended) = end.ended {
+        let _ = ended.send(());
+    }
+    front.keep_record(pending, &record).await;
+    if let Some(recorded) = turn.recorded.take() {
+        // Resolves unanswered when the turn ends unrecorded (its task logs why).
+        let _ = recorded.await;
+    }
+    drop(settling);
     record
 }
 

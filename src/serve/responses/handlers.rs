@@ -162,25 +162,14 @@ impl ResponsesFront {
         calls: Vec<FunctionCall>,
         usage: Option<TokenUsage>,
     ) -> ResponseRecord {
-        let record = ResponseRecord {
-            id: pending.id.clone(),
-            session_key: pending.session_key.clone(),
-            created_at: pending.created_at,
-            model: pending.model.clone(),
-            input: pending.request.input.clone(),
-            message_id: pending.message_id.clone(),
-            text: text.to_owned(),
-            calls,
-            previous_response_id: pending.request.previous_response_id.clone(),
-            conversation: pending.request.conversation.clone(),
-            metadata: pending.request.metadata.clone(),
-            store: pending.request.store,
-            settings: pending.request.settings.clone(),
-            usage,
-            owner: pending.caller.owner.clone(),
-            standing_instructions: pending.standing_instructions.clone(),
-        };
-        if let Err(error) = self.records.save_response_as_head(&record).await {
+        let record = response_record(pending, text, calls, usage);
+        self.keep_record(pending, &record).await;
+        record
+    }
+
+    /// Keeps `record`, the response `pending` made (see [`ResponsesFront::keep`]).
+    pub(super) async fn keep_record(&self, pending: &Pending, record: &ResponseRecord) {
+        if let Err(error) = self.records.save_response_as_head(record).await {
             tracing::error!(response = %record.id, %error, "responses front: the answered response could not be kept; the client has it");
             self.metrics.response_unkept();
         }
@@ -193,7 +182,34 @@ impl ResponsesFront {
                 tracing::error!(%conversation, response = %record.id, %error, "responses front: the response could not be added to its conversation");
             }
         }
-        record
+    }
+}
+
+/// The record of the response `pending` made, with its text and the model's calls of the
+/// client's functions.
+pub(super) fn response_record(
+    pending: &Pending,
+    text: &str,
+    calls: Vec<FunctionCall>,
+    usage: Option<TokenUsage>,
+) -> ResponseRecord {
+    ResponseRecord {
+        id: pending.id.clone(),
+        session_key: pending.session_key.clone(),
+        created_at: pending.created_at,
+        model: pending.model.clone(),
+        input: pending.request.input.clone(),
+        message_id: pending.message_id.clone(),
+        text: text.to_owned(),
+        calls,
+        previous_response_id: pending.request.previous_response_id.clone(),
+        conversation: pending.request.conversation.clone(),
+        metadata: pending.request.metadata.clone(),
+        store: pending.request.store,
+        settings: pending.request.settings.clone(),
+        usage,
+        owner: pending.caller.owner.clone(),
+        standing_instructions: pending.standing_instructions.clone(),
     }
 }
 
@@ -222,14 +238,25 @@ pub(super) async fn create_response(
     Extension(caller): Extension<Caller>,
     body: Bytes,
 ) -> Response {
-    let started = wire::parse_create(&body)
-        .and_then(|request| front.pending(request, caller))
+    let request = match wire::parse_create(&body) {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    // What the request continues is read once it is kept (see [`super::settling`]).
+    for id in [&request.previous_response_id, &request.conversation]
+        .into_iter()
+        .flatten()
+    {
+        front.unsettled.settled(id).await;
+    }
+    let started = front
+        .pending(request, caller)
         .and_then(|pending| Ok((front.turn_for(&pending)?, pending)));
     let (turn, pending) = match started {
         Ok(started) => started,
         Err(error) => return error.into_response(),
     };
-    // A client that goes away before the answer is recorded cancels the turn (the guard); one
+    // A client that goes away before the model's answer cancels the turn (the guard); one
     // that goes away later leaves it to finish and be kept. The response follows the turn in
     // a task of its own, so that what is answered is kept whoever still listens.
     let handed_over = Arc::new(AtomicBool::new(false));

@@ -33,11 +33,13 @@ mod conversations;
 mod handlers;
 pub mod records;
 mod relay;
+mod settling;
 mod stream;
 mod turns;
 pub mod wire;
 
 use self::records::{Caller, Records};
+use self::settling::Unsettled;
 use self::turns::ParkedTurns;
 use self::wire::ApiError;
 
@@ -53,6 +55,8 @@ pub struct ResponsesFront {
     conversation_updates: Mutex<()>,
     /// Turns waiting on the outputs of their model's calls of the client's functions.
     parked: ParkedTurns,
+    /// Responses whose client has heard their end while they are still being kept.
+    unsettled: Unsettled,
     /// How long a parked turn waits (`serve.responses.toolOutputTimeoutSecs`).
     tool_output_wait: Duration,
     mode: FrontMode,
@@ -91,6 +95,7 @@ impl ResponsesFront {
             auth,
             conversation_updates: Mutex::new(()),
             parked: ParkedTurns::default(),
+            unsettled: Unsettled::default(),
             tool_output_wait: turns::tool_output_wait(mode.tool_output_timeout_secs),
             mode,
             metrics,
@@ -126,8 +131,9 @@ impl ResponsesFront {
 
     /// The routes of a front running the engine's turns.
     fn routes(self: &Arc<Self>) -> Router<Arc<ResponsesFront>> {
-        Router::new()
-            .route("/v1/responses", post(handlers::create_response))
+        // A route naming a response or a conversation waits until what the client heard of it
+        // is kept (see [`settling`]).
+        let named = Router::new()
             .route(
                 "/v1/responses/:id",
                 get(handlers::get_response).delete(handlers::delete_response),
@@ -148,6 +154,10 @@ impl ResponsesFront {
                 "/v1/conversations/:id/items",
                 get(conversations::conversation_items).post(conversations::add_conversation_items),
             )
+            .route_layer(middleware::from_fn_with_state(self.clone(), settled));
+        Router::new()
+            .route("/v1/responses", post(handlers::create_response))
+            .merge(named)
             .route("/v1/models", get(handlers::models))
             .fallback(unknown_route)
     }
@@ -180,6 +190,20 @@ impl IntoResponse for ApiError {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (status, Json(self.body())).into_response()
     }
+}
+
+/// Waits until the response or conversation the request's path names is kept (see
+/// [`settling`]).
+async fn settled(
+    State(front): State<Arc<ResponsesFront>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    // `/v1/responses/{id}…` or `/v1/conversations/{id}…`: the routes this guards.
+    if let Some(id) = request.uri().path().split('/').nth(3) {
+        front.unsettled.settled(id).await;
+    }
+    next.run(request).await
 }
 
 /// Refuses a request whose bearer token is not the capability token (when one is set), and

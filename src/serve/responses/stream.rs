@@ -1,6 +1,6 @@
 //! A streamed response (`stream: true`): the body of SSE frames the response's task writes as
-//! its turn goes on, and the guard that cancels the turn when the client goes away before its
-//! answer is recorded (nothing of it is kept). Once recorded, or once the response has ended
+//! its turn goes on, and the guard that cancels the turn when the client goes away before the
+//! model's answer (nothing of it is kept). Once answered, or once the response has ended
 //! with the model's calls of the client's functions, the turn runs on whether or not the
 //! client still reads.
 
@@ -60,11 +60,11 @@ pub(super) fn respond(
     response
 }
 
-/// Aborts a turn's task when dropped before the turn's answer is recorded or the response is
+/// Aborts a turn's task when dropped before the model has answered or the response is
 /// handed over to a parked turn's next one (the client went away): nothing half-done is kept.
 pub(super) struct CancelGuard {
     task: AbortHandle,
-    recorded: Arc<AtomicBool>,
+    answered: Arc<AtomicBool>,
     handed_over: Arc<AtomicBool>,
 }
 
@@ -74,7 +74,7 @@ impl CancelGuard {
     pub(super) fn new(turn: &RunningTurn, handed_over: Arc<AtomicBool>) -> CancelGuard {
         CancelGuard {
             task: turn.task.clone(),
-            recorded: turn.recorded.clone(),
+            answered: turn.answered.clone(),
             handed_over,
         }
     }
@@ -82,7 +82,7 @@ impl CancelGuard {
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        let done = self.recorded.load(Ordering::SeqCst) || self.handed_over.load(Ordering::SeqCst);
+        let done = self.answered.load(Ordering::SeqCst) || self.handed_over.load(Ordering::SeqCst);
         if !done && !self.task.is_finished() {
             tracing::info!(
                 "responses front: the client went away before the answer; the turn is cancelled"
@@ -92,7 +92,7 @@ impl Drop for CancelGuard {
     }
 }
 
-/// The body's frames; dropped before the turn is recorded, it cancels the turn.
+/// The body's frames; dropped before the model has answered, it cancels the turn.
 struct CancelOnDrop {
     frames: ReceiverStream<Result<Bytes, Infallible>>,
     _guard: CancelGuard,

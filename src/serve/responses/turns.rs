@@ -35,18 +35,21 @@ pub(super) enum Progress {
         calls: Vec<ToolInvocation>,
         outputs: oneshot::Sender<Vec<ToolOutput>>,
     },
-    /// The answer is recorded: the response ends with it, then says so on `ended` (or drops
-    /// it), and the engine's `afterTurn` and maintenance run (see [`TurnSpec::on_recorded`]).
+    /// The model has answered: the response ends with the answer, then says so on `ended`
+    /// (or drops it); then the harness records the turn (while the response is kept, in the
+    /// same transaction when the store groups writes) and the engine's `afterTurn` and
+    /// maintenance run (see [`TurnSpec::on_answered`]).
     Answered {
         answer: Answer,
         ended: oneshot::Sender<()>,
     },
-    /// The turn ended. After [`Progress::Answered`] nobody listens any more; without it, this
-    /// is how the response learns that the turn failed or that its answer was not recorded.
+    /// The turn ended. After [`Progress::Answered`] nobody listens any more (the turn's task
+    /// logs a failure to record the answer); without it, this is how the response learns that
+    /// the turn failed.
     Ended(Box<Result<TurnReport, HarnessError>>),
 }
 
-/// A turn's recorded answer: the reply and the backend's token counts.
+/// A turn's answer: the reply and the backend's token counts.
 pub(super) struct Answer {
     pub reply: String,
     pub usage: Option<Usage>,
@@ -64,9 +67,12 @@ const EVENT_QUEUE: usize = 256;
 pub(super) struct RunningTurn {
     pub progress: mpsc::Receiver<Progress>,
     pub task: AbortHandle,
-    /// Set once the harness has recorded the turn's answer: from then on it runs to its end
-    /// whoever still listens.
-    pub recorded: Arc<AtomicBool>,
+    /// Set once the model has answered: from then on the turn runs to its end (its record
+    /// and the engine's work after it) whoever still listens.
+    pub answered: Arc<AtomicBool>,
+    /// Resolves once the harness has recorded the turn, or the turn has ended unrecorded
+    /// (taken by the response that ends with the answer).
+    pub recorded: Option<oneshot::Receiver<()>>,
     /// How many responses before this one ended with this turn's calls (its reply text spans
     /// them all).
     pub rounds: usize,
@@ -137,19 +143,26 @@ impl ResponsesFront {
     fn start_turn(self: &Arc<Self>, pending: &Pending) -> RunningTurn {
         let (progress, progress_rx) = mpsc::channel(PROGRESS_QUEUE);
         let (rounds, rounds_rx) = mpsc::channel(1);
-        let recorded = Arc::new(AtomicBool::new(false));
-        let mark = recorded.clone();
+        let answered_mark = Arc::new(AtomicBool::new(false));
+        let mark = answered_mark.clone();
         let (answered, answered_rx) = oneshot::channel();
         let answered = Mutex::new(Some(answered));
+        let (recorded, recorded_rx) = oneshot::channel();
+        let recorded = Mutex::new(Some(recorded));
         let settings = &pending.request.settings;
         let mut spec = TurnSpec::new(pending.session_key.clone(), pending.prompt.clone())
-            .when_recorded(Arc::new(move |outcome: &TurnOutcome| {
+            .when_answered(Arc::new(move |outcome: &TurnOutcome| {
                 mark.store(true, Ordering::SeqCst);
                 if let Some(answered) = lock(&answered).take() {
                     let _ = answered.send(Answer {
                         reply: outcome.reply.clone(),
                         usage: outcome.usage,
                     });
+                }
+            }))
+            .when_recorded(Arc::new(move |_: &TurnOutcome| {
+                if let Some(recorded) = lock(&recorded).take() {
+                    let _ = recorded.send(());
                 }
             }))
             .with_options(TurnOptions {
@@ -172,7 +185,8 @@ impl ResponsesFront {
         RunningTurn {
             progress: progress_rx,
             task: task.abort_handle(),
-            recorded,
+            answered: answered_mark,
+            recorded: Some(recorded_rx),
             rounds: 0,
         }
     }
@@ -302,8 +316,9 @@ impl ToolExecutor for ClientTools {
 
 /// Runs the harness turn of `spec` and tells its progress. A round of the client's calls is
 /// told once the backend has announced it ([`TurnEvent::ToolCalls`]): the text streamed
-/// before the calls is told before them. The recorded answer (`answered`) is told as soon as
-/// the harness has it, after the text streamed before it.
+/// before the calls is told before them. The answer (`answered`) is told as soon as the
+/// harness has it, before the harness records it, after the text streamed before it; a
+/// failure to record it afterwards is logged here (the client has the answer).
 async fn drive(
     harness: Arc<Harness>,
     spec: TurnSpec,
@@ -337,9 +352,10 @@ async fn drive(
                     tell_text(&mut events_rx, &progress).await;
                     let (ended, response_ended) = oneshot::channel();
                     let _ = progress.send(Progress::Answered { answer, ended }).await;
-                    // The engine's afterTurn runs here, in this task, once the response has
-                    // ended: otherwise the response's task, woken on this thread, would wait
-                    // for it, and so would the server's write of the last event (the yield).
+                    // The turn's record and the engine's afterTurn run here, in this task, once
+                    // the response has ended: otherwise the response's task, woken on this
+                    // thread, would wait for them, and so would the server's write of the last
+                    // event (the yield).
                     let _ = tokio::time::timeout(ANSWER_WAIT, response_ended).await;
                     tokio::task::yield_now().await;
                 }
@@ -356,6 +372,11 @@ async fn drive(
         }
     };
     tell_text(&mut events_rx, &progress).await;
+    if told {
+        if let Err(error) = &outcome {
+            tracing::error!(%error, "responses front: the answered turn could not be recorded; its client has the answer");
+        }
+    }
     let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
 }
 
