@@ -286,10 +286,10 @@ pub struct TurnSpec {
     pub backend: Option<Arc<dyn ThreadedBackend>>,
     /// Called with the backend's answer once it is recorded (transcript and binding written),
     /// before the engine hears of the turn: from then on the turn has succeeded whatever the
-    /// engine does with it, so ctxbridge serve tells its client the turn ended (the Codex
-    /// front's `turn/completed`, the Responses front's `response.completed`) while the engine's
-    /// `afterTurn` and maintenance run. The harness yields right after the call, so that the
-    /// caller's answer goes out before that work runs on the same thread.
+    /// engine does with it, so ctxbridge serve's Codex front tells its client the turn ended
+    /// (`turn/completed`) while the engine's `afterTurn` and maintenance run, and its Responses
+    /// front lets reads of the response go on. The harness yields right after the call, so that
+    /// the caller's answer goes out before that work runs on the same thread.
     pub on_recorded: Option<RecordedHook>,
     /// Called with the backend's answer as soon as the turn has it, before it is recorded:
     /// ctxbridge serve's Responses front ends its client's response with it there, and the

@@ -170,7 +170,7 @@ struct End {
 
 /// Ends the response `pending` with the turn's answer `reply`: (streamed) the message's end,
 /// `response.completed` and the end of the stream, then the response is kept while the
-/// turn's record is written (one transaction, when the store groups writes). Until both are
+/// turn's record is written (two writes the store may or may not group). Until both are
 /// written, a request reading the response or its conversation waits for them; a non-streamed
 /// response is returned (and sent) after them.
 async fn answered(

@@ -36,9 +36,8 @@ pub(super) enum Progress {
         outputs: oneshot::Sender<Vec<ToolOutput>>,
     },
     /// The model has answered: the response ends with the answer, then says so on `ended`
-    /// (or drops it); then the harness records the turn (while the response is kept, in the
-    /// same transaction when the store groups writes) and the engine's `afterTurn` and
-    /// maintenance run (see [`TurnSpec::on_answered`]).
+    /// (or drops it); then the harness records the turn (while the response is kept) and the
+    /// engine's `afterTurn` and maintenance run (see [`TurnSpec::on_answered`]).
     Answered {
         answer: Answer,
         ended: oneshot::Sender<()>,
