@@ -43,8 +43,8 @@ pub(super) enum Progress {
         ended: oneshot::Sender<()>,
     },
     /// The turn ended. After [`Progress::Answered`] nobody listens any more (the turn's task
-    /// logs a failure to record the answer); without it, this is how the response learns that
-    /// the turn failed.
+    /// logs a failure after the answer); without it, this is how the response learns that the
+    /// turn failed.
     Ended(Box<Result<TurnReport, HarnessError>>),
 }
 
@@ -317,7 +317,7 @@ impl ToolExecutor for ClientTools {
 /// told once the backend has announced it ([`TurnEvent::ToolCalls`]): the text streamed
 /// before the calls is told before them. The answer (`answered`) is told as soon as the
 /// harness has it, before the harness records it, after the text streamed before it; a
-/// failure to record it afterwards is logged here (the client has the answer).
+/// failure after it (not recorded) is logged here, since the client has the answer.
 async fn drive(
     harness: Arc<Harness>,
     spec: TurnSpec,
@@ -373,7 +373,7 @@ async fn drive(
     tell_text(&mut events_rx, &progress).await;
     if told {
         if let Err(error) = &outcome {
-            tracing::error!(%error, "responses front: the answered turn could not be recorded; its client has the answer");
+            tracing::error!(%error, "responses front: the turn failed after its client had the answer (its record, or the engine's work after it)");
         }
     }
     let _ = progress.send(Progress::Ended(Box::new(outcome))).await;
