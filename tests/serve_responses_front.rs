@@ -647,7 +647,7 @@ async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
     let fixture = fixture().await;
     fixture
         .mock
-        .push_reply(ScriptedReply::text("the answer").with_delay(Duration::from_millis(500)));
+        .push_reply(ScriptedReply::text("the answer").with_delay(Duration::from_secs(2)));
     let client = reqwest::Client::new();
     let request = post_response(
         &client,
@@ -661,6 +661,7 @@ async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let locker = rusqlite::Connection::open(fixture.dir.path().join("state.db")).unwrap();
+    locker.busy_timeout(Duration::from_secs(5)).unwrap();
     locker.execute_batch("BEGIN IMMEDIATE").unwrap();
 
     let streamed = tokio::time::timeout(Duration::from_secs(10), streamed)
