@@ -15,9 +15,7 @@ use super::queries::{
 };
 use super::schema::{touch, SESSION_SCOPE};
 use super::StoreInner;
-use crate::store::{
-    Lease, LeaseAttempt, OutboxRow, StoreError, TranscriptEntry, TurnWrite, WriteOutcome,
-};
+use crate::store::{Lease, LeaseAttempt, StoreError, TranscriptEntry, TurnWrite, WriteOutcome};
 use crate::util::lock;
 
 impl StoreInner {
@@ -27,28 +25,17 @@ impl StoreInner {
         self.run_now(&self.prepare(write)?)
     }
 
-    /// A turn's record (with its durable commit when given) run alone, at once: the entries
-    /// are encoded from the caller's slice, not copied into a [`TurnWrite`] first.
+    /// A turn's record run alone, at once, with `entries` as its transcript entries: they
+    /// are encoded from the caller's slice, not copied into the write first (`record` is a
+    /// [`TurnWrite::RecordTurn`] built without entries; the writer needs only their JSON).
     pub(super) fn record_alone(
         &self,
-        session_id: &str,
         entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: Option<&OutboxRow>,
+        record: TurnWrite,
     ) -> Result<(), StoreError> {
         let op = Op {
             encoded: self.encode_entries("record turn", entries)?,
-            // Encoded above: the writer needs only their JSON.
-            write: TurnWrite::record(
-                session_id,
-                &[],
-                binding_key,
-                binding_json,
-                lease_generation,
-                commit,
-            ),
+            write: record,
         };
         self.run_now(&op).map(drop)
     }

@@ -68,8 +68,15 @@ impl StoreWrites for SqliteStore {
         binding_json: &str,
         lease_generation: u64,
     ) -> Result<(), StoreError> {
-        let (id, key, json) = (session_id, binding_key, binding_json);
-        self.record_alone(id, entries, key, json, lease_generation, None)
+        let record = TurnWrite::record(
+            session_id,
+            &[],
+            binding_key,
+            binding_json,
+            lease_generation,
+            None,
+        );
+        self.record_alone(entries, record)
     }
 
     fn record_turn_with_commit(
@@ -81,8 +88,15 @@ impl StoreWrites for SqliteStore {
         lease_generation: u64,
         commit: &OutboxRow,
     ) -> Result<(), StoreError> {
-        let (id, key, json) = (session_id, binding_key, binding_json);
-        self.record_alone(id, entries, key, json, lease_generation, Some(commit))
+        let record = TurnWrite::record(
+            session_id,
+            &[],
+            binding_key,
+            binding_json,
+            lease_generation,
+            Some(commit),
+        );
+        self.record_alone(entries, record)
     }
 
     fn replace_transcript_entries(
