@@ -1,5 +1,7 @@
 //! One SSE event → a typed [`ResponseEvent`], or the error a failure event reports. Text
-//! deltas take a fast path that cuts the delta out of the event's data without copying it.
+//! deltas take a fast path that cuts the delta out of the event's data without copying it;
+//! `response.created` and `response.completed` one that reads only the fields used; an event
+//! its name says this client does not read is skipped without parsing its data.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -22,10 +24,17 @@ pub(super) fn parse_event(
     if data.is_empty() || data == "[DONE]" {
         return Ok(None);
     }
+    if unread(&event) {
+        tracing::trace!(event = %event.event, "skipping Responses stream event");
+        return Ok(None);
+    }
     let event = match text_delta(event) {
         Ok(delta) => return Ok(Some(ResponseEvent::OutputTextDelta { delta })),
         Err(event) => event,
     };
+    if let Some(lifecycle) = lifecycle_event(&event) {
+        return Ok(Some(lifecycle));
+    }
     let event = &event;
     let data = event.data.trim();
     let malformed = |what: &str, message: String| ResponsesError::Decode {
@@ -114,6 +123,61 @@ pub(super) fn parse_event(
             tracing::trace!(event = other, "skipping Responses stream event");
             Ok(None)
         }
+    }
+}
+
+/// The event types [`parse_event`] reads; the others are skipped.
+const READ: [&str; 7] = [
+    "response.created",
+    "response.output_text.delta",
+    "response.output_item.done",
+    "response.completed",
+    "response.failed",
+    "response.incomplete",
+    "error",
+];
+
+/// Whether the event's SSE name says it is of a type this client does not read (a stream
+/// carries several per response, `response.in_progress` with the whole response object). An
+/// event without a name, or with the default `message`, is read: its data's `type` decides.
+fn unread(event: &SseEvent) -> bool {
+    !event.event.is_empty() && event.event != "message" && !READ.contains(&event.event.as_str())
+}
+
+/// The fields of a `response.created` or `response.completed` payload this client uses.
+#[derive(Deserialize)]
+struct Lifecycle<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    response: Option<LifecycleResponse>,
+}
+
+#[derive(Deserialize)]
+struct LifecycleResponse {
+    id: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// A `response.created` or `response.completed` event, read without building its payload
+/// (the whole response object) as a JSON value. `None` for any other event, or a payload
+/// this fast path does not read (the general path then decides, with its errors).
+fn lifecycle_event(event: &SseEvent) -> Option<ResponseEvent> {
+    const CREATED: &str = "response.created";
+    const COMPLETED: &str = "response.completed";
+    if !(event.event.is_empty() || event.event == CREATED || event.event == COMPLETED) {
+        return None;
+    }
+    let payload: Lifecycle<'_> = serde_json::from_str(event.data.trim()).ok()?;
+    let response = payload.response?;
+    let response_id = response.id?;
+    match payload.kind.as_deref().unwrap_or(&event.event) {
+        CREATED => Some(ResponseEvent::Created { response_id }),
+        COMPLETED => Some(ResponseEvent::Completed {
+            response_id,
+            usage: response.usage.map(ResponseUsage::from),
+        }),
+        _ => None,
     }
 }
 

@@ -151,6 +151,73 @@ async fn data_only_events_use_the_type_field() {
     assert_eq!((done.id.as_str(), done.text.as_str()), ("r", "x"));
 }
 
+/// An event whose name says it is of a type the client does not read is skipped unparsed:
+/// its data may be anything. Under the default name `message`, the data's type decides.
+#[tokio::test]
+async fn unread_events_are_skipped_by_name_and_message_events_by_type() {
+    let body = [
+        sse("response.in_progress", "not JSON at all"),
+        sse(
+            "message",
+            r#"{"type":"response.created","response":{"id":"resp_m"}}"#,
+        ),
+        sse("response.content_part.added", "{"),
+        sse(
+            "message",
+            r#"{"type":"response.output_text.delta","delta":"hi"}"#,
+        ),
+        sse(
+            "response.completed",
+            r#"{"type":"response.completed","response":{"id":"resp_m","usage":null}}"#,
+        ),
+    ]
+    .concat();
+    let events: Vec<ResponseEvent> = events_of(stream_of(vec![body.into_bytes()]))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ResponseEvent::Created {
+                response_id: "resp_m".into()
+            },
+            ResponseEvent::OutputTextDelta { delta: "hi".into() },
+            ResponseEvent::Completed {
+                response_id: "resp_m".into(),
+                usage: None
+            },
+        ]
+    );
+}
+
+/// A response.completed whose usage does not decode is an error naming it, as is one
+/// without the response's id: the fast path leaves both to the general one.
+#[tokio::test]
+async fn a_completed_event_with_bad_usage_or_no_id_is_an_error() {
+    for (data, expected) in [
+        (
+            r#"{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":"many"}}}"#,
+            "invalid usage",
+        ),
+        (
+            r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+            "missing response.id",
+        ),
+    ] {
+        let body = sse("response.completed", data);
+        let error = stream_of(vec![body.into_bytes()])
+            .collect()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, ResponsesError::Decode { message, .. } if message.contains(expected)),
+            "{error:?}"
+        );
+    }
+}
+
 /// response.failed ends the stream with its code and message.
 #[tokio::test]
 async fn response_failed_is_a_typed_error() {
