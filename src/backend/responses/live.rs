@@ -46,6 +46,9 @@ impl LiveConversations {
     /// and is gone after one that found it missing; other failures say nothing of it.
     pub(super) async fn learn<T>(&self, thread: &ThreadId, result: &Result<T, BackendError>) {
         match result {
+            // Known already (the common case): the read keeps it from going idle, and costs
+            // less than an insert.
+            Ok(_) if self.0.get(thread.as_str()).await.is_some() => {}
             Ok(_) => self.seen(thread).await,
             Err(BackendError::ThreadNotFound { .. }) => self.0.invalidate(thread.as_str()).await,
             Err(_) => {}
