@@ -209,6 +209,9 @@ async fn answered(
     if let Some(ended) = end.ended {
         let _ = ended.send(());
     }
+    // The server's connection task, woken by the stream's end, writes it before the keep's
+    // write runs here (the store's write queue runs its transaction on its submitter).
+    tokio::task::yield_now().await;
     front.keep_record(pending, &record).await;
     if let Some(recorded) = turn.recorded.take() {
         // Resolves unanswered when the turn ends unrecorded (its task logs why).

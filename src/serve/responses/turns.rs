@@ -337,9 +337,6 @@ async fn drive(
             Some(event) = events_rx.recv() => match event {
                 TurnEvent::TextDelta(delta) => {
                     let _ = progress.send(Progress::Delta(delta)).await;
-                    // The response's task, woken on this thread, writes the text to the
-                    // client before the turn goes on here (recording it, on the last text).
-                    tokio::task::yield_now().await;
                 }
                 TurnEvent::ToolCalls { call_ids } => announced.extend(call_ids),
                 TurnEvent::RetryDiscarded { .. } | TurnEvent::Compacted { .. } => {}
