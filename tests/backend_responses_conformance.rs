@@ -337,3 +337,134 @@ async fn chain_requests_and_expiry() {
         "{err:?}"
     );
 }
+
+/// The conversations made so far (`POST /v1/conversations`), and the ids deleted.
+fn conversations_made_and_deleted(mock: &MockModelServer) -> (usize, Vec<String>) {
+    let requests = mock.requests();
+    let made = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/v1/conversations")
+        .count();
+    let deleted = requests
+        .iter()
+        .filter(|r| r.method == "DELETE")
+        .filter_map(|r| r.path.strip_prefix("/v1/conversations/"))
+        .map(str::to_owned)
+        .collect();
+    (made, deleted)
+}
+
+/// Waits (up to 5 s) until `count` conversations have been made.
+async fn until_made(mock: &MockModelServer, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while conversations_made_and_deleted(mock).0 < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count} conversations were not made in 5 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+async fn setup_with_spare() -> (ResponsesBackend, MockModelServer) {
+    let (backend, mock) = setup_with(ResponsesThreads::Conversation).await;
+    (backend.with_spare_conversation(), mock)
+}
+
+/// With a spare conversation (a long-running process), the backend still passes the shared
+/// conformance suite on conversation threads.
+#[tokio::test]
+async fn responses_backend_conformance_with_a_spare_conversation() {
+    let (backend, _mock) = setup_with_spare().await;
+    conformance::run_all(&backend, ThreadId("conv_does_not_exist".into())).await;
+    backend.shutdown().await;
+}
+
+/// A new thread takes the conversation made ahead of need: the first new thread makes its
+/// own and a spare is made in the background; the second takes the spare (an existing, empty
+/// conversation) without making one on its path; each turn names its own conversation.
+#[tokio::test]
+async fn a_new_thread_takes_the_spare_conversation_made_ahead() {
+    let (backend, mock) = setup_with_spare().await;
+    let first = backend.start_thread(StartThread::default()).await.unwrap();
+    assert_eq!(
+        conversations_made_and_deleted(&mock).0,
+        1,
+        "the first makes its own"
+    );
+    until_made(&mock, 2).await;
+    // On this test's single-threaded runtime, the next spare's task cannot run before the
+    // second start_thread returns: any conversation made by then was made on its path.
+    let second = backend.start_thread(StartThread::default()).await.unwrap();
+    assert_eq!(
+        conversations_made_and_deleted(&mock).0,
+        2,
+        "the second new thread made no conversation on its path"
+    );
+    assert_ne!(first, second);
+    assert!(mock.has_conversation(second.as_str()), "{second}");
+    assert_eq!(
+        mock.conversation_items(second.as_str()).unwrap(),
+        Vec::<serde_json::Value>::new(),
+        "the spare is empty"
+    );
+    let (tx, _rx) = mpsc::channel(64);
+    let req = |t: &ThreadId| TurnRequest {
+        thread_id: t.clone(),
+        input: "hello".into(),
+        developer_instructions: None,
+        base_instructions: None,
+        tools: Default::default(),
+        additional_context: None,
+        options: Default::default(),
+    };
+    backend.run_turn(req(&first), tx.clone()).await.unwrap();
+    backend.run_turn(req(&second), tx).await.unwrap();
+    let named: Vec<Option<String>> = mock
+        .response_requests()
+        .iter()
+        .map(|r| r.conversation_id.clone())
+        .collect();
+    assert_eq!(
+        named,
+        [Some(first.to_string()), Some(second.to_string())],
+        "each turn names its own conversation"
+    );
+    backend.shutdown().await;
+}
+
+/// The spare left when the backend shuts down is deleted on the server; the conversations
+/// of threads stay.
+#[tokio::test]
+async fn the_spare_left_at_shutdown_is_deleted() {
+    let (backend, mock) = setup_with_spare().await;
+    let thread = backend.start_thread(StartThread::default()).await.unwrap();
+    until_made(&mock, 2).await;
+    // The spare is ready once its creation's answer is in (the request is recorded first).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        backend.shutdown().await;
+        let (_, deleted) = conversations_made_and_deleted(&mock);
+        if let [spare] = deleted.as_slice() {
+            assert_ne!(spare, thread.as_str());
+            assert!(!mock.has_conversation(spare), "the spare is gone");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no spare was deleted");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(mock.has_conversation(thread.as_str()), "the thread's stays");
+    assert_eq!(conversations_made_and_deleted(&mock).0, 2);
+}
+
+/// Without a spare (a short-lived process: `turn`), nothing is made ahead: every new thread
+/// makes its own conversation, and nothing is left to delete.
+#[tokio::test]
+async fn without_a_spare_nothing_is_made_ahead() {
+    let (backend, mock) = setup_with(ResponsesThreads::Conversation).await;
+    backend.start_thread(StartThread::default()).await.unwrap();
+    backend.start_thread(StartThread::default()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    backend.shutdown().await;
+    assert_eq!(conversations_made_and_deleted(&mock), (2, Vec::new()));
+}

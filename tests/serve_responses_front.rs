@@ -704,3 +704,59 @@ async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
     assert_eq!(kept["output"], completed["response"]["output"]);
     assert_eq!(transcript_rows(fixture.dir.path()), 2);
 }
+
+/// The front is a long-running process: a chain's new epochs take a conversation the
+/// upstream made ahead of need, so their turns wait for no `POST /conversations`. After the
+/// session's first new thread, the next conversation is made in the background; each later
+/// epoch's turn names a conversation that existed before the client sent that turn.
+#[tokio::test(flavor = "multi_thread")]
+async fn new_epochs_take_a_conversation_made_ahead() {
+    let fixture = fixture().await;
+    let client = reqwest::Client::new();
+    let mut previous: Option<String> = None;
+    let mut named: Vec<String> = Vec::new();
+    for turn in 1..=4 {
+        let used: std::collections::HashSet<String> = named.iter().cloned().collect();
+        // From the second turn on, a spare is made (on a loaded machine it may still be on
+        // its way after the answer before).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while turn > 1 && fixture.mock.conversation_ids().len() <= used.len() {
+            assert!(std::time::Instant::now() < deadline, "no spare was made");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let existing = fixture.mock.conversation_ids();
+        let mut body = json!({"model": "mock-model", "input": format!("epoch turn {turn}")});
+        if let Some(previous) = &previous {
+            body["previous_response_id"] = Value::from(previous.clone());
+        }
+        let response: Value = post_response(&client, &fixture, &body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        previous = Some(response["id"].as_str().unwrap().to_owned());
+        let requests = fixture.mock.response_requests();
+        let conversation = requests.last().unwrap().conversation_id.clone().unwrap();
+        let new_thread = !used.contains(&conversation);
+        if turn == 1 {
+            assert!(
+                !existing.contains(&conversation),
+                "the session's first thread makes its conversation"
+            );
+        } else if new_thread {
+            assert!(
+                existing.contains(&conversation),
+                "turn {turn} started a thread on a conversation made on its path"
+            );
+        }
+        named.push(conversation);
+    }
+    let threads: std::collections::HashSet<&String> = named.iter().collect();
+    assert_eq!(
+        threads.len(),
+        3,
+        "the first thread and two new epochs: {named:?}"
+    );
+}

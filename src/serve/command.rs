@@ -187,7 +187,10 @@ pub async fn responses_front(
     let BackendConfig::Responses(responses) = &config.backend else {
         return Err(ServeSetupError::NotResponses);
     };
-    let upstream = Arc::new(ResponsesBackend::new(responses_backend_config(responses))?);
+    // A long-running front: a new thread takes a conversation made ahead of need.
+    let upstream = Arc::new(
+        ResponsesBackend::new(responses_backend_config(responses))?.with_spare_conversation(),
+    );
     create_state_dir(config);
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;
     let app = open_with_backend(config, store, upstream.clone()).await;

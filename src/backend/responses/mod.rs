@@ -50,6 +50,7 @@ mod config;
 mod errors;
 mod live;
 mod request;
+mod spare;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
@@ -74,6 +75,7 @@ pub use request::{
 
 use chain::ChainState;
 use live::LiveConversations;
+use spare::SpareConversation;
 
 /// The backend's name in [`BackendError::Unsupported`].
 const BACKEND_NAME: &str = "responses";
@@ -98,6 +100,9 @@ pub struct ResponsesBackend {
     chains: Mutex<HashMap<ThreadId, ChainState>>,
     /// Conversation threads known to exist (resumed without a call).
     live: LiveConversations,
+    /// Conversation threads in a long-running process: the conversation made ahead of need
+    /// (see [`ResponsesBackend::with_spare_conversation`]).
+    spare: Option<SpareConversation>,
 }
 
 impl ResponsesBackend {
@@ -136,7 +141,18 @@ impl ResponsesBackend {
             threads: ResponsesThreads::default(),
             chains: Mutex::new(HashMap::new()),
             live: LiveConversations::default(),
+            spare: None,
         })
+    }
+
+    /// The same backend keeping a conversation made ahead of need, for a long-running process
+    /// (`serve`) on conversation threads: a new thread (a session's first, a new epoch's) takes
+    /// it instead of waiting for `POST /conversations` on its turn's path, and the next is
+    /// made in the background. The spare left at [`shutdown`](super::ThreadedBackend::shutdown)
+    /// is deleted. Nothing changes on chain threads.
+    pub fn with_spare_conversation(mut self) -> Self {
+        self.spare = Some(SpareConversation::default());
+        self
     }
 
     /// The same backend with threads of this kind.

@@ -13,6 +13,7 @@ use super::chain::{new_thread_id, ChainPosition, ChainState};
 use super::config::ResponsesThreads;
 use super::errors::backend_error;
 use super::request::{turn_request, Continuation};
+use super::spare::SpareConversation;
 use super::{ResponsesBackend, COMPACTED_CHAIN_PREFIX, FRESH_CHAIN_PREFIX};
 
 #[async_trait]
@@ -34,19 +35,31 @@ impl ThreadedBackend for ResponsesBackend {
         self.threads == ResponsesThreads::Chain
     }
 
-    /// Conversation threads: creates the conversation. Chain threads: no server call, the chain
-    /// begins with its first turn. Instructions are not kept (every turn sends its own); a
-    /// model override is.
+    /// Conversation threads: takes the spare conversation when there is one (see
+    /// [`ResponsesBackend::with_spare_conversation`]), else creates the conversation. Chain
+    /// threads: no server call, the chain begins with its first turn. Instructions are not
+    /// kept (every turn sends its own); a model override is.
     async fn start_thread(&self, request: StartThread) -> Result<ThreadId, BackendError> {
         let thread_id = match self.threads {
             ResponsesThreads::Chain => new_thread_id(FRESH_CHAIN_PREFIX),
             ResponsesThreads::Conversation => {
-                let conversation = self
-                    .client
-                    .create_conversation()
-                    .await
-                    .map_err(|e| backend_error("start thread", "", e))?;
-                let thread = ThreadId(conversation.id);
+                let id = match self.spare.as_ref().and_then(SpareConversation::take) {
+                    Some(spare) => {
+                        tracing::debug!(conversation = %spare, "a new thread takes the spare conversation");
+                        spare
+                    }
+                    None => {
+                        self.client
+                            .create_conversation()
+                            .await
+                            .map_err(|e| backend_error("start thread", "", e))?
+                            .id
+                    }
+                };
+                if let Some(spare) = &self.spare {
+                    spare.replenish(&self.client);
+                }
+                let thread = ThreadId(id);
                 self.live.seen(&thread).await;
                 thread
             }
@@ -280,5 +293,12 @@ impl ThreadedBackend for ResponsesBackend {
                 cached_input_tokens: u.cached_tokens,
             }),
         })
+    }
+
+    /// Deletes the spare conversation, if one was made and not taken.
+    async fn shutdown(&self) {
+        if let Some(spare) = &self.spare {
+            spare.close(&self.client).await;
+        }
     }
 }

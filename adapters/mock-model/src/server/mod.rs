@@ -285,6 +285,11 @@ impl MockModelServer {
             .map(|c| c.items.clone())
     }
 
+    /// The ids of the conversations the mock holds, in no particular order.
+    pub fn conversation_ids(&self) -> Vec<String> {
+        lock(&self.shared.conversations).keys().cloned().collect()
+    }
+
     /// Whether the mock holds this conversation.
     pub fn has_conversation(&self, conversation_id: &str) -> bool {
         lock(&self.shared.conversations).contains_key(conversation_id)
