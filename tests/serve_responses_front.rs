@@ -760,3 +760,60 @@ async fn new_epochs_take_a_conversation_made_ahead() {
         "the first thread and two new epochs: {named:?}"
     );
 }
+
+/// Two fronts on one state store: a front remembers what continuing from the responses it
+/// kept needs, and still hears of a deletion made through the other. Once the chain's latest
+/// response is deleted (through the second front), continuing from it through the first is
+/// the API's 404, and continuing from the one before is refused as a branch, naming the
+/// deleted one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_through_another_front_on_the_same_store_is_heard() {
+    let fixture = fixture().await;
+    let (_second_server, second_url) = front::start_front(fixture.dir.path());
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for turn in 1..=2 {
+        let mut body = json!({"model": "mock-model", "input": format!("shared store turn {turn}")});
+        if let Some(previous) = ids.last() {
+            body["previous_response_id"] = Value::from(String::clone(previous));
+        }
+        let response: Value = post_response(&client, &fixture, &body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(response["id"].as_str().unwrap().to_owned());
+    }
+    let deleted = authed(
+        &client,
+        reqwest::Method::DELETE,
+        format!("{second_url}/responses/{}", ids[1]),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let continue_from = |previous: &str| {
+        post_response(
+            &client,
+            &fixture,
+            &json!({"model": "mock-model", "input": "go on", "previous_response_id": previous}),
+        )
+        .send()
+    };
+    let from_deleted = continue_from(&ids[1]).await.unwrap();
+    assert_eq!(from_deleted.status(), 404);
+    let body: Value = from_deleted.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "previous_response_id", "{body}");
+    let from_before = continue_from(&ids[0]).await.unwrap();
+    assert_eq!(from_before.status(), 400);
+    let body: Value = from_before.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "chain_branching_not_supported");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("'{}', was deleted", ids[1])),
+        "{message}"
+    );
+}

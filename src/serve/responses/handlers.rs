@@ -11,7 +11,7 @@ use axum::Extension;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::records::{new_id, session_key_of, Caller, ConversationRecord, ResponseRecord};
+use super::records::{new_id, session_key_of, Caller, ConversationRecord, Head, ResponseRecord};
 use super::stream::{self, CancelGuard};
 use super::wire::{self, ApiError, CreateRequest, FunctionCall, TokenUsage};
 use super::{answer, ResponsesFront};
@@ -69,34 +69,48 @@ impl ResponsesFront {
         caller: &Caller,
     ) -> Result<Continued, ApiError> {
         if let Some(previous) = &request.previous_response_id {
-            let record = self
+            let not_found = || {
+                ApiError::not_found(
+                    Some("previous_response_id"),
+                    format!("Previous response with id '{previous}'"),
+                )
+            };
+            let (link, remembered) = self
                 .records
-                .response_for(previous, caller)?
-                .ok_or_else(|| {
-                    ApiError::not_found(
-                        Some("previous_response_id"),
-                        format!("Previous response with id '{previous}'"),
-                    )
-                })?;
+                .link_for(previous, caller)?
+                .ok_or_else(not_found)?;
             // One engine session holds the chain's turns in order: a response can only be
             // continued while it is the latest (branching the session is not served).
-            if let Some(head) = self.records.head(&record.session_key)? {
-                if &head != previous {
-                    return Err(ApiError {
-                        status: 400,
-                        kind: "invalid_request_error",
-                        message: format!(
-                            "Response '{previous}' is not the latest of its chain ('{head}' is): ctxbridge's Responses front keeps a chain as one context-engine session and cannot branch it. Continue from '{head}', or start a new chain."
-                        ),
-                        param: Some("previous_response_id".into()),
-                        code: Some("chain_branching_not_supported"),
-                    });
+            let head = self.records.head(&link.session_key)?;
+            let latest = matches!(&head, Some(Head::Latest(id)) if id == previous);
+            if remembered && !latest && self.records.response_for(previous, caller)?.is_none() {
+                // Deleted since this process remembered it (by another process).
+                return Err(not_found());
+            }
+            let branching = |message: String| ApiError {
+                status: 400,
+                kind: "invalid_request_error",
+                message,
+                param: Some("previous_response_id".into()),
+                code: Some("chain_branching_not_supported"),
+            };
+            match head {
+                Some(Head::Latest(head)) if &head != previous => {
+                    return Err(branching(format!(
+                        "Response '{previous}' is not the latest of its chain ('{head}' is): ctxbridge's Responses front keeps a chain as one context-engine session and cannot branch it. Continue from '{head}', or start a new chain."
+                    )));
                 }
+                Some(Head::Deleted { deleted }) => {
+                    return Err(branching(format!(
+                        "Response '{previous}' is not the latest of its chain (its latest, '{deleted}', was deleted): ctxbridge's Responses front keeps a chain as one context-engine session and cannot branch it. Start a new chain."
+                    )));
+                }
+                _ => {}
             }
             return Ok(Continued {
-                session_key: record.session_key,
+                session_key: link.session_key.clone(),
                 conversation: None,
-                standing_instructions: record.standing_instructions,
+                standing_instructions: link.standing_instructions.clone(),
             });
         }
         if let Some(conversation) = &request.conversation {
@@ -315,8 +329,8 @@ pub(super) async fn delete_response(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Answer {
-    known_response(&front, &id, &caller)?;
-    front.records.delete_response(&id).await?;
+    let record = known_response(&front, &id, &caller)?;
+    front.records.delete_response(&record).await?;
     Ok(Json(
         json!({"id": id, "object": "response", "deleted": true}),
     ))

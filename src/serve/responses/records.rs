@@ -4,6 +4,7 @@
 //! part of it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use responses_client::ApiKey;
 use serde::{Deserialize, Serialize};
@@ -218,10 +219,49 @@ impl ConversationRecord {
     }
 }
 
+/// What continuing from a response needs of it: none of it changes once the response is kept
+/// (a deletion is told by the store, see [`Records::link_for`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    /// The engine session the response was a turn of.
+    pub session_key: String,
+    /// Whose it is (see [`Caller`]).
+    pub owner: Option<String>,
+    /// The instructions its continuations keep (see [`ResponseRecord::standing_instructions`]).
+    pub standing_instructions: Vec<String>,
+}
+
+impl From<&ResponseRecord> for Link {
+    fn from(record: &ResponseRecord) -> Link {
+        Link {
+            session_key: record.session_key.clone(),
+            owner: record.owner.clone(),
+            standing_instructions: record.standing_instructions.clone(),
+        }
+    }
+}
+
+/// The latest response of an engine session, as its head document says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Head {
+    /// The latest response's id (stored as a bare JSON string).
+    Latest(String),
+    /// The latest response was deleted: the chain cannot be continued.
+    Deleted { deleted: String },
+}
+
+/// Links remembered at most, and for how long unused.
+const LINKS_KEPT: u64 = 10_000;
+const LINKS_IDLE: Duration = Duration::from_secs(15 * 60);
+
 /// The front's records in a state store.
 #[derive(Clone)]
 pub struct Records {
     store: Arc<dyn StateStore>,
+    /// The links of responses this process kept or read, by response id: continuing a chain
+    /// reads only its head from the store (see [`Records::link_for`]).
+    links: moka::sync::Cache<String, Arc<Link>>,
 }
 
 fn store_error(operation: &str, error: StoreError) -> ApiError {
@@ -231,7 +271,13 @@ fn store_error(operation: &str, error: StoreError) -> ApiError {
 
 impl Records {
     pub fn new(store: Arc<dyn StateStore>) -> Records {
-        Records { store }
+        Records {
+            store,
+            links: moka::sync::Cache::builder()
+                .max_capacity(LINKS_KEPT)
+                .time_to_idle(LINKS_IDLE)
+                .build(),
+        }
     }
 
     async fn save(&self, namespace: &str, key: &str, json: String) -> Result<(), StoreError> {
@@ -297,28 +343,69 @@ impl Records {
         Ok(self.conversation(id)?.filter(|c| caller.owns(&c.owner)))
     }
 
+    /// The link of response `id` if `caller` may see it, and whether it was remembered rather
+    /// than read. A remembered link saves a read of the store on every continued turn; whether
+    /// the response was deleted since (by another process on the same store) is for the
+    /// caller to ask the store when the session's head is not this response: a deleted
+    /// latest response leaves [`Head::Deleted`] (see [`Records::delete_response`]).
+    pub fn link_for(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<Option<(Arc<Link>, bool)>, ApiError> {
+        if let Some(link) = self.links.get(id) {
+            return Ok(caller.owns(&link.owner).then_some((link, true)));
+        }
+        let Some(record) = self.response_for(id, caller)? else {
+            return Ok(None);
+        };
+        let link = Arc::new(Link::from(&record));
+        self.links.insert(id.to_owned(), link.clone());
+        Ok(Some((link, false)))
+    }
+
     /// The latest response of engine session `session_key`, if it has one.
-    pub fn head(&self, session_key: &str) -> Result<Option<String>, ApiError> {
+    pub fn head(&self, session_key: &str) -> Result<Option<Head>, ApiError> {
         self.load(HEADS_NAMESPACE, session_key, "session head")
+    }
+
+    async fn save_head(&self, session_key: &str, head: &Head) -> Result<(), ApiError> {
+        let json = serde_json::to_string(head)
+            .map_err(|e| ApiError::server(format!("cannot encode the session head: {e}")))?;
+        self.save(HEADS_NAMESPACE, session_key, json)
+            .await
+            .map_err(|e| store_error("record the session's latest response", e))
     }
 
     /// Keeps `record` and makes it its session's latest response.
     pub async fn save_response_as_head(&self, record: &ResponseRecord) -> Result<(), ApiError> {
-        let head = serde_json::to_string(&record.id)
-            .map_err(|e| ApiError::server(format!("cannot encode the session head: {e}")))?;
+        let head = Head::Latest(record.id.clone());
         let (saved, headed) = tokio::join!(
             self.save_response(record),
-            self.save(HEADS_NAMESPACE, &record.session_key, head)
+            self.save_head(&record.session_key, &head)
         );
         saved?;
-        headed.map_err(|e| store_error("record the session's latest response", e))
+        headed?;
+        self.links
+            .insert(record.id.clone(), Arc::new(Link::from(record)));
+        Ok(())
     }
 
-    /// Forgets response `id` (its turn stays in the engine session's transcript).
-    pub async fn delete_response(&self, id: &str) -> Result<(), ApiError> {
-        self.save(RESPONSES_NAMESPACE, id, "null".into())
+    /// Forgets the response `record` (its turn stays in the engine session's transcript). When
+    /// it is its session's latest, the session's head says it was deleted: a process that
+    /// remembers its link then asks the store, which has it no more.
+    pub async fn delete_response(&self, record: &ResponseRecord) -> Result<(), ApiError> {
+        self.links.invalidate(&record.id);
+        self.save(RESPONSES_NAMESPACE, &record.id, "null".into())
             .await
-            .map_err(|e| store_error("delete the response", e))
+            .map_err(|e| store_error("delete the response", e))?;
+        if self.head(&record.session_key)? == Some(Head::Latest(record.id.clone())) {
+            let deleted = Head::Deleted {
+                deleted: record.id.clone(),
+            };
+            self.save_head(&record.session_key, &deleted).await?;
+        }
+        Ok(())
     }
 
     /// The conversation `id`, unless unknown or deleted.
@@ -338,5 +425,26 @@ impl Records {
         self.save(CONVERSATIONS_NAMESPACE, id, "null".into())
             .await
             .map_err(|e| store_error("delete the conversation", e))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// A head is stored as the bare id it always was (heads written before deletions were told
+    /// still read), and a deleted latest response as an object naming it.
+    #[test]
+    fn heads_read_as_written_before_and_tell_a_deletion() {
+        let latest: Head = serde_json::from_str(r#""resp_1""#).unwrap();
+        assert_eq!(latest, Head::Latest("resp_1".into()));
+        assert_eq!(serde_json::to_string(&latest).unwrap(), r#""resp_1""#);
+        let deleted = Head::Deleted {
+            deleted: "resp_2".into(),
+        };
+        let json = serde_json::to_string(&deleted).unwrap();
+        assert_eq!(json, r#"{"deleted":"resp_2"}"#);
+        assert_eq!(serde_json::from_str::<Head>(&json).unwrap(), deleted);
     }
 }
