@@ -409,17 +409,10 @@ async fn a_new_thread_takes_the_spare_conversation_made_ahead() {
         "the spare is empty"
     );
     let (tx, _rx) = mpsc::channel(64);
-    let req = |t: &ThreadId| TurnRequest {
-        thread_id: t.clone(),
-        input: "hello".into(),
-        developer_instructions: None,
-        base_instructions: None,
-        tools: Default::default(),
-        additional_context: None,
-        options: Default::default(),
-    };
-    backend.run_turn(req(&first), tx.clone()).await.unwrap();
-    backend.run_turn(req(&second), tx).await.unwrap();
+    for thread in [&first, &second] {
+        let turn = conversation_turn(thread, "hello");
+        backend.run_turn(turn, tx.clone()).await.unwrap();
+    }
     let named: Vec<Option<String>> = mock
         .response_requests()
         .iter()

@@ -705,6 +705,28 @@ async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
     assert_eq!(transcript_rows(fixture.dir.path()), 2);
 }
 
+/// A non-streamed turn of a chain (after `previous`, when given) through the front; the new
+/// response's id.
+async fn chain_turn(
+    client: &reqwest::Client,
+    fixture: &Fixture,
+    input: &str,
+    previous: Option<&str>,
+) -> String {
+    let mut body = json!({"model": "mock-model", "input": input});
+    if let Some(previous) = previous {
+        body["previous_response_id"] = Value::from(previous);
+    }
+    let response: Value = post_response(client, fixture, &body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    response["id"].as_str().unwrap().to_owned()
+}
+
 /// The front is a long-running process: a chain's new epochs take a conversation the
 /// upstream made ahead of need, so their turns wait for no `POST /conversations`. After the
 /// session's first new thread, the next conversation is made in the background; each later
@@ -725,18 +747,8 @@ async fn new_epochs_take_a_conversation_made_ahead() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let existing = fixture.mock.conversation_ids();
-        let mut body = json!({"model": "mock-model", "input": format!("epoch turn {turn}")});
-        if let Some(previous) = &previous {
-            body["previous_response_id"] = Value::from(previous.clone());
-        }
-        let response: Value = post_response(&client, &fixture, &body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        previous = Some(response["id"].as_str().unwrap().to_owned());
+        let input = format!("epoch turn {turn}");
+        previous = Some(chain_turn(&client, &fixture, &input, previous.as_deref()).await);
         let requests = fixture.mock.response_requests();
         let conversation = requests.last().unwrap().conversation_id.clone().unwrap();
         let new_thread = !used.contains(&conversation);
@@ -773,18 +785,9 @@ async fn a_deletion_through_another_front_on_the_same_store_is_heard() {
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for turn in 1..=2 {
-        let mut body = json!({"model": "mock-model", "input": format!("shared store turn {turn}")});
-        if let Some(previous) = ids.last() {
-            body["previous_response_id"] = Value::from(String::clone(previous));
-        }
-        let response: Value = post_response(&client, &fixture, &body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ids.push(response["id"].as_str().unwrap().to_owned());
+        let input = format!("shared store turn {turn}");
+        let id = chain_turn(&client, &fixture, &input, ids.last().map(String::as_str)).await;
+        ids.push(id);
     }
     let deleted = authed(
         &client,
