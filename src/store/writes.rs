@@ -223,12 +223,7 @@ impl TurnWrite {
             } => {
                 let (id, key, json, generation) =
                     (session_id, binding_key, binding_json, *lease_generation);
-                done(match commit {
-                    None => store.record_turn(id, entries, key, json, generation),
-                    Some(commit) => {
-                        store.record_turn_with_commit(id, entries, key, json, generation, commit)
-                    }
-                })
+                done(store.record_turn(id, entries, key, json, generation, commit.as_ref()))
             }
             TurnWrite::SaveBinding {
                 binding_key,
@@ -319,6 +314,7 @@ pub(crate) trait StoreWrites {
     ) -> Result<(), StoreError>;
     fn delete_binding(&self, binding_key: &str) -> Result<(), StoreError>;
     fn delete_session(&self, session_id: &str) -> Result<u64, StoreError>;
+    /// A turn's entries and binding, and its durable commit when given: one fenced write.
     fn record_turn(
         &self,
         session_id: &str,
@@ -326,15 +322,7 @@ pub(crate) trait StoreWrites {
         binding_key: &str,
         binding_json: &str,
         lease_generation: u64,
-    ) -> Result<(), StoreError>;
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
+        commit: Option<&OutboxRow>,
     ) -> Result<(), StoreError>;
     fn append_transcript(
         &self,

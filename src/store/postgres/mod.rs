@@ -416,6 +416,7 @@ impl super::StoreWrites for PostgresStore {
         binding_key: &str,
         binding_json: &str,
         lease_generation: u64,
+        commit: Option<&OutboxRow>,
     ) -> Result<(), StoreError> {
         self.record_turn_fenced(
             session_id,
@@ -423,26 +424,7 @@ impl super::StoreWrites for PostgresStore {
             binding_key,
             binding_json,
             lease_generation,
-            None,
-        )
-    }
-
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
-    ) -> Result<(), StoreError> {
-        self.record_turn_fenced(
-            session_id,
-            entries,
-            binding_key,
-            binding_json,
-            lease_generation,
-            Some(commit),
+            commit,
         )
     }
 

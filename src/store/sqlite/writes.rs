@@ -67,6 +67,7 @@ impl StoreWrites for SqliteStore {
         binding_key: &str,
         binding_json: &str,
         lease_generation: u64,
+        commit: Option<&OutboxRow>,
     ) -> Result<(), StoreError> {
         let record = TurnWrite::record(
             session_id,
@@ -74,27 +75,7 @@ impl StoreWrites for SqliteStore {
             binding_key,
             binding_json,
             lease_generation,
-            None,
-        );
-        self.record_alone(entries, record)
-    }
-
-    fn record_turn_with_commit(
-        &self,
-        session_id: &str,
-        entries: &[TranscriptEntry],
-        binding_key: &str,
-        binding_json: &str,
-        lease_generation: u64,
-        commit: &OutboxRow,
-    ) -> Result<(), StoreError> {
-        let record = TurnWrite::record(
-            session_id,
-            &[],
-            binding_key,
-            binding_json,
-            lease_generation,
-            Some(commit),
+            commit,
         );
         self.record_alone(entries, record)
     }
