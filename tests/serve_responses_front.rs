@@ -247,18 +247,8 @@ async fn a_stream_closed_before_the_answer_keeps_nothing() {
     );
 
     // The front still answers, and that turn is kept.
-    let answered: Value = authed(
-        &client,
-        reqwest::Method::POST,
-        format!("{}/responses", fixture.url),
-    )
-    .json(&json!({"model": "mock-model", "input": "a quick question"}))
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let body = json!({"model": "mock-model", "input": "a quick question"});
+    let (_, answered) = post_json(&fixture, "/responses", body).await;
     assert_eq!(answered["status"], "completed", "{answered}");
     assert_eq!(transcript_rows(fixture.dir.path()), 2);
 }
@@ -707,23 +697,12 @@ async fn a_streamed_response_ends_before_its_record_and_reads_wait_for_it() {
 
 /// A non-streamed turn of a chain (after `previous`, when given) through the front; the new
 /// response's id.
-async fn chain_turn(
-    client: &reqwest::Client,
-    fixture: &Fixture,
-    input: &str,
-    previous: Option<&str>,
-) -> String {
+async fn chain_turn(fixture: &Fixture, input: &str, previous: Option<&str>) -> String {
     let mut body = json!({"model": "mock-model", "input": input});
     if let Some(previous) = previous {
         body["previous_response_id"] = Value::from(previous);
     }
-    let response: Value = post_response(client, fixture, &body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, response) = post_json(fixture, "/responses", body).await;
     response["id"].as_str().unwrap().to_owned()
 }
 
@@ -734,7 +713,6 @@ async fn chain_turn(
 #[tokio::test(flavor = "multi_thread")]
 async fn new_epochs_take_a_conversation_made_ahead() {
     let fixture = fixture().await;
-    let client = reqwest::Client::new();
     let mut previous: Option<String> = None;
     let mut named: Vec<String> = Vec::new();
     for turn in 1..=4 {
@@ -748,7 +726,7 @@ async fn new_epochs_take_a_conversation_made_ahead() {
         }
         let existing = fixture.mock.conversation_ids();
         let input = format!("epoch turn {turn}");
-        previous = Some(chain_turn(&client, &fixture, &input, previous.as_deref()).await);
+        previous = Some(chain_turn(&fixture, &input, previous.as_deref()).await);
         let requests = fixture.mock.response_requests();
         let conversation = requests.last().unwrap().conversation_id.clone().unwrap();
         let new_thread = !used.contains(&conversation);
@@ -786,7 +764,7 @@ async fn a_deletion_through_another_front_on_the_same_store_is_heard() {
     let mut ids = Vec::new();
     for turn in 1..=2 {
         let input = format!("shared store turn {turn}");
-        let id = chain_turn(&client, &fixture, &input, ids.last().map(String::as_str)).await;
+        let id = chain_turn(&fixture, &input, ids.last().map(String::as_str)).await;
         ids.push(id);
     }
     let deleted = authed(
