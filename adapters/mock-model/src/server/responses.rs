@@ -15,7 +15,7 @@ use crate::script::{
 };
 use crate::sse;
 
-use super::answers::{error_type_for, event_stream, json_error, new_id};
+use super::answers::{error_type_for, event_stream, hold, json_error, new_id};
 use super::state::{now_ms, Incoming, Shared};
 
 /// Marker texts of a compaction request sent as a normal Responses request (Codex's local
@@ -103,7 +103,7 @@ pub(super) async fn responses(
     tracing::debug!(seq = record.seq, path = %record.path, status = record.status, "mock model request");
 
     if let Some(delay) = reply.delay {
-        tokio::time::sleep(delay).await;
+        hold(delay).await;
     }
 
     let deltas = sse::split_deltas(&text, shared.delta_chunks);
@@ -180,7 +180,7 @@ async fn tool_call_response(
     shared.remember(&record).await;
     tracing::debug!(seq = record.seq, tool = %call.name, "mock model: scripted tool call");
     if let Some(delay) = reply.delay {
-        tokio::time::sleep(delay).await;
+        hold(delay).await;
     }
     let events = [
         sse::response_created(&response_id, model),
@@ -224,7 +224,7 @@ pub(super) async fn compact(
     record_outcome(&mut record, &reply, &id, &summary);
     shared.remember(&record).await;
     if let Some(delay) = reply.delay {
-        tokio::time::sleep(delay).await;
+        hold(delay).await;
     }
     if let ReplyOutcome::HttpError {
         status,
