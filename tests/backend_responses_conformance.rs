@@ -380,6 +380,32 @@ async fn responses_backend_conformance_with_a_spare_conversation() {
     backend.shutdown().await;
 }
 
+/// As `serve --front responses` builds it (a spare, a connection pool per lane), the backend
+/// passes the shared conformance suite, and a turn asking for another pool is answered.
+#[tokio::test]
+async fn responses_backend_conformance_with_connection_pools() {
+    let (backend, mock) = setup_with_spare().await;
+    let backend = backend.with_connection_pools(2).unwrap();
+    conformance::run_all(&backend, ThreadId("conv_does_not_exist".into())).await;
+    let thread = backend.start_thread(StartThread::default()).await.unwrap();
+    let mut request = conversation_turn(&thread, "on the second lane");
+    request.options.connection_pool = 1;
+    let (events, _events_rx) = mpsc::channel(64);
+    let outcome = backend.run_turn(request, events).await.unwrap();
+    let asked = mock.requests();
+    let turn = asked
+        .iter()
+        .rfind(|r| r.kind == RequestKind::Responses)
+        .unwrap();
+    assert_eq!(turn.conversation_id.as_deref(), Some(thread.as_str()));
+    assert!(
+        turn.body.to_string().contains("on the second lane"),
+        "{turn:?}"
+    );
+    assert_eq!(Some(&outcome.reply), turn.reply_text.as_ref());
+    backend.shutdown().await;
+}
+
 /// A new thread takes the conversation made ahead of need: the first new thread makes its
 /// own and a spare is made in the background; the second takes the spare (an existing, empty
 /// conversation) without making one on its path; each turn names its own conversation.

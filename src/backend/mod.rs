@@ -327,12 +327,27 @@ pub struct TurnOptions {
     /// The key the turn's requests carry instead of the backend's configured one (ctxbridge
     /// serve's Responses front passing its client's own key on).
     pub api_key: Option<ApiKey>,
+    /// Which of the backend's connection pools the turn's requests use, where it keeps
+    /// several (ctxbridge serve's Responses front: its lane's; see
+    /// `ResponsesBackend::with_connection_pools`). Not a setting for the model: every backend
+    /// serves any.
+    pub connection_pool: usize,
 }
 
 impl TurnOptions {
-    /// Whether nothing is asked (what every backend serves).
+    /// Whether nothing is asked of the model (what every backend serves).
     pub fn is_empty(&self) -> bool {
-        self == &TurnOptions::default()
+        let TurnOptions {
+            instructions,
+            max_output_tokens,
+            tool_choice,
+            api_key,
+            connection_pool: _,
+        } = self;
+        instructions.is_none()
+            && max_output_tokens.is_none()
+            && tool_choice.is_none()
+            && api_key.is_none()
     }
 }
 

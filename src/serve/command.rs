@@ -187,9 +187,12 @@ pub async fn responses_front(
     let BackendConfig::Responses(responses) = &config.backend else {
         return Err(ServeSetupError::NotResponses);
     };
-    // A long-running front: a new thread takes a conversation made ahead of need.
+    // A long-running front: a new thread takes a conversation made ahead of need, and each
+    // lane (see `serve::lanes`) reaches the upstream over connections of its own.
     let upstream = Arc::new(
-        ResponsesBackend::new(responses_backend_config(responses))?.with_spare_conversation(),
+        ResponsesBackend::new(responses_backend_config(responses))?
+            .with_spare_conversation()
+            .with_connection_pools(crate::serve::lanes::per_core())?,
     );
     create_state_dir(config);
     let store: Arc<dyn StateStore> = open_store(&store_target(config)?)?;

@@ -52,6 +52,7 @@ pub mod command;
 pub mod fuzzing;
 mod history;
 mod hub;
+pub(crate) mod lanes;
 pub mod listen;
 pub mod outbound;
 pub mod responses;

@@ -1,5 +1,7 @@
 //! The HTTP side: requests, bearer auth, retries, the compaction endpoint.
 
+use std::sync::Arc;
+
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -31,11 +33,14 @@ const LIST_PAGE_LIMIT: &str = "100";
 /// Longest server error text kept in an error.
 const MAX_ERROR_BODY_CHARS: usize = 2_000;
 
-/// A Responses API client. Cheap to clone (one shared connection pool). Its `Debug` shows the
-/// base URL redacted and never the key.
+/// A Responses API client. Cheap to clone (the clones share its connection pools). Its
+/// `Debug` shows the base URL redacted and never the key.
 #[derive(Clone)]
 pub struct ResponsesClient {
+    /// The connection pool this handle's calls use: one of `pools`.
     pub(crate) http: reqwest::Client,
+    /// The client's connection pools: one, unless [`ResponsesClient::with_connection_pools`].
+    pools: Arc<[reqwest::Client]>,
     pub(crate) config: ResponsesConfig,
     pub(crate) base_url: Url,
     responses_url: Url,
@@ -121,7 +126,50 @@ impl<'a> Call<'a> {
     }
 }
 
+/// One connection pool (a `reqwest` client) with `config`'s connect timeout.
+fn connection_pool(config: &ResponsesConfig) -> Result<reqwest::Client, ResponsesError> {
+    reqwest::Client::builder()
+        .connect_timeout(config.request_timeout)
+        .build()
+        .map_err(|e| ResponsesError::Config {
+            operation: "build Responses client",
+            message: error_chain(&e.without_url()),
+        })
+}
+
 impl ResponsesClient {
+    /// The client with `count` connection pools (at least one), its calls on the first;
+    /// [`ResponsesClient::on_pool`] gives a handle on another. A server running each
+    /// connection on one single-threaded runtime gives each runtime a pool: a connection is
+    /// driven by the runtime that opened it, and a call on another runtime's connection would
+    /// wait for that runtime's thread.
+    pub fn with_connection_pools(self, count: usize) -> Result<Self, ResponsesError> {
+        let pools = (0..count.max(1))
+            .map(|_| connection_pool(&self.config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut client = ResponsesClient {
+            pools: Arc::from(pools),
+            ..self
+        };
+        client = client.on_pool(0);
+        Ok(client)
+    }
+
+    /// A handle whose calls use connection pool `index` (modulo the pools there are).
+    pub fn on_pool(&self, index: usize) -> ResponsesClient {
+        let mut client = self.clone();
+        // Never a division by zero: a client is built with at least one pool.
+        if let Some(http) = self.pools.get(index % self.pools.len()) {
+            client.http = http.clone();
+        }
+        client
+    }
+
+    /// How many connection pools the client has.
+    pub fn connection_pools(&self) -> usize {
+        self.pools.len()
+    }
+
     pub fn new(config: ResponsesConfig) -> Result<Self, ResponsesError> {
         let base_url =
             parse_base_url(&config.base_url).map_err(|message| ResponsesError::Config {
@@ -133,14 +181,9 @@ impl ResponsesClient {
             .as_ref()
             .map(|key| bearer(key, "build Responses client"))
             .transpose()?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.request_timeout)
-            .build()
-            .map_err(|e| ResponsesError::Config {
-                operation: "build Responses client",
-                message: error_chain(&e.without_url()),
-            })?;
+        let http = connection_pool(&config)?;
         Ok(ResponsesClient {
+            pools: Arc::from([http.clone()]),
             http,
             responses_url: endpoint(&base_url, &["responses"]),
             compact_url: endpoint(&base_url, &["responses", "compact"]),
@@ -713,5 +756,74 @@ mod tests {
             "{shown}"
         );
         assert!(!format!("{client:?}").contains("sk-"), "{client:?}");
+    }
+
+    /// A loopback HTTP/1.1 server answering every request with an empty model list on a
+    /// kept-alive connection; it counts the connections it accepts.
+    async fn counting_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buffer = [0u8; 1024];
+                    loop {
+                        let Ok(read) = stream.read(&mut buffer).await else {
+                            return;
+                        };
+                        if read == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buffer[..read]);
+                        // GET requests: no body; answer each whole header block.
+                        while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                            request.drain(..end + 4);
+                            let body = r#"{"object":"list","data":[]}"#;
+                            let answer = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                            if stream.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Each connection pool keeps connections of its own: calls on one pool reuse its
+    /// connection, a call on another pool opens another, and a pool index wraps around.
+    #[tokio::test]
+    async fn connection_pools_keep_their_own_connections() {
+        let (url, accepted) = counting_server().await;
+        let client = ResponsesClient::new(ResponsesConfig::new(url))
+            .unwrap()
+            .with_connection_pools(2)
+            .unwrap();
+        assert_eq!(client.connection_pools(), 2);
+        let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+        client.list_models().await.unwrap();
+        client.on_pool(0).list_models().await.unwrap();
+        assert_eq!(count(), 1, "pool 0 reuses its connection");
+        client.on_pool(1).list_models().await.unwrap();
+        assert_eq!(count(), 2, "pool 1 opens its own");
+        client.on_pool(3).list_models().await.unwrap();
+        assert_eq!(count(), 2, "pool 3 of 2 is pool 1");
+        // A client built without pools has one, whatever the index.
+        let (url, accepted) = counting_server().await;
+        let single = ResponsesClient::new(ResponsesConfig::new(url)).unwrap();
+        assert_eq!(single.connection_pools(), 1);
+        single.on_pool(0).list_models().await.unwrap();
+        single.on_pool(5).list_models().await.unwrap();
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

@@ -155,6 +155,20 @@ impl ResponsesBackend {
         self
     }
 
+    /// The same backend with `count` connection pools to the upstream for turns, and one
+    /// more for its calls outside them (a conversation made ahead, deletions); a turn's
+    /// requests use the pool its [`TurnOptions::connection_pool`](crate::backend::TurnOptions)
+    /// names. For a server running connections on lanes (`serve --front responses`): a
+    /// connection is driven by the thread that opened it, so each lane's turns reach the
+    /// upstream over connections its own thread drives.
+    pub fn with_connection_pools(
+        mut self,
+        count: usize,
+    ) -> Result<Self, ResponsesBackendConfigError> {
+        self.client = self.client.with_connection_pools(count + 1)?.on_pool(count);
+        Ok(self)
+    }
+
     /// The same backend with threads of this kind.
     pub fn with_threads(mut self, threads: ResponsesThreads) -> Self {
         self.threads = threads;

@@ -310,6 +310,7 @@ fn requests_carry_the_turn_options() {
         max_output_tokens: Some(64),
         tool_choice: Some(serde_json::json!("required")),
         api_key: None,
+        connection_pool: 0,
     };
     let fresh = Continuation::Chain(ChainPosition::Fresh);
     let create = turn_request("m", &fresh, &ChainState::default(), &request);
@@ -324,4 +325,20 @@ fn requests_carry_the_turn_options() {
     assert_eq!(follow.tool_choice, create.tool_choice);
     let plain = turn_request("m", &fresh, &ChainState::default(), &turn("t", "x"));
     assert_eq!((plain.max_output_tokens, plain.tool_choice), (None, None));
+}
+
+/// Which connection pool a turn uses asks nothing of the model: options naming only a pool
+/// are empty (every backend serves them); any setting for the model is not.
+#[test]
+fn a_connection_pool_alone_asks_nothing_of_the_model() {
+    let pool_only = super::super::TurnOptions {
+        connection_pool: 3,
+        ..Default::default()
+    };
+    assert!(pool_only.is_empty());
+    let capped = super::super::TurnOptions {
+        max_output_tokens: Some(1),
+        ..pool_only
+    };
+    assert!(!capped.is_empty());
 }

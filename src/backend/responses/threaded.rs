@@ -165,7 +165,14 @@ impl ThreadedBackend for ResponsesBackend {
             "running a Responses turn"
         );
         let answered = self
-            .run_rounds(create, &request.tools, &events, thread_id.as_str(), api_key)
+            .run_rounds(
+                &self.client.on_pool(request.options.connection_pool),
+                create,
+                &request.tools,
+                &events,
+                thread_id.as_str(),
+                api_key,
+            )
             .await;
         if self.threads == ResponsesThreads::Conversation {
             self.live.learn(&thread_id, &answered).await;

@@ -1,6 +1,8 @@
 //! A turn's responses: streaming each one and running the model's tool calls between them.
 
-use responses_client::{output_item_text, ApiKey, CreateResponse, ResponseEvent, ResponsesError};
+use responses_client::{
+    output_item_text, ApiKey, CreateResponse, ResponseEvent, ResponsesClient, ResponsesError,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -17,6 +19,7 @@ impl ResponsesBackend {
     /// (as streamed) and the last usage.
     pub(super) async fn run_rounds(
         &self,
+        client: &ResponsesClient,
         mut create: CreateResponse,
         tools: &TurnTools,
         events: &mpsc::Sender<TurnEvent>,
@@ -28,7 +31,7 @@ impl ResponsesBackend {
         for round in 1..=MAX_TOOL_ROUNDS {
             let mut calls = Vec::new();
             let (response_id, text, usage) = self
-                .stream_turn(create.clone(), events, &mut calls, api_key)
+                .stream_turn(client, create.clone(), events, &mut calls, api_key)
                 .await
                 .map_err(|e| backend_error(OPERATION, thread_id, e))?;
             reply.push_str(&text);
@@ -67,12 +70,13 @@ impl ResponsesBackend {
     /// items into `calls`; returns (id, reply, usage).
     pub(super) async fn stream_turn(
         &self,
+        client: &ResponsesClient,
         request: CreateResponse,
         events: &mpsc::Sender<TurnEvent>,
         calls: &mut Vec<Value>,
         api_key: Option<&ApiKey>,
     ) -> Result<(String, String, Option<Usage>), ResponsesError> {
-        let mut stream = self.client.create_response_as(request, api_key).await?;
+        let mut stream = client.create_response_as(request, api_key).await?;
         let mut streamed = String::new();
         let mut item_text = String::new();
         while let Some(event) = stream.next().await {

@@ -25,8 +25,10 @@ use tokio::sync::Mutex;
 use crate::backend::ResponsesBackend;
 use crate::harness::Harness;
 use crate::metrics::Registry;
+use crate::serve::lanes::{Lane, Lanes};
 use crate::serve::CapabilityToken;
 use crate::store::StateStore;
+use crate::util::sync::lock;
 
 mod answer;
 mod conversations;
@@ -62,6 +64,8 @@ pub struct ResponsesFront {
     mode: FrontMode,
     /// What `GET /metrics` shows (the harness reports its turns there too).
     metrics: Arc<Registry>,
+    /// The lanes serving the connections (see [`crate::serve::lanes`]), once serving.
+    lanes: std::sync::Mutex<Option<Arc<Lanes>>>,
 }
 
 /// How the front serves: running the engine's turns, or relaying (no engine).
@@ -99,6 +103,7 @@ impl ResponsesFront {
             tool_output_wait: turns::tool_output_wait(mode.tool_output_timeout_secs),
             mode,
             metrics,
+            lanes: std::sync::Mutex::new(None),
         })
     }
 
@@ -176,12 +181,16 @@ impl ResponsesFront {
             pass_through_auth = self.mode.pass_through_auth,
             "responses front: serving"
         );
-        // Without TCP_NODELAY, a streamed response's small event writes wait on the client's
-        // delayed ACK (about 40 ms a turn, measured by `bench --serve --front responses`).
-        axum::serve(listener, self.router())
-            .tcp_nodelay(true)
-            .with_graceful_shutdown(shutdown)
-            .await
+        // The lanes set TCP_NODELAY: without it, a streamed response's small event writes wait
+        // on the client's delayed ACK (about 40 ms a turn, measured by `bench --serve --front
+        // responses`).
+        let lanes = Arc::new(Lanes::per_core("ctxbridge-lane")?);
+        tracing::info!(
+            lanes = lanes.count(),
+            "responses front: connections served on lanes"
+        );
+        *lock(&self.lanes) = Some(lanes.clone());
+        lanes.serve(listener, self.router(), shutdown).await
     }
 }
 
@@ -231,7 +240,8 @@ async fn authorize(
         }
         Caller::default()
     };
-    request.extensions_mut().insert(caller);
+    let lane = request.extensions().get::<Lane>().map_or(0, |lane| lane.0);
+    request.extensions_mut().insert(Caller { lane, ..caller });
     next.run(request).await
 }
 
@@ -282,5 +292,10 @@ impl ResponsesFront {
     pub async fn shutdown(&self) {
         self.cancel_parked();
         self.harness.shutdown().await;
+        // Last: what the connections started (a turn's record) runs on the lanes.
+        let lanes = lock(&self.lanes).take();
+        if let Some(lanes) = lanes {
+            lanes.stop().await;
+        }
     }
 }

@@ -42,6 +42,9 @@ pub struct Caller {
     pub api_key: Option<ApiKey>,
     /// Its owner mark: the SHA-256 of the key.
     pub owner: Option<String>,
+    /// The lane serving its connection: which of the upstream's connection pools its
+    /// requests use (see [`crate::serve::lanes`]).
+    pub lane: usize,
 }
 
 impl Caller {
@@ -53,6 +56,7 @@ impl Caller {
         (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then(|| Caller {
             owner: Some(sha256_hex(key)),
             api_key: Some(ApiKey::new(key)),
+            lane: 0,
         })
     }
 

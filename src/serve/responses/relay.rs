@@ -14,6 +14,7 @@ use responses_client::{bearer, ApiKey, RelayRequest};
 
 use super::wire::ApiError;
 use super::ResponsesFront;
+use crate::serve::lanes::Lane;
 
 /// The largest request body relayed (the API's own limit for a request with inline files is
 /// larger; the front keeps a bound of its own).
@@ -22,6 +23,7 @@ const MAX_RELAYED_BODY: usize = 64 * 1024 * 1024;
 /// Relays `request` to the upstream.
 pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    let lane = parts.extensions.get::<Lane>().map_or(0, |lane| lane.0);
     let Some(path) = parts.uri.path().strip_prefix("/v1/") else {
         return ApiError::unknown_route(parts.method.as_str(), parts.uri.path()).into_response();
     };
@@ -57,13 +59,19 @@ pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Req
             body,
             authorization,
         },
+        lane,
     )
     .await
 }
 
 /// `GET /v1/{path}` relayed with the caller's own `api_key` (a front with an engine passing
-/// its clients' keys on, for what it passes through).
-pub(super) async fn relay_as(front: &ResponsesFront, path: &str, api_key: &ApiKey) -> Response {
+/// its clients' keys on, for what it passes through), from `lane`.
+pub(super) async fn relay_as(
+    front: &ResponsesFront,
+    path: &str,
+    api_key: &ApiKey,
+    lane: usize,
+) -> Response {
     let Ok(value) = bearer(api_key, "relay a request") else {
         return ApiError::unauthorized_upstream().into_response();
     };
@@ -77,13 +85,15 @@ pub(super) async fn relay_as(front: &ResponsesFront, path: &str, api_key: &ApiKe
             body: Bytes::new(),
             authorization: Some(value),
         },
+        lane,
     )
     .await
 }
 
-/// Sends `request` to the upstream; its answer, streamed, or 502 when none came.
-async fn forward(front: &ResponsesFront, request: RelayRequest) -> Response {
-    match front.upstream.client().relay(request).await {
+/// Sends `request` to the upstream over `lane`'s connections; its answer, streamed, or 502
+/// when none came.
+async fn forward(front: &ResponsesFront, request: RelayRequest, lane: usize) -> Response {
+    match front.upstream.client().on_pool(lane).relay(request).await {
         Ok(relayed) => {
             let mut response = Body::from_stream(relayed.body).into_response();
             *response.status_mut() = relayed.status;

@@ -169,6 +169,7 @@ impl ResponsesFront {
                 max_output_tokens: settings.max_output_tokens,
                 tool_choice: settings.tool_choice.clone(),
                 api_key: pending.caller.api_key.clone(),
+                connection_pool: pending.caller.lane,
             });
         let specs = settings.tool_specs();
         if !specs.is_empty() {
