@@ -23,6 +23,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::util::sync::lock;
 
@@ -69,7 +70,7 @@ impl Lanes {
             let thread = std::thread::Builder::new()
                 .name(format!("{name}-{index}"))
                 .spawn(move || {
-                    runtime.block_on(run_lane(messages));
+                    runtime.block_on(run_lane(index, messages));
                     runtime.shutdown_timeout(STOP_WAIT);
                 })?;
             queues.push(queue);
@@ -117,8 +118,12 @@ impl Lanes {
                         if let Err(error) = stream.set_nodelay(true) {
                             tracing::debug!(%error, "serve: TCP_NODELAY not set on a connection");
                         }
-                        let stream = stream.into_std()?;
-                        self.deal(LaneMsg::Serve(stream));
+                        match stream.into_std() {
+                            Ok(stream) => self.deal(LaneMsg::Serve(stream)),
+                            Err(error) => {
+                                tracing::warn!(%error, "serve: a connection could not leave the accepting runtime; it is dropped");
+                            }
+                        }
                     }
                     Err(error) if is_connection_error(&error) => {}
                     Err(error) => {
@@ -161,8 +166,10 @@ impl Lanes {
     }
 
     fn deal(&self, msg: LaneMsg) {
+        // Never a division by zero: there is at least one lane.
         let index = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
-        if self.queues[index].send(msg).is_err() {
+        let sent = self.queues.get(index).map(|queue| queue.send(msg));
+        if !matches!(sent, Some(Ok(()))) {
             tracing::warn!(
                 lane = index,
                 "serve: a lane has stopped; the connection is dropped"
@@ -173,7 +180,7 @@ impl Lanes {
 
 /// A lane: serves the connections it is given; told to drain, it asks each to end gracefully
 /// (hyper answers the request in flight, then closes) and says when all have.
-async fn run_lane(mut messages: mpsc::UnboundedReceiver<LaneMsg>) {
+async fn run_lane(lane: usize, mut messages: mpsc::UnboundedReceiver<LaneMsg>) {
     let mut routed: Option<Router> = None;
     let mut connections = Connections::new();
     while let Some(msg) = messages.recv().await {
@@ -185,7 +192,7 @@ async fn run_lane(mut messages: mpsc::UnboundedReceiver<LaneMsg>) {
                     continue;
                 };
                 match tokio::net::TcpStream::from_std(stream) {
-                    Ok(stream) => connections.serve(stream, router),
+                    Ok(stream) => connections.serve(stream, router, lane),
                     Err(error) => {
                         tracing::warn!(%error, "serve: a connection could not join its lane");
                     }
@@ -216,10 +223,13 @@ impl Connections {
         }
     }
 
-    /// Serves `stream` with `router` (HTTP/1.1, with upgrades, as `axum::serve`).
-    fn serve(&self, stream: tokio::net::TcpStream, router: Router) {
+    /// Serves `stream` with `router` (HTTP/1.1, with upgrades, as `axum::serve`), in a span
+    /// naming its peer and `lane`.
+    fn serve(&self, stream: tokio::net::TcpStream, router: Router, lane: usize) {
         let mut draining = self.draining.subscribe();
-        self.tasks.spawn(async move {
+        let peer = stream.peer_addr().ok();
+        let span = tracing::debug_span!("connection", ?peer, lane);
+        let connection = async move {
             let builder = auto::Builder::new(TokioExecutor::new());
             let connection = builder.serve_connection_with_upgrades(
                 TokioIo::new(stream),
@@ -242,7 +252,8 @@ impl Connections {
                     }
                 }
             }
-        });
+        };
+        self.tasks.spawn(connection.instrument(span));
     }
 
     /// Asks every connection to end gracefully; returns once all have.
