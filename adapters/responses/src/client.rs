@@ -138,21 +138,20 @@ fn connection_pool(config: &ResponsesConfig) -> Result<reqwest::Client, Response
 }
 
 impl ResponsesClient {
-    /// The client with `count` connection pools (at least one), its calls on the first;
-    /// [`ResponsesClient::on_pool`] gives a handle on another. A server running each
-    /// connection on one single-threaded runtime gives each runtime a pool: a connection is
-    /// driven by the runtime that opened it, and a call on another runtime's connection would
-    /// wait for that runtime's thread.
+    /// The client with `count` connection pools (at least one): its own first, on which its
+    /// calls stay; [`ResponsesClient::on_pool`] gives a handle on another. A server running
+    /// each connection on one single-threaded runtime gives each runtime a pool: a connection
+    /// is driven by the runtime that opened it, and a call on another runtime's connection
+    /// would wait for that runtime's thread.
     pub fn with_connection_pools(self, count: usize) -> Result<Self, ResponsesError> {
-        let pools = (0..count.max(1))
-            .map(|_| connection_pool(&self.config))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut client = ResponsesClient {
+        let mut pools = vec![self.http.clone()];
+        for _ in 1..count {
+            pools.push(connection_pool(&self.config)?);
+        }
+        Ok(ResponsesClient {
             pools: Arc::from(pools),
             ..self
-        };
-        client = client.on_pool(0);
-        Ok(client)
+        })
     }
 
     /// A handle whose calls use connection pool `index` (modulo the pools there are).

@@ -103,6 +103,9 @@ pub struct ResponsesBackend {
     /// Conversation threads in a long-running process: the conversation made ahead of need
     /// (see [`ResponsesBackend::with_spare_conversation`]).
     spare: Option<SpareConversation>,
+    /// A handle on each connection pool a turn may name (none: every turn uses `client`; see
+    /// [`ResponsesBackend::with_connection_pools`]).
+    pooled: Vec<ResponsesClient>,
 }
 
 impl ResponsesBackend {
@@ -142,6 +145,7 @@ impl ResponsesBackend {
             chains: Mutex::new(HashMap::new()),
             live: LiveConversations::default(),
             spare: None,
+            pooled: Vec::new(),
         })
     }
 
@@ -165,7 +169,9 @@ impl ResponsesBackend {
         mut self,
         count: usize,
     ) -> Result<Self, ResponsesBackendConfigError> {
-        self.client = self.client.with_connection_pools(count + 1)?.on_pool(count);
+        let pools = self.client.with_connection_pools(count + 1)?;
+        self.pooled = (0..count).map(|pool| pools.on_pool(pool)).collect();
+        self.client = pools.on_pool(count);
         Ok(self)
     }
 
@@ -182,6 +188,15 @@ impl ResponsesBackend {
 
     pub fn client(&self) -> &ResponsesClient {
         &self.client
+    }
+
+    /// The client on connection pool `pool` (modulo the pools there are; the backend's own
+    /// client when it keeps no pools for turns).
+    pub fn client_on(&self, pool: usize) -> &ResponsesClient {
+        match self.pooled.len() {
+            0 => &self.client,
+            count => self.pooled.get(pool % count).unwrap_or(&self.client),
+        }
     }
 
     pub fn model(&self) -> &str {

@@ -166,7 +166,7 @@ impl ThreadedBackend for ResponsesBackend {
         );
         let answered = self
             .run_rounds(
-                &self.client.on_pool(request.options.connection_pool),
+                self.client_on(request.options.connection_pool),
                 create,
                 &request.tools,
                 &events,

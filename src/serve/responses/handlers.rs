@@ -371,13 +371,7 @@ pub(super) async fn models(
         // The caller's own key asks (pass-through).
         return super::relay::relay_as(&front, "models", api_key, caller.lane).await;
     }
-    match front
-        .upstream
-        .client()
-        .on_pool(caller.lane)
-        .list_models()
-        .await
-    {
+    match front.upstream.client_on(caller.lane).list_models().await {
         Ok(list) => Json(list).into_response(),
         Err(error) => {
             let status = match &error {

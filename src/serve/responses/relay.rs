@@ -10,20 +10,24 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use responses_client::{bearer, ApiKey, RelayRequest};
 
+use super::records::Caller;
 use super::wire::ApiError;
 use super::ResponsesFront;
-use crate::serve::lanes::Lane;
 
 /// The largest request body relayed (the API's own limit for a request with inline files is
 /// larger; the front keeps a bound of its own).
 const MAX_RELAYED_BODY: usize = 64 * 1024 * 1024;
 
 /// Relays `request` to the upstream.
-pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Request) -> Response {
+pub(super) async fn relay(
+    State(front): State<Arc<ResponsesFront>>,
+    Extension(caller): Extension<Caller>,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
-    let lane = parts.extensions.get::<Lane>().map_or(0, |lane| lane.0);
     let Some(path) = parts.uri.path().strip_prefix("/v1/") else {
         return ApiError::unknown_route(parts.method.as_str(), parts.uri.path()).into_response();
     };
@@ -59,7 +63,7 @@ pub(super) async fn relay(State(front): State<Arc<ResponsesFront>>, request: Req
             body,
             authorization,
         },
-        lane,
+        caller.lane,
     )
     .await
 }
@@ -93,7 +97,7 @@ pub(super) async fn relay_as(
 /// Sends `request` to the upstream over `lane`'s connections; its answer, streamed, or 502
 /// when none came.
 async fn forward(front: &ResponsesFront, request: RelayRequest, lane: usize) -> Response {
-    match front.upstream.client().on_pool(lane).relay(request).await {
+    match front.upstream.client_on(lane).relay(request).await {
         Ok(relayed) => {
             let mut response = Body::from_stream(relayed.body).into_response();
             *response.status_mut() = relayed.status;
