@@ -14,9 +14,57 @@ use super::queries::{
     upsert_document,
 };
 use super::schema::{touch, SESSION_SCOPE};
-use super::StoreInner;
-use crate::store::{Lease, LeaseAttempt, StoreError, TranscriptEntry, TurnWrite, WriteOutcome};
+use super::{QueueRunner, SqliteStore, StoreInner};
+use crate::store::{
+    Lease, LeaseAttempt, StoreError, TranscriptEntry, TurnWrite, WriteMode, WriteOutcome,
+};
 use crate::util::lock;
+
+impl SqliteStore {
+    /// Runs the queued writes, unless another thread already does. A submitter that finds
+    /// the queue being run leaves its write there and goes on: the running thread sees it
+    /// queued when its batch is done.
+    ///
+    /// One batch is run here. What was queued meanwhile is handed to a task on the runtime of
+    /// the turn that has waited longest ([`SqliteStore::hand_off`]) rather than run by this
+    /// thread at once, so the tasks this batch answered run first, and the next batch also
+    /// gathers what the turns that ran meanwhile queued: fewer, larger transactions, as on a
+    /// single worker. Where no task can take it, the queue is run here until it is empty.
+    pub(super) fn combine(&self) {
+        while self.combine_once() {
+            if self.hand_off() {
+                return;
+            }
+        }
+    }
+
+    /// Hands the queued writes to a task spawned on the runtime of the oldest write awaited
+    /// on one (on lanes, a runtime per core, that is the lane whose turns wait for the next
+    /// batch, not the lane that ran this one). False, for the caller to run the queue itself,
+    /// when no queued write was submitted on a runtime, or when one's submitter may be
+    /// blocked waiting for it (a [`WriteMode::Now`] write, waited for by blocking a thread
+    /// that may be the very one the task would need). The task yields once before it runs
+    /// the queue, so the turns that are ready queue their writes first; dropped unrun (its
+    /// runtime shut down), it runs the queue as it drops.
+    pub(super) fn hand_off(&self) -> bool {
+        let runtime = {
+            let queue = lock(&self.queue);
+            if queue.iter().any(QueuedWrite::may_block) {
+                return false;
+            }
+            queue.iter().find_map(|q| q.runtime.clone())
+        };
+        let Some(runtime) = runtime else {
+            return false;
+        };
+        let mut next = QueueRunner::new(self.clone());
+        runtime.spawn(async move {
+            tokio::task::yield_now().await;
+            next.run()
+        });
+        true
+    }
+}
 
 impl StoreInner {
     /// A write of the queue's kinds run alone, at once (what [`TurnWrite::apply`] asks of
@@ -59,35 +107,26 @@ impl StoreInner {
         Ok(Op { write, encoded })
     }
 
-    /// Runs the queued writes until the queue is empty, unless another thread already does.
-    /// A submitter that finds the queue being run leaves its write there and goes on; the
-    /// running thread picks it up in its next batch. After giving up the role, the queue is
-    /// looked at once more: a write queued just before then would otherwise wait for the
-    /// next submitter.
-    pub(super) fn combine(&self) {
-        loop {
-            if self
-                .combining
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-            {
-                return;
-            }
-            // Given up on the way out, also if a batch panics (its writes' submitters then get
-            // an error instead of an answer), so the queue never stays claimed.
-            let role = CombinerRole(&self.combining);
-            loop {
-                let batch = std::mem::take(&mut *lock(&self.queue));
-                if batch.is_empty() {
-                    break;
-                }
-                self.run_batch(batch);
-            }
-            drop(role);
-            if lock(&self.queue).is_empty() {
-                return;
-            }
+    /// Runs a batch of what is queued, unless another thread already does, once
+    /// ([`SqliteStore::combine`] runs the rest).
+    /// Returns whether writes are left queued for the next batch.
+    fn combine_once(&self) -> bool {
+        if self
+            .combining
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return false;
         }
+        // Given up on the way out, also if a batch panics (its writes' submitters then get
+        // an error instead of an answer), so the queue never stays claimed.
+        let role = CombinerRole(&self.combining);
+        let batch = std::mem::take(&mut *lock(&self.queue));
+        if !batch.is_empty() {
+            self.run_batch(batch);
+        }
+        drop(role);
+        !lock(&self.queue).is_empty()
     }
 
     /// Runs a batch of queued writes in one transaction and answers each. When a write or the
@@ -108,6 +147,7 @@ impl StoreInner {
             lock(&self.queue).extend(orphans.into_iter().map(|lease| QueuedWrite {
                 op: TurnWrite::ReleaseLease(lease).into(),
                 reply: None,
+                runtime: None,
             }));
         }
     }
@@ -175,11 +215,30 @@ type WriteResult = Result<WriteOutcome, StoreError>;
 pub(super) struct QueuedWrite {
     op: Op,
     reply: Option<tokio::sync::oneshot::Sender<WriteResult>>,
+    /// The runtime of the task awaiting the write ([`WriteMode::Grouped`] writes): where a
+    /// batch that leaves it queued hands the queue to ([`SqliteStore::hand_off`]).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl QueuedWrite {
-    pub(super) fn new(op: Op, reply: Option<tokio::sync::oneshot::Sender<WriteResult>>) -> Self {
-        QueuedWrite { op, reply }
+    /// A write answered to `reply`; `mode` says how it is waited for: a
+    /// [`WriteMode::Grouped`] write by a task, whose runtime is taken from the caller's
+    /// context, a [`WriteMode::Now`] write perhaps by a blocked thread.
+    pub(super) fn new(
+        op: Op,
+        reply: Option<tokio::sync::oneshot::Sender<WriteResult>>,
+        mode: WriteMode,
+    ) -> Self {
+        let runtime = match mode {
+            WriteMode::Grouped => tokio::runtime::Handle::try_current().ok(),
+            WriteMode::Now => None,
+        };
+        QueuedWrite { op, reply, runtime }
+    }
+
+    /// Whether the write's submitter may be a thread blocked waiting for its answer.
+    fn may_block(&self) -> bool {
+        self.reply.is_some() && self.runtime.is_none()
     }
 
     /// Hands the write its answer. A lease acquired for a submitter that stopped waiting (its

@@ -5,7 +5,8 @@
 //! queue on the writer. A turn's writes ([`StateStore::write`]) go through a queue: the
 //! submitting thread runs it unless another thread already does, and writes queued meanwhile
 //! run as one transaction (group commit), each as if alone — no thread sleeps
-//! waiting for the writer. Every write transaction takes SQLite's write lock up front
+//! waiting for the writer. That next batch is run by a task on the runtime of the turn that
+//! waits longest for it, so the thread that ran a batch goes back to its own turns. Every write transaction takes SQLite's write lock up front
 //! (`BEGIN IMMEDIATE`), so a busy database makes it wait up to the busy timeout instead of
 //! failing at once when a read transaction would have to be upgraded. A file store's WAL is
 //! checkpointed by a thread of its own ([`checkpointer`]), not under the write lock.
@@ -62,9 +63,13 @@ impl std::ops::Deref for SqliteStore {
 /// Runs the write queue once, when asked or else when dropped: a submitted write whose
 /// future is dropped before it ran the queue (a cancelled turn) is still written, as it was
 /// submitted, and not left for the next submitter.
-struct QueueRunner(Option<Arc<StoreInner>>);
+struct QueueRunner(Option<SqliteStore>);
 
 impl QueueRunner {
+    fn new(store: SqliteStore) -> Self {
+        QueueRunner(Some(store))
+    }
+
     fn run(&mut self) {
         if let Some(store) = self.0.take() {
             store.combine();
@@ -474,8 +479,8 @@ impl StateStore for SqliteStore {
             Err(e) => return Box::pin(std::future::ready(Err(e))),
         };
         let (reply, mut answer) = tokio::sync::oneshot::channel();
-        lock(&self.queue).push(QueuedWrite::new(op, Some(reply)));
-        let mut runner = QueueRunner(Some(self.inner.clone()));
+        lock(&self.queue).push(QueuedWrite::new(op, Some(reply), mode));
+        let mut runner = QueueRunner::new(self.clone());
         if mode == WriteMode::Now {
             runner.run();
         }

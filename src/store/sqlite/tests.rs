@@ -314,6 +314,107 @@ async fn a_failing_write_in_a_batch_fails_alone() {
     assert!(s.load_binding("k-a").unwrap().is_some());
 }
 
+/// A turn's record of session `session` (binding `k-{session}`, one entry), as the queue runs it.
+fn record_of(session: &str) -> TurnWrite {
+    TurnWrite::RecordTurn {
+        session_id: session.into(),
+        entries: vec![entry(&format!("{session}-1"), "x")],
+        binding_key: format!("k-{session}"),
+        binding_json: "{}".into(),
+        lease_generation: 0,
+        commit: None,
+    }
+}
+
+/// Submits `write` from a lane (a thread with a single-threaded runtime) while another thread
+/// runs the queue; returns once the write is queued and its submitter, finding the queue
+/// being run, waits for its answer (the lane's thread joins with that answer).
+fn submit_from_a_lane(
+    s: &SqliteStore,
+    write: TurnWrite,
+) -> std::thread::JoinHandle<Result<WriteOutcome, StoreError>> {
+    let (waiting, waits) = std::sync::mpsc::channel();
+    let s = s.clone();
+    let lane = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut answer = s.submit(write);
+            // It yields to the ready tasks, then finds the queue being run and waits.
+            for _ in 0..2 {
+                assert!(futures::poll!(&mut answer).is_pending());
+            }
+            waiting.send(()).unwrap();
+            answer.await
+        })
+    });
+    waits.recv().unwrap();
+    lane
+}
+
+/// What is left queued after a batch is handed to a task on the runtime of the turn that
+/// waits for it (a lane), not run by the thread that ran the batch: here that thread has no
+/// runtime at all and runs nothing, and the write is answered on the waiting lane.
+#[test]
+fn a_batch_hands_the_queue_to_the_lane_that_waits_for_it() {
+    let s = SqliteStore::in_memory().unwrap();
+    // Another thread is running a batch: the lane's write stays queued.
+    s.combining.store(true, Ordering::SeqCst);
+    let lane = submit_from_a_lane(&s, record_of("b"));
+    // That batch is done.
+    s.combining.store(false, Ordering::SeqCst);
+    assert!(s.hand_off(), "nothing handed off");
+    lane.join().unwrap().unwrap();
+    assert!(lock(&s.queue).is_empty());
+    assert_eq!(s.load_transcript("b").unwrap().len(), 1);
+}
+
+/// A write a thread may be blocked waiting for (`WriteMode::Now`, the synchronous calls) is
+/// never handed to a task, which could need that very thread: the queue is run by the
+/// thread that ran the batch, every write in it answered.
+#[test]
+fn a_write_waited_for_by_a_blocked_thread_is_not_handed_off() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    let lane = submit_from_a_lane(&s, record_of("grouped"));
+    let now = s.write(record_of("now"), WriteMode::Now);
+    assert_eq!(lock(&s.queue).len(), 2);
+    s.combining.store(false, Ordering::SeqCst);
+    assert!(!s.hand_off(), "a blocking write was handed to a task");
+    s.combine();
+    assert!(lock(&s.queue).is_empty());
+    futures::executor::block_on(now).unwrap();
+    lane.join().unwrap().unwrap();
+    assert_eq!(s.load_transcript("now").unwrap().len(), 1);
+    assert_eq!(s.load_transcript("grouped").unwrap().len(), 1);
+}
+
+/// A queue handed to a runtime that shuts down before running it is still run, as the
+/// handed task drops: no write is left waiting for a submitter that never comes.
+#[test]
+fn a_queue_handed_to_a_runtime_that_shuts_down_is_still_run() {
+    let s = SqliteStore::in_memory().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    // Submitted on the runtime (so the write names it), awaited later off it.
+    let answer = {
+        let _on = runtime.enter();
+        s.submit(record_of("late"))
+    };
+    s.combining.store(false, Ordering::SeqCst);
+    assert!(s.hand_off());
+    // The runtime never ran: its tasks are dropped unrun.
+    drop(runtime);
+    assert!(lock(&s.queue).is_empty(), "the handed queue was left");
+    futures::executor::block_on(answer).unwrap();
+    assert_eq!(s.load_transcript("late").unwrap().len(), 1);
+}
+
 /// A lease acquired for a submitter that stopped waiting (its turn was cancelled while the
 /// acquire was queued) is released by the queue: nobody would otherwise hold it until it
 /// expires.
