@@ -26,6 +26,7 @@ mod peer;
 pub mod process;
 pub mod projection_cost;
 pub mod scale;
+mod scale_lanes;
 pub mod scale_rounds;
 pub mod serve;
 mod serve_engine;

@@ -61,6 +61,10 @@ pub struct ScaleResult {
     pub split: bool,
     /// SQLite: the databases the store was split over by session (1: one database).
     pub shards: usize,
+    /// Whether the turns ran on lanes (a single-threaded runtime per worker, sharing one
+    /// harness and store, as `serve --front responses` serves them) rather than on one
+    /// multi-thread runtime.
+    pub lanes: bool,
 }
 
 impl ScaleResult {
@@ -234,7 +238,7 @@ pub fn postgres_answers(url: &str) -> Result<(), String> {
 
 /// What must outlive a scale run's store: the temporary directory of a file store, or the
 /// PostgreSQL schema, dropped (with everything in it) when this goes away.
-enum StoreHold {
+pub(super) enum StoreHold {
     None,
     Dir(#[allow(dead_code)] tempfile::TempDir),
     PgSchema { url: String, schema: String },
@@ -330,7 +334,7 @@ fn opened_sqlite(store: Result<SqliteStore, StoreError>) -> Result<SqliteStore, 
 }
 
 /// The scale harness and what must outlive it (a file store's directory, a schema).
-fn scale_harness(
+pub(super) fn scale_harness(
     target: &ScaleTarget,
 ) -> Result<(Harness, StoreHold, Vec<Arc<SqliteStore>>), BenchError> {
     let (store, hold, sqlite) = open_store(target)?;
@@ -356,13 +360,23 @@ async fn run_session(harness: &Harness, i: usize) -> Result<usize, HarnessError>
 
 /// Runs `sessions` × [`TURNS_PER_SESSION`] turns on the current runtime.
 pub async fn run_sessions(harness: Arc<Harness>, sessions: usize) -> Result<usize, BenchError> {
+    run_session_range(harness, 0..sessions, SESSIONS_IN_FLIGHT).await
+}
+
+/// Runs the sessions numbered `range`, `in_flight` at a time, each a task of the current
+/// runtime (as a served connection is).
+pub(super) async fn run_session_range(
+    harness: Arc<Harness>,
+    range: std::ops::Range<usize>,
+    in_flight: usize,
+) -> Result<usize, BenchError> {
     let mut turns = 0usize;
-    let mut runs = futures::stream::iter(0..sessions)
+    let mut runs = futures::stream::iter(range)
         .map(|i| {
             let harness = harness.clone();
             tokio::spawn(async move { run_session(&harness, i).await })
         })
-        .buffer_unordered(SESSIONS_IN_FLIGHT);
+        .buffer_unordered(in_flight.max(1));
     while let Some(joined) = runs.next().await {
         let done = joined
             .map_err(|e| BenchError::Runtime {
@@ -377,13 +391,20 @@ pub async fn run_sessions(harness: Arc<Harness>, sessions: usize) -> Result<usiz
 
 /// Builds a multi-thread runtime with `workers` worker threads on a thread of its own, runs the
 /// scale sessions there and reports. Awaiting it does not block the caller's runtime.
+/// With `lanes`, the sessions run on `workers` lanes instead
+/// ([`super::scale_lanes::run_lanes`]).
 pub async fn run_on_own_runtime(
     sessions: usize,
     workers: usize,
     target: ScaleTarget,
+    lanes: bool,
 ) -> Result<ScaleResult, BenchError> {
     on_own_thread(format!("ctxbridge-bench-scale-{workers}"), move || {
-        run_blocking(sessions, workers, &target)
+        if lanes {
+            super::scale_lanes::run_lanes(sessions, workers, &target)
+        } else {
+            run_blocking(sessions, workers, &target)
+        }
     })
     .await
 }
@@ -430,12 +451,23 @@ fn run_blocking(
         let rss_before = rss_bytes();
         let held_before: Vec<HeldTimes> = sqlite.iter().map(|s| s.held_times()).collect();
         let cpu_before = process_cpu_time();
-        let started = Instant::now();
-        let turns = run_sessions(harness.clone(), sessions).await?;
-        // The leases kept after the last turns are released inside the measured time: every
-        // lease write of the run is counted.
-        harness.release_held_sessions().await;
-        let elapsed = started.elapsed();
+        // The sessions are driven from a task on the runtime's workers, as a server's
+        // connections are, not from this thread: woken at every session's end, it would be
+        // one thread more than the workers, taking turns with them on the cores.
+        let driven = harness.clone();
+        let (turns, elapsed) = tokio::spawn(async move {
+            let started = Instant::now();
+            let turns = run_sessions(driven.clone(), sessions).await?;
+            // The leases kept after the last turns are released inside the measured time:
+            // every lease write of the run is counted.
+            driven.release_held_sessions().await;
+            Ok::<_, BenchError>((turns, started.elapsed()))
+        })
+        .await
+        .map_err(|e| BenchError::Runtime {
+            operation: "scale driver task",
+            message: e.to_string(),
+        })??;
         let cpu = process_cpu_time()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
@@ -464,6 +496,7 @@ fn run_blocking(
             cpu,
             split: false,
             shards: target.shards,
+            lanes: false,
         })
     })
 }
@@ -587,6 +620,7 @@ fn run_split(
         cpu,
         split: true,
         shards: target.shards,
+        lanes: false,
     })
 }
 
@@ -675,6 +709,12 @@ pub fn format_report(results: &[ScaleResult], memory: &BindingMemory) -> String 
         "\n== Scale: sessions × {TURNS_PER_SESSION} turns, in-process mock, {}, bench engine (thread_bootstrap, {SCALE_BACKGROUND_CHARS}-char background), {SESSIONS_IN_FLIGHT} sessions in flight ==",
         results.first().map_or(ScaleStore::Memory, |r| r.store).describe()
     );
+    if results.iter().any(|r| r.lanes) {
+        let _ = writeln!(
+            out,
+            "turns served on lanes, as serve --front responses serves them: a single-threaded runtime per worker, all sharing one harness and one store"
+        );
+    }
     let shards = results.first().map_or(1, |r| r.shards);
     if shards > 1 {
         let _ = writeln!(
@@ -834,6 +874,7 @@ pub(crate) fn test_result(
         cpu: cpu_seconds.map(Duration::from_secs_f64),
         split: false,
         shards: 1,
+        lanes: false,
     }
 }
 
@@ -943,11 +984,35 @@ mod tests {
     /// A small scale run on its own runtime completes every turn of every session.
     #[tokio::test]
     async fn small_scale_run_completes_every_turn() {
-        let r = run_on_own_runtime(20, 2, ScaleTarget::sqlite(ScaleStore::File))
+        let r = run_on_own_runtime(20, 2, ScaleTarget::sqlite(ScaleStore::File), false)
             .await
             .unwrap();
         assert_eq!(r.turns, 20 * TURNS_PER_SESSION);
         assert_eq!(r.workers, 2);
+        assert!(!r.lanes);
+    }
+
+    /// A small scale run on lanes completes every turn of every session, writes through the
+    /// one shared store (its queue counts every lease, record and release), and says so in
+    /// the report.
+    #[tokio::test]
+    async fn small_scale_run_on_lanes_completes_every_turn() {
+        for store in [ScaleStore::Memory, ScaleStore::File] {
+            let r = run_on_own_runtime(21, 2, ScaleTarget::sqlite(store), true)
+                .await
+                .unwrap();
+            assert_eq!(r.turns, 21 * TURNS_PER_SESSION);
+            assert!(r.lanes && r.workers == 2 && !r.split);
+            let held = r.held.expect("one shared SQLite store");
+            assert!(
+                held.queued_writes >= r.turns as u64,
+                "{} queued writes for {} turns",
+                held.queued_writes,
+                r.turns
+            );
+            let report = format_report(&[r], &bindings());
+            assert!(report.contains("turns served on lanes"), "{report}");
+        }
     }
 
     /// The binding-cache measurement holds every binding it inserted.

@@ -38,6 +38,11 @@ pub struct BenchArgs {
     /// runtime, harness and store): the ceiling the shared 2-worker run can approach.
     #[arg(long)]
     pub scale_split: bool,
+    /// Run the scale sessions on lanes, as `serve --front responses` serves turns: a
+    /// single-threaded runtime per worker, all sharing one harness and store, instead of one
+    /// multi-thread runtime (as `serve --front codex` and `turn` run them).
+    #[arg(long)]
+    pub scale_lanes: bool,
     /// Where the scale run keeps its state: `memory` isolates ctxbridge's own cost, `file` is
     /// what the CLI uses, `postgres` a fresh schema on `--pg-url` (dropped afterwards).
     #[arg(long, value_enum, default_value_t = ScaleStore::Memory)]
@@ -193,11 +198,12 @@ async fn measure(out: &Stdout, args: BenchArgs) -> Result<(), BenchError> {
             };
             let run = |workers: usize| {
                 phase(format_args!(
-                    "scale on {workers} worker{} ({sessions} sessions × {} turns{of_rounds}; --sessions N or --skip-scale for less)",
+                    "scale on {workers} {}{} ({sessions} sessions × {} turns{of_rounds}; --sessions N or --skip-scale for less)",
+                    if args.scale_lanes { "lane" } else { "worker" },
                     if workers == 1 { "" } else { "s" },
                     scale::TURNS_PER_SESSION,
                 ));
-                scale::run_on_own_runtime(sessions, workers, target.clone())
+                scale::run_on_own_runtime(sessions, workers, target.clone(), args.scale_lanes)
             };
             let one = run(1).await?;
             let two = run(2).await?;
