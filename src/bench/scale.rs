@@ -431,25 +431,28 @@ async fn on_own_thread(
     })?
 }
 
-fn run_blocking(
-    sessions: usize,
-    workers: usize,
-    target: &ScaleTarget,
-) -> Result<ScaleResult, BenchError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A multi-thread runtime with `workers` worker threads (at least one).
+pub(super) fn scale_runtime(workers: usize) -> Result<tokio::runtime::Runtime, BenchError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers.max(1))
         .enable_all()
         .build()
         .map_err(|e| BenchError::Runtime {
             operation: "build the scale runtime",
             message: e.to_string(),
-        })?;
+        })
+}
+
+fn run_blocking(
+    sessions: usize,
+    workers: usize,
+    target: &ScaleTarget,
+) -> Result<ScaleResult, BenchError> {
+    let runtime = scale_runtime(workers)?;
     runtime.block_on(async move {
         let (harness, hold, sqlite) = scale_harness(target)?;
         let harness = Arc::new(harness);
-        let peak_is_this_run = reset_peak_rss();
-        let rss_before = rss_bytes();
-        let held_before: Vec<HeldTimes> = sqlite.iter().map(|s| s.held_times()).collect();
+        let marks = Marks::take(&sqlite);
         let cpu_before = process_cpu_time();
         // The sessions are driven from a task on the runtime's workers, as a server's
         // connections are, not from this thread: woken at every session's end, it would be
@@ -471,33 +474,18 @@ fn run_blocking(
         let cpu = process_cpu_time()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
-        // The busiest database's: with shards, the others' writers ran beside it.
-        let held = sqlite
-            .iter()
-            .zip(held_before)
-            .map(|(s, before)| s.held_times().since(&before))
-            .max_by_key(|h| h.writer);
-        let rss_after = rss_bytes();
+        let measured = marks.measured(&sqlite, turns, elapsed, cpu);
         harness.shutdown().await;
         // The store goes before what it lives in (the directory, the schema).
         drop(harness);
         drop(hold);
-        Ok(ScaleResult {
-            store: target.store,
+        Ok(ScaleResult::of_run(
+            target,
             workers,
             sessions,
-            turns,
-            elapsed,
-            rss_before,
-            rss_after,
-            peak_rss: peak_rss_bytes(),
-            peak_is_this_run,
-            held,
-            cpu,
-            split: false,
-            shards: target.shards,
-            lanes: false,
-        })
+            RunShape::Shared,
+            measured,
+        ))
     })
 }
 
@@ -565,6 +553,151 @@ fn split_worker(
     })
 }
 
+/// The marks a run of one shared store takes before its clock starts: the peak-memory mark
+/// reset, resident memory and the stores' held times.
+pub(super) struct Marks {
+    peak_is_this_run: bool,
+    rss_before: Option<u64>,
+    held_before: Vec<HeldTimes>,
+}
+
+impl Marks {
+    pub(super) fn take(stores: &[Arc<SqliteStore>]) -> Marks {
+        Marks {
+            peak_is_this_run: reset_peak_rss(),
+            rss_before: rss_bytes(),
+            held_before: stores.iter().map(|s| s.held_times()).collect(),
+        }
+    }
+
+    /// What the run measured, read now, against these marks.
+    pub(super) fn measured(
+        self,
+        stores: &[Arc<SqliteStore>],
+        turns: usize,
+        elapsed: Duration,
+        cpu: Option<Duration>,
+    ) -> Measured {
+        Measured {
+            turns,
+            elapsed,
+            rss_before: self.rss_before,
+            rss_after: rss_bytes(),
+            peak_is_this_run: self.peak_is_this_run,
+            held: busiest_since(stores, self.held_before),
+            cpu,
+        }
+    }
+}
+
+/// What one scale run measured, for [`ScaleResult::of_run`].
+pub(super) struct Measured {
+    pub turns: usize,
+    pub elapsed: Duration,
+    pub rss_before: Option<u64>,
+    pub rss_after: Option<u64>,
+    pub peak_is_this_run: bool,
+    pub held: Option<HeldTimes>,
+    pub cpu: Option<Duration>,
+}
+
+/// How a scale run's turns ran: on one multi-thread runtime, split (nothing shared), or on
+/// lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RunShape {
+    Shared,
+    Split,
+    Lanes,
+}
+
+impl ScaleResult {
+    /// The result of a run of `sessions` on `workers` shaped as `shape`, into `target`.
+    pub(super) fn of_run(
+        target: &ScaleTarget,
+        workers: usize,
+        sessions: usize,
+        shape: RunShape,
+        measured: Measured,
+    ) -> ScaleResult {
+        ScaleResult {
+            store: target.store,
+            workers,
+            sessions,
+            turns: measured.turns,
+            elapsed: measured.elapsed,
+            rss_before: measured.rss_before,
+            rss_after: measured.rss_after,
+            peak_rss: peak_rss_bytes(),
+            peak_is_this_run: measured.peak_is_this_run,
+            held: measured.held,
+            cpu: measured.cpu,
+            split: shape == RunShape::Split,
+            shards: target.shards,
+            lanes: shape == RunShape::Lanes,
+        }
+    }
+}
+
+/// The held times since `before` of the busiest of `stores` (with shards, the others'
+/// writers ran beside it).
+fn busiest_since(stores: &[Arc<SqliteStore>], before: Vec<HeldTimes>) -> Option<HeldTimes> {
+    stores
+        .iter()
+        .zip(before)
+        .map(|(s, before)| s.held_times().since(&before))
+        .max_by_key(|h| h.writer)
+}
+
+/// Runs `work(first, count, start)` on a thread per share of `shares` (the sessions numbered
+/// from `first`); each passes `start` once ready, and the clock starts when all have. `then`
+/// runs after they all end, inside the measured time. Returns each thread's outcome, the
+/// wall time and the process's CPU time.
+pub(super) fn timed_on_threads<T: Send>(
+    shares: &[usize],
+    work: impl Fn(usize, usize, &std::sync::Barrier) -> T + Sync,
+    then: impl FnOnce(),
+) -> (Vec<std::thread::Result<T>>, Duration, Option<Duration>) {
+    let start = std::sync::Barrier::new(shares.len() + 1);
+    std::thread::scope(|scope| {
+        let mut first = 0;
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|&count| {
+                let from = first;
+                first += count;
+                let (start, work) = (&start, &work);
+                scope.spawn(move || work(from, count, start))
+            })
+            .collect();
+        start.wait();
+        let cpu_before = process_cpu_time();
+        let started = Instant::now();
+        let outcomes: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        then();
+        let elapsed = started.elapsed();
+        let cpu = process_cpu_time()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
+        (outcomes, elapsed, cpu)
+    })
+}
+
+/// The turns the threads of a run completed; `what` names a thread in the error when one
+/// panicked.
+pub(super) fn turns_of(
+    outcomes: Vec<std::thread::Result<Result<usize, BenchError>>>,
+    what: &'static str,
+) -> Result<usize, BenchError> {
+    let mut turns = 0;
+    for outcome in outcomes {
+        turns += outcome.map_err(|_| BenchError::Runtime {
+            operation: what,
+            message: "the thread panicked".into(),
+        })??;
+    }
+    Ok(turns)
+}
+
 fn run_split(
     sessions: usize,
     workers: usize,
@@ -573,55 +706,32 @@ fn run_split(
     let shares = split_sessions(sessions, workers);
     // The stores open before the clock starts: every worker waits at the barrier, and so
     // does this thread.
-    let start = std::sync::Barrier::new(shares.len() + 1);
     let peak_is_this_run = reset_peak_rss();
     let rss_before = rss_bytes();
-    let (outcomes, elapsed, cpu) = std::thread::scope(|scope| {
-        let mut first = 0;
-        let handles: Vec<_> = shares
-            .iter()
-            .map(|&count| {
-                let from = first;
-                first += count;
-                let start = &start;
-                scope.spawn(move || split_worker(from, count, target, start))
-            })
-            .collect();
-        start.wait();
-        let cpu_before = process_cpu_time();
-        let started = Instant::now();
-        let outcomes: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
-        let elapsed = started.elapsed();
-        let cpu = process_cpu_time()
-            .zip(cpu_before)
-            .map(|(after, before)| after.saturating_sub(before));
-        (outcomes, elapsed, cpu)
-    });
+    let (outcomes, elapsed, cpu) = timed_on_threads(
+        &shares,
+        |from, count, start| split_worker(from, count, target, start),
+        || (),
+    );
     let rss_after = rss_bytes();
-    let mut turns = 0;
-    for outcome in outcomes {
-        turns += outcome.map_err(|_| BenchError::Runtime {
-            operation: "split scale worker",
-            message: "the worker thread panicked".into(),
-        })??;
-    }
-    Ok(ScaleResult {
-        store: target.store,
-        workers,
-        sessions,
+    let turns = turns_of(outcomes, "split scale worker")?;
+    let measured = Measured {
         turns,
         elapsed,
         rss_before,
         rss_after,
-        peak_rss: peak_rss_bytes(),
         peak_is_this_run,
         // Several stores are not one resource: no serial share.
         held: None,
         cpu,
-        split: true,
-        shards: target.shards,
-        lanes: false,
-    })
+    };
+    Ok(ScaleResult::of_run(
+        target,
+        workers,
+        sessions,
+        RunShape::Split,
+        measured,
+    ))
 }
 
 fn binding_heap_bytes(b: &ThreadBinding) -> usize {
