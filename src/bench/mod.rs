@@ -27,6 +27,7 @@ pub mod process;
 pub mod projection_cost;
 pub mod scale;
 mod scale_lanes;
+mod scale_report;
 pub mod scale_rounds;
 pub mod serve;
 mod serve_engine;
