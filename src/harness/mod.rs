@@ -21,6 +21,7 @@
 mod callbacks;
 mod compact;
 mod lifecycle;
+mod parking;
 mod session;
 mod session_end;
 mod session_file;

@@ -16,12 +16,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
+use super::parking::{release_all, Parked, Parking};
 use crate::store::StateStoreExt;
 use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
 use crate::util::lock;
@@ -170,24 +171,6 @@ pub struct SessionLocks {
     parking: Arc<Parking>,
 }
 
-/// Leases kept after their turn (see the module documentation), by lease key.
-#[derive(Default)]
-struct Parking {
-    /// How long a lease is kept after its turn; zero releases it at once.
-    linger: Duration,
-    leases: Mutex<HashMap<String, Parked>>,
-}
-
-/// A parked lease: what the next turn takes back, and the task that releases it at the end of
-/// the linger.
-struct Parked {
-    lease: Lease,
-    store: Arc<dyn StateStore>,
-    heartbeat: Heartbeat,
-    expiry: JoinHandle<()>,
-    facts: Option<SessionFacts>,
-}
-
 /// What a turn learnt of its session's stored state that stays true while this process keeps
 /// the session's lease: nobody else can write the session meanwhile, so the next turn under
 /// the kept lease need not read it again. Kept with a parked lease, gone with its release.
@@ -203,59 +186,6 @@ pub struct SessionFacts {
     /// next turn under the kept lease uses the copy without reading the store, if it is still
     /// there at this cursor (a rewrite drops it).
     pub transcript: Option<crate::store::TranscriptCursor>,
-}
-
-impl Parking {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Parked>> {
-        // The map only holds leases and task handles; a panic while it was locked leaves each
-        // entry whole.
-        lock(&self.leases)
-    }
-
-    /// Takes the parked lease of `key`, if any (its expiry task no longer runs after this).
-    fn take(&self, key: &str) -> Option<Parked> {
-        let parked = self.lock().remove(key)?;
-        parked.expiry.abort();
-        Some(parked)
-    }
-
-    /// Takes the parked lease of `key` if it is still the one of `generation` (the expiry
-    /// task's check: the entry may have been taken back and parked anew since).
-    fn take_if(&self, key: &str, generation: u64) -> Option<Parked> {
-        let mut leases = self.lock();
-        if leases.get(key)?.lease.generation != generation {
-            return None;
-        }
-        leases.remove(key)
-    }
-}
-
-impl Parked {
-    /// Stops renewing the lease and releases it in the store.
-    async fn release(self) {
-        self.heartbeat.handle.abort();
-        if let Err(e) = self
-            .store
-            .submit(TurnWrite::ReleaseLease(self.lease.clone()))
-            .await
-        {
-            tracing::warn!(session = %self.lease.session, error = %e, "could not release a parked session lease; it will expire");
-        }
-    }
-}
-
-impl Drop for Parking {
-    fn drop(&mut self) {
-        // Dropped without a shutdown: queue each release, as a dropped guard does.
-        let leases = std::mem::take(&mut *self.lock());
-        for (_, parked) in leases {
-            parked.expiry.abort();
-            parked.heartbeat.handle.abort();
-            parked
-                .store
-                .submit_detached(TurnWrite::ReleaseLease(parked.lease));
-        }
-    }
 }
 
 /// A held session: the in-process guard plus the store lease (released or parked on
@@ -327,41 +257,26 @@ impl SessionGuard {
         let Some(heartbeat) = self.heartbeat.take() else {
             return self.release_now().await;
         };
-        let linger = self.parking.linger;
+        let linger = self.parking.linger();
         let runtime = tokio::runtime::Handle::try_current();
         match runtime {
             Ok(runtime) if !linger.is_zero() && !heartbeat.state.lost.load(Ordering::Acquire) => {
-                let key = self.lease.session.clone();
-                let generation = self.lease.generation;
-                let parking: Weak<Parking> = Arc::downgrade(&self.parking);
-                let expiry_key = key.clone();
-                let expiry = runtime.spawn(async move {
-                    tokio::time::sleep(linger).await;
-                    let parked = parking
-                        .upgrade()
-                        .and_then(|p| p.take_if(&expiry_key, generation));
-                    if let Some(parked) = parked {
-                        parked.release().await;
-                    }
-                });
-                let parked = Parked {
-                    lease: self.lease.clone(),
-                    store: self.store.clone(),
+                let parked = Parked::new(
+                    self.lease.clone(),
+                    self.store.clone(),
                     heartbeat,
-                    expiry,
-                    facts: self.facts.take(),
-                };
-                let replaced = self.parking.lock().insert(key, parked);
-                if let Some(old) = replaced {
-                    // Not reached: a session's lease is parked only by the guard that holds
-                    // the session's local lock. Released all the same rather than leaked.
-                    old.expiry.abort();
+                    self.facts.take(),
+                );
+                let key = self.lease.session.clone();
+                if let Some(old) = self.parking.park(key, parked, &runtime) {
+                    // Not reached (see `Parking::park`). Released all the same rather than
+                    // leaked.
                     old.release().await;
                 }
                 Ok(())
             }
             _ => {
-                heartbeat.handle.abort();
+                heartbeat.stop();
                 self.release_now().await
             }
         }
@@ -392,21 +307,14 @@ impl SessionLocks {
     /// Locks whose leases are kept for `linger` after each turn (zero: released at once).
     pub fn with_linger(linger: Duration) -> Self {
         SessionLocks {
-            parking: Arc::new(Parking {
-                linger,
-                leases: Mutex::default(),
-            }),
+            parking: Arc::new(Parking::new(linger)),
             ..SessionLocks::default()
         }
     }
 
     /// Releases every parked lease in the store (shutdown; the benches' measured runs).
     pub async fn release_parked(&self) {
-        let leases: Vec<Parked> = self.parking.lock().drain().map(|(_, p)| p).collect();
-        for parked in leases {
-            parked.expiry.abort();
-            parked.release().await;
-        }
+        release_all(self.parking.take_all()).await;
     }
 
     /// A parked lease of `key` on `store` that is still good to run a turn under: its
@@ -554,9 +462,16 @@ impl SessionLocks {
 }
 
 /// A lease's heartbeat: the task renewing it and what it found.
-struct Heartbeat {
+pub(super) struct Heartbeat {
     handle: JoinHandle<()>,
     state: Arc<HeartbeatState>,
+}
+
+impl Heartbeat {
+    /// Stops renewing the lease.
+    pub(super) fn stop(&self) {
+        self.handle.abort();
+    }
 }
 
 #[derive(Debug)]
@@ -605,6 +520,100 @@ fn spawn_heartbeat(store: Arc<dyn StateStore>, lease: Lease, ttl: Duration) -> O
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    use crate::store::SqliteStore;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    /// Takes session `key` in `locks` and ends the turn (parking the lease); whether the lease
+    /// was taken back from the parking.
+    async fn turn_on(locks: &SessionLocks, store: &Arc<dyn StateStore>, key: &str) -> bool {
+        let guard = locks
+            .acquire(store, key, key, "this-process", TTL, TTL)
+            .await
+            .unwrap();
+        let reused = guard.reused();
+        guard.release().await.unwrap();
+        reused
+    }
+
+    /// Whether another holder can take `key` now.
+    fn free(store: &Arc<dyn StateStore>, key: &str) -> bool {
+        let attempt = store
+            .try_acquire_lease(key, "another-process", now_ms(), 1)
+            .unwrap();
+        matches!(attempt, LeaseAttempt::Acquired(_))
+    }
+
+    /// A lease taken back and parked again keeps its own linger: the end of its first
+    /// parking does not release it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_parked_again_is_kept_for_its_own_linger() {
+        let sqlite = SqliteStore::in_memory().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(sqlite);
+        let locks = SessionLocks::with_linger(Duration::from_secs(1));
+        assert!(!turn_on(&locks, &store, "s").await);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            turn_on(&locks, &store, "s").await,
+            "taken back within the linger"
+        );
+        // Past the first parking's end (and its gathering), within the second's linger.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !free(&store, "s"),
+            "released at the end of the first parking"
+        );
+        // Past the second parking's end and the reaper's gathering (an eighth of the linger).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(free(&store, "s"), "kept after its linger");
+    }
+
+    /// Leases whose lingers end close together are released in one write batch, and so are
+    /// the leases released at shutdown.
+    #[tokio::test(start_paused = true)]
+    async fn leases_ending_together_are_released_in_one_batch() {
+        let sqlite = SqliteStore::in_memory().unwrap();
+        let store: Arc<dyn StateStore> = Arc::new(sqlite.clone());
+        let locks = SessionLocks::with_linger(Duration::from_secs(1));
+        for i in 0..5 {
+            turn_on(&locks, &store, &format!("a{i}")).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = sqlite.held_times();
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let released = sqlite.held_times().since(&before);
+        assert!((0..5).all(|i| free(&store, &format!("a{i}"))));
+        assert_eq!(
+            (released.queued_writes, released.write_batches),
+            (5, 1),
+            "five releases in one batch"
+        );
+
+        for i in 0..4 {
+            turn_on(&locks, &store, &format!("b{i}")).await;
+        }
+        let before = sqlite.held_times();
+        locks.release_parked().await;
+        let released = sqlite.held_times().since(&before);
+        assert!((0..4).all(|i| free(&store, &format!("b{i}"))));
+        assert_eq!((released.queued_writes, released.write_batches), (4, 1));
+    }
+
+    /// The reaper stops when nothing is parked and a later parking starts another: a lease
+    /// parked after a quiet spell is still released when its linger ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_parked_after_the_reaper_stopped_is_released() {
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        let locks = SessionLocks::with_linger(Duration::from_millis(400));
+        turn_on(&locks, &store, "first").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(free(&store, "first"));
+        turn_on(&locks, &store, "second").await;
+        assert!(!free(&store, "second"), "kept for the linger");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(free(&store, "second"), "released by a new reaper");
+    }
 
     /// A holder id round-trips through its text, also with colons in the host name.
     #[test]
