@@ -121,18 +121,23 @@ impl StoreInner {
         // Given up on the way out, also if a batch panics (its writes' submitters then get
         // an error instead of an answer), so the queue never stays claimed.
         let role = CombinerRole(&self.combining);
-        let batch = std::mem::take(&mut *lock(&self.queue));
+        // The spare is only taken by the combiner, so its lock is never waited for. A batch
+        // that panics drops its vector (its writes' submitters hear so) and the spare stays
+        // empty.
+        let mut batch = std::mem::take(&mut *lock(&self.spare));
+        std::mem::swap(&mut batch, &mut *lock(&self.queue));
         if !batch.is_empty() {
-            self.run_batch(batch);
+            self.run_batch(&mut batch);
         }
+        *lock(&self.spare) = batch;
         drop(role);
         !lock(&self.queue).is_empty()
     }
 
     /// Runs a batch of queued writes in one transaction and answers each. When a write or the
     /// transaction itself fails (it cannot begin or commit), the batch is rolled back and each
-    /// write runs again alone, so each gets its own answer.
-    fn run_batch(&self, batch: Vec<QueuedWrite>) {
+    /// write runs again alone, so each gets its own answer. Leaves `batch` empty.
+    fn run_batch(&self, batch: &mut Vec<QueuedWrite>) {
         self.write_batches.fetch_add(1, Ordering::Relaxed);
         self.queued_writes
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -154,9 +159,9 @@ impl StoreInner {
 
     /// Runs a batch (see [`StoreInner::run_batch`]), answering each write; leases nobody
     /// waits for any more go to `orphans`.
-    fn answer_batch(&self, batch: Vec<QueuedWrite>, orphans: &mut Vec<Lease>) {
+    fn answer_batch(&self, batch: &mut Vec<QueuedWrite>, orphans: &mut Vec<Lease>) {
         if batch.len() == 1 {
-            for queued in batch {
+            for queued in batch.drain(..) {
                 let result = self.run_now(&queued.op);
                 orphans.extend(queued.answer_with(result));
             }
@@ -165,7 +170,7 @@ impl StoreInner {
         let results = self.with_conn("run queued writes", |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut results = Vec::with_capacity(batch.len());
-            for queued in &batch {
+            for queued in batch.iter() {
                 // A write not to be kept (fenced, a busy lease) has written nothing; a write
                 // that fails ends the batch: it is rolled back and each write runs alone.
                 let (applied, _keep) = queued.op.run(&tx)?;
@@ -176,7 +181,7 @@ impl StoreInner {
         });
         match results {
             Ok(results) => {
-                for (queued, result) in batch.into_iter().zip(results) {
+                for (queued, result) in batch.drain(..).zip(results) {
                     let answer = result
                         .map_err(|e| {
                             classify(&self.path, queued.op.operation(), e, self.busy_timeout)
@@ -188,7 +193,7 @@ impl StoreInner {
             // Another process kept the database locked past the busy timeout: each write
             // would wait as long again.
             Err(StoreError::Locked { waited_ms, .. }) => {
-                for queued in batch {
+                for queued in batch.drain(..) {
                     let locked = StoreError::Locked {
                         path: self.path.clone(),
                         operation: queued.op.operation(),
@@ -199,7 +204,7 @@ impl StoreInner {
             }
             Err(e) => {
                 tracing::debug!(error = %e, writes = batch.len(), "a batch of queued writes failed; running each alone");
-                for queued in batch {
+                for queued in batch.drain(..) {
                     let result = self.run_now(&queued.op);
                     orphans.extend(queued.answer_with(result));
                 }

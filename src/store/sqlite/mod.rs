@@ -104,6 +104,11 @@ pub struct StoreInner {
     write_batches: AtomicU64,
     /// Turn writes waiting for the writer ([`StateStore::submit`]).
     queue: Mutex<Vec<QueuedWrite>>,
+    /// The emptied vector of the last batch, swapped in for the queue by the next: a batch
+    /// takes the queue's vector and leaves one that already has room, so the queue does not
+    /// grow a new vector by doubling every batch (its writes are large; that is most of the
+    /// fresh memory a turn takes, and another thread frees it).
+    spare: Mutex<Vec<QueuedWrite>>,
     /// A thread is running the queued writes (the combiner).
     combining: AtomicBool,
     /// The background WAL checkpointer (file stores).
@@ -211,6 +216,7 @@ impl SqliteStore {
             write_batches: AtomicU64::new(0),
             busy_timeout,
             queue: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
             combining: AtomicBool::new(false),
             checkpointer: None,
             memory_lock: match target {
