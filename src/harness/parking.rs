@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::session::{Heartbeat, SessionFacts};
@@ -37,8 +38,10 @@ struct ParkedSet {
     ends: VecDeque<LingerEnd>,
     /// The number of the next parking.
     next_parking: u64,
-    /// A reaper task is running (see the module documentation).
-    reaping: bool,
+    /// The reaper task (see the module documentation): `None` once it has said it stops; a
+    /// reaper whose runtime shut down under it is finished. Either way the next parking
+    /// starts another.
+    reaper: Option<JoinHandle<()>>,
 }
 
 struct LingerEnd {
@@ -128,9 +131,8 @@ impl Parking {
             parking: parked.parking,
         });
         let replaced = set.leases.insert(key, parked);
-        if !set.reaping {
-            set.reaping = true;
-            runtime.spawn(reap(Arc::downgrade(self)));
+        if set.reaper.as_ref().map_or(true, JoinHandle::is_finished) {
+            set.reaper = Some(runtime.spawn(reap(Arc::downgrade(self))));
         }
         replaced
     }
@@ -150,30 +152,20 @@ impl Parking {
     /// What the reaper does next: the leases whose linger ended by `now`, taken, and when the
     /// next linger ends (`None`: nothing is parked, and the reaper has stopped).
     fn due(&self, now: Instant) -> (Vec<Parked>, Option<Instant>) {
-        let mut set = self.lock();
+        let mut guard = self.lock();
+        let set = &mut *guard;
+        let ended = set.ends.iter().take_while(|end| end.at <= now).count();
         let mut due = Vec::new();
-        while let Some(end) = set.ends.front() {
-            if end.at > now {
-                break;
-            }
-            let Some(end) = set.ends.pop_front() else {
-                break;
-            };
+        for end in set.ends.drain(..ended) {
             if set.leases.get(&end.key).map(|p| p.parking) == Some(end.parking) {
                 due.extend(set.leases.remove(&end.key));
             }
         }
         let next = set.ends.front().map(|end| end.at);
         if next.is_none() {
-            set.reaping = false;
+            set.reaper = None;
         }
         (due, next)
-    }
-
-    /// The reaper stopped without saying so (its runtime shut down): the next parking starts
-    /// another.
-    fn reaper_gone(&self) {
-        self.lock().reaping = false;
     }
 }
 
@@ -181,43 +173,18 @@ impl Parking {
 /// an eighth of the linger so that the leases ending meanwhile go in the same batch; stops when
 /// nothing is parked (or the harness is gone).
 async fn reap(parking: Weak<Parking>) {
-    let mut running = ReaperRunning(parking.clone());
-    let mut now = Instant::now();
     loop {
         let Some(here) = parking.upgrade() else {
-            running.stopped();
             return;
         };
-        let (due, next) = here.due(now);
+        let (due, next) = here.due(Instant::now());
         let gather = here.linger / 8;
         drop(here);
-        if next.is_none() {
-            running.stopped();
-        }
         release_all(due).await;
         let Some(next) = next else {
             return;
         };
         tokio::time::sleep_until(next + gather).await;
-        now = Instant::now();
-    }
-}
-
-/// Marks the reaper stopped if its task is dropped unfinished.
-struct ReaperRunning(Weak<Parking>);
-
-impl ReaperRunning {
-    /// The reaper stopped on its own and said so (disarms the mark).
-    fn stopped(&mut self) {
-        self.0 = Weak::new();
-    }
-}
-
-impl Drop for ReaperRunning {
-    fn drop(&mut self) {
-        if let Some(parking) = self.0.upgrade() {
-            parking.reaper_gone();
-        }
     }
 }
 
