@@ -7,17 +7,32 @@
 //! of the store's own, with its own connection, runs a passive checkpoint (which never blocks
 //! the writer or the readers) after every [`CHECKPOINT_AFTER_COMMITS`] commits, and every
 //! [`CHECKPOINT_IDLE`] while fewer are pending.
+//!
+//! A passive checkpoint alone does not keep the WAL small under a steady load: SQLite starts
+//! the WAL over only at a write that begins when every frame is back in the database and no
+//! reader still reads from the WAL, and while turns keep writing and reading that moment does
+//! not come. The WAL then grew until the writer's own checkpoint took over, on nearly every
+//! commit (measured: two `fsync`s on about half the commits of a two-worker scale run). So when
+//! a passive checkpoint leaves [`RESTART_AT_FRAMES`] frames or more in the WAL, the
+//! checkpointer holds the store's writer lock (the one its writes queue on) and runs a
+//! `RESTART` checkpoint: it copies what the passive one could not (the frames committed
+//! meanwhile), waits for the readers still in the WAL to finish, and the next write starts the
+//! WAL over. Writes wait that long, once per [`CHECKPOINT_AFTER_COMMITS`] commits at most.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::util::lock;
 use rusqlite::Connection;
 
 /// Commits after which the checkpointer runs.
 pub(super) const CHECKPOINT_AFTER_COMMITS: u64 = 256;
+/// Writes after which the checkpointer runs, however few commits held them: a busy store's
+/// commits are batches of tens of writes (~60 WAL frames each on the scale run), and 256 of
+/// them would fill the WAL up to the writer's own checkpoint before this one woke.
+pub(super) const CHECKPOINT_AFTER_WRITES: u64 = 2_048;
 /// How often the checkpointer runs anyway while commits are pending. Not much more often: at
 /// a quiet store's pace a checkpoint copies the whole WAL back, so the next commit starts the
 /// WAL over, and SQLite (`synchronous=NORMAL`) then syncs the WAL's header in that commit — an
@@ -29,16 +44,37 @@ pub(super) const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
 /// The writer's own automatic checkpoint, in WAL pages (4 KiB): only when the checkpointer
 /// falls far behind (or is gone) does the writer checkpoint.
 pub(super) const WRITER_AUTOCHECKPOINT_PAGES: u32 = 16_384;
+/// WAL frames (4 KiB pages) a passive checkpoint may leave for the WAL to be started over by
+/// a `RESTART` checkpoint under the writer lock (32 MiB; half the writer's own).
+pub(super) const RESTART_AT_FRAMES: i64 = 8_192;
+/// How long the `RESTART` checkpoint waits, in all, for the readers to leave the WAL (and for
+/// another process's writer): the store's own writes wait behind it meanwhile.
+const RESTART_PATIENCE: Duration = Duration::from_millis(20);
+/// Between two looks at whether the readers have left the WAL: a reader's transaction takes
+/// tens of µs, where SQLite's own busy handler would sleep 1 ms and more.
+const RESTART_POLL: Duration = Duration::from_micros(50);
+
+/// The writer connection's lock, which the checkpointer holds while it starts the WAL over
+/// (it does not use the connection).
+pub(super) type WriterLock = Arc<Mutex<Connection>>;
 
 #[derive(Default)]
 struct Shared {
     /// Commits since the last checkpoint.
     commits: AtomicU64,
+    /// Writes since the last checkpoint (a batch's writes share one commit).
+    writes: AtomicU64,
     stop: Mutex<bool>,
     wake: Condvar,
 }
 
 impl Shared {
+    /// Enough commits or writes are pending for a checkpoint.
+    fn due(&self) -> bool {
+        self.commits.load(Ordering::Relaxed) >= CHECKPOINT_AFTER_COMMITS
+            || self.writes.load(Ordering::Relaxed) >= CHECKPOINT_AFTER_WRITES
+    }
+
     fn stopped(&self) -> MutexGuard<'_, bool> {
         // Holds only a flag; a panic elsewhere cannot leave it inconsistent.
         lock(&self.stop)
@@ -52,10 +88,12 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts the checkpointer on `conn`, a connection of its own to the store's file; it
-    /// also checkpoints every `idle` while commits are pending.
+    /// Starts the checkpointer on `conn`, a connection of its own to the store's file whose
+    /// busy handler is [`wait_briefly`]; it also checkpoints every `idle` while commits are
+    /// pending, and holds `writer` while it starts the WAL over.
     pub(super) fn start(
         conn: Connection,
+        writer: WriterLock,
         name: &str,
         idle: Duration,
     ) -> std::io::Result<Checkpointer> {
@@ -64,7 +102,7 @@ impl Checkpointer {
             .name(format!("ctxbridge-checkpoint-{name}"))
             .spawn({
                 let shared = shared.clone();
-                move || run(&conn, &shared, idle)
+                move || run(&conn, &writer, &shared, idle)
             })?;
         Ok(Checkpointer {
             shared,
@@ -72,11 +110,27 @@ impl Checkpointer {
         })
     }
 
-    /// Counts a commit of the writer; wakes the checkpointer every
-    /// [`CHECKPOINT_AFTER_COMMITS`] commits.
+    /// Counts a commit of the writer (of one write; see [`Checkpointer::wrote`]).
     pub(super) fn committed(&self) {
-        let commits = self.shared.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if commits % CHECKPOINT_AFTER_COMMITS == 0 {
+        self.count(1, 1);
+    }
+
+    /// Counts `more` writes of the commit last counted (a batch's).
+    pub(super) fn wrote(&self, more: u64) {
+        self.count(0, more);
+    }
+
+    /// Wakes the checkpointer when [`CHECKPOINT_AFTER_COMMITS`] commits or
+    /// [`CHECKPOINT_AFTER_WRITES`] writes come to be pending.
+    fn count(&self, commits: u64, writes: u64) {
+        let commits_before = self.shared.commits.fetch_add(commits, Ordering::Relaxed);
+        let writes_before = self.shared.writes.fetch_add(writes, Ordering::Relaxed);
+        let crossed = |before: u64, added: u64, threshold: u64| {
+            before < threshold && before.saturating_add(added) >= threshold
+        };
+        if crossed(commits_before, commits, CHECKPOINT_AFTER_COMMITS)
+            || crossed(writes_before, writes, CHECKPOINT_AFTER_WRITES)
+        {
             let _stop = self.shared.stopped();
             self.shared.wake.notify_one();
         }
@@ -95,20 +149,25 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: &Connection, shared: &Shared, idle: Duration) {
+fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) {
     loop {
         let stop = {
             let stop = shared.stopped();
             let (stop, _) = shared
                 .wake
-                .wait_timeout_while(stop, idle, |stop| {
-                    !*stop && shared.commits.load(Ordering::Relaxed) < CHECKPOINT_AFTER_COMMITS
-                })
+                .wait_timeout_while(stop, idle, |stop| !*stop && !shared.due())
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             *stop
         };
+        shared.writes.store(0, Ordering::Relaxed);
         if shared.commits.swap(0, Ordering::Relaxed) > 0 || stop {
-            checkpoint(conn);
+            let left = checkpoint(conn, "PASSIVE");
+            if left.is_some_and(|frames| frames >= RESTART_AT_FRAMES) {
+                // Once more without the lock, for what was committed meanwhile: the restart
+                // then has little left to copy while writes wait.
+                checkpoint(conn, "PASSIVE");
+                restart(conn, writer);
+            }
         }
         if stop {
             return;
@@ -116,10 +175,26 @@ fn run(conn: &Connection, shared: &Shared, idle: Duration) {
     }
 }
 
-/// One passive checkpoint: copies what it can of the WAL into the database without waiting
-/// for anyone; a failure is logged (the writer's own checkpoint remains the safety net).
-fn checkpoint(conn: &Connection) {
-    let result = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+/// Starts the WAL over: holds the writer lock (no write of this store can begin meanwhile)
+/// while a `RESTART` checkpoint copies the frames left and waits for the readers to leave the
+/// WAL, so the next write begins it anew.
+fn restart(conn: &Connection, writer: &WriterLock) {
+    let _writes_wait = lock(writer);
+    let held = Instant::now();
+    let left = checkpoint(conn, "RESTART");
+    tracing::debug!(
+        held_us = held.elapsed().as_micros() as u64,
+        restarted = left.is_some(),
+        "WAL started over under the writer lock"
+    );
+}
+
+/// One checkpoint of `mode`: `PASSIVE` copies what it can of the WAL into the database
+/// without waiting for anyone; `RESTART` copies all of it and waits for the readers to leave
+/// the WAL. Returns the frames the WAL holds (`None` when the checkpoint could not finish); a
+/// failure is logged (the writer's own checkpoint remains the safety net).
+fn checkpoint(conn: &Connection, mode: &str) -> Option<i64> {
+    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
@@ -127,13 +202,26 @@ fn checkpoint(conn: &Connection) {
         ))
     });
     match result {
-        Ok((_, log, checkpointed)) => {
-            tracing::trace!(log, checkpointed, "WAL checkpoint");
+        Ok((busy, log, checkpointed)) => {
+            tracing::trace!(mode, busy, log, checkpointed, "WAL checkpoint");
+            (busy == 0).then_some(log)
         }
         Err(e) => {
-            tracing::warn!(error = %e, "WAL checkpoint failed; the writer checkpoints instead")
+            tracing::warn!(mode, error = %e, "WAL checkpoint failed; the writer checkpoints instead");
+            None
         }
     }
+}
+
+/// The checkpointer connection's busy handler: looks again every [`RESTART_POLL`] until
+/// [`RESTART_PATIENCE`] has passed (only a `RESTART` checkpoint waits on anyone).
+pub(super) fn wait_briefly(attempt: i32) -> bool {
+    let waited = RESTART_POLL.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
+    if waited >= RESTART_PATIENCE {
+        return false;
+    }
+    std::thread::sleep(RESTART_POLL);
+    true
 }
 
 #[cfg(test)]
@@ -164,6 +252,7 @@ mod tests {
         // Only the commit count (and the drop) may start a checkpoint here.
         let checkpointer = Checkpointer::start(
             Connection::open(&path).unwrap(),
+            Arc::new(Mutex::new(Connection::open(&path).unwrap())),
             "test",
             Duration::from_secs(3600),
         )
@@ -196,5 +285,45 @@ mod tests {
             in_database_file(&path, "row-after"),
             "the last commit was not checkpointed on drop"
         );
+    }
+
+    /// A commit holding a batch's many writes counts them: the checkpointer runs after
+    /// [`CHECKPOINT_AFTER_WRITES`] writes, however few commits held them.
+    #[test]
+    fn checkpoints_after_writes_of_few_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t (x);",
+            )
+            .unwrap();
+        let checkpointer = Checkpointer::start(
+            Connection::open(&path).unwrap(),
+            Arc::new(Mutex::new(Connection::open(&path).unwrap())),
+            "test",
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        writer
+            .execute("INSERT INTO t VALUES ('row-of-a-batch')", [])
+            .unwrap();
+        checkpointer.committed();
+        checkpointer.wrote(CHECKPOINT_AFTER_WRITES - 2);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !in_database_file(&path, "row-of-a-batch"),
+            "checkpointed early"
+        );
+        checkpointer.wrote(1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !in_database_file(&path, "row-of-a-batch") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint after {CHECKPOINT_AFTER_WRITES} writes in one commit"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

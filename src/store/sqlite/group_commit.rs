@@ -181,6 +181,8 @@ impl StoreInner {
         });
         match results {
             Ok(results) => {
+                // The commit is counted; its other writes fill the WAL too.
+                self.wrote(batch.len().saturating_sub(1) as u64);
                 for (queued, result) in batch.drain(..).zip(results) {
                     let answer = result
                         .map_err(|e| {

@@ -37,7 +37,7 @@ use super::{
     TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteMode,
 };
 use crate::util::lock;
-use checkpointer::{Checkpointer, CHECKPOINT_IDLE};
+use checkpointer::{wait_briefly, Checkpointer, WriterLock, CHECKPOINT_IDLE};
 use group_commit::{classify, Op, QueuedWrite};
 use pool::{Target, READERS};
 use queries::stats_of;
@@ -91,7 +91,8 @@ impl Drop for QueueRunner {
 /// What a [`SqliteStore`] handle shares.
 pub struct StoreInner {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    /// Shared with the checkpointer, which holds it while it starts the WAL over.
+    writer: WriterLock,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     busy_timeout: Duration,
@@ -207,7 +208,7 @@ impl SqliteStore {
         let writer = connect("open")?;
         let mut store = StoreInner {
             path: path.clone(),
-            writer: Mutex::new(writer),
+            writer: Arc::new(Mutex::new(writer)),
             readers: Vec::new(),
             next_reader: AtomicUsize::new(0),
             writer_held_nanos: AtomicU64::new(0),
@@ -238,14 +239,16 @@ impl SqliteStore {
                     .file_name()
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
                 let conn = connect("open the checkpointer")?;
-                let started =
-                    Checkpointer::start(conn, &name, CHECKPOINT_IDLE).map_err(|source| {
-                        StoreError::Io {
-                            path: path.clone(),
-                            operation: "start the WAL checkpointer",
-                            source,
-                        }
-                    })?;
+                conn.busy_handler(Some(wait_briefly))
+                    .map_err(|e| classify(&path, "open the checkpointer", e, busy_timeout))?;
+                let writer = store.writer.clone();
+                let started = Checkpointer::start(conn, writer, &name, CHECKPOINT_IDLE).map_err(
+                    |source| StoreError::Io {
+                        path: path.clone(),
+                        operation: "start the WAL checkpointer",
+                        source,
+                    },
+                )?;
                 Some(started)
             }
             // No WAL in memory: nothing to checkpoint.

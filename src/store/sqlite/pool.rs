@@ -121,4 +121,11 @@ impl StoreInner {
             checkpointer.committed();
         }
     }
+
+    /// Counts `more` writes of the commit last counted (a batch's) for the checkpointer.
+    pub(super) fn wrote(&self, more: u64) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.wrote(more);
+        }
+    }
 }

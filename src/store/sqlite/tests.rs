@@ -672,3 +672,62 @@ fn every_write_path_dates_its_key() {
     s.release_lease(&lease).unwrap();
     assert_eq!(activity(&path, "b", "b-lease"), Some(1));
 }
+
+/// Under writes and reads that never pause, the WAL is started over by the checkpointer (under
+/// the writer lock) long before it reaches the writer's own checkpoint: a passive checkpoint
+/// alone never let SQLite start it over, it grew to that size, and then the writer
+/// checkpointed, with two `fsync`s, on nearly every commit.
+#[test]
+fn the_wal_is_started_over_under_steady_reads_and_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s = SqliteStore::open(&path).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    s.load_binding(&format!("k-s{}", (reads * 7 + t) % 500))
+                        .unwrap();
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let wal = path.with_extension("db-wal");
+    let wal_bytes = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let ceiling = u64::from(super::checkpointer::WRITER_AUTOCHECKPOINT_PAGES) * 4096;
+    let (mut largest, mut written) = (0, 0);
+    // Some 40 000 WAL frames in all: well past the writer's own checkpoint.
+    for i in 0..6_000u64 {
+        let session = format!("s{}", i % 500);
+        let e = entry(&format!("e{i}"), &"x".repeat(300));
+        crate::store::StoreWrites::record_turn(
+            &s,
+            &session,
+            &[e],
+            &format!("k-{session}"),
+            "{}",
+            0,
+            None,
+        )
+        .unwrap();
+        written += 1;
+        if i % 50 == 0 {
+            largest = largest.max(wal_bytes());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() > 0, "a reader never read");
+    }
+    largest = largest.max(wal_bytes());
+    assert!(
+        largest < ceiling * 7 / 8,
+        "the WAL reached {largest} bytes after {written} commits (the writer checkpoints at {ceiling})"
+    );
+}
