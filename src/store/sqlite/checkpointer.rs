@@ -49,7 +49,7 @@ pub(super) const WRITER_AUTOCHECKPOINT_PAGES: u32 = 16_384;
 pub(super) const RESTART_AT_FRAMES: i64 = 8_192;
 /// How long the `RESTART` checkpoint waits, in all, for the readers to leave the WAL (and for
 /// another process's writer): the store's own writes wait behind it meanwhile.
-const RESTART_PATIENCE: Duration = Duration::from_millis(20);
+const RESTART_PATIENCE: Duration = Duration::from_millis(5);
 /// Between two looks at whether the readers have left the WAL: a reader's transaction takes
 /// tens of µs, where SQLite's own busy handler would sleep 1 ms and more.
 const RESTART_POLL: Duration = Duration::from_micros(50);
@@ -150,6 +150,7 @@ impl Drop for Checkpointer {
 }
 
 fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) {
+    let mut restart_at = RESTART_AT_FRAMES;
     loop {
         let stop = {
             let stop = shared.stopped();
@@ -161,12 +162,14 @@ fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) 
         };
         shared.writes.store(0, Ordering::Relaxed);
         if shared.commits.swap(0, Ordering::Relaxed) > 0 || stop {
-            let left = checkpoint(conn, "PASSIVE");
-            if left.is_some_and(|frames| frames >= RESTART_AT_FRAMES) {
-                // Once more without the lock, for what was committed meanwhile: the restart
-                // then has little left to copy while writes wait.
-                checkpoint(conn, "PASSIVE");
-                restart(conn, writer);
+            if let Some(frames) = checkpoint(conn, "PASSIVE") {
+                let restarted = frames >= restart_at && {
+                    // Once more without the lock, for what was committed meanwhile: the
+                    // restart then has little left to copy while writes wait.
+                    checkpoint(conn, "PASSIVE");
+                    restart(conn, writer)
+                };
+                restart_at = next_restart_at(restart_at, frames, restarted);
             }
         }
         if stop {
@@ -178,15 +181,33 @@ fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) 
 /// Starts the WAL over: holds the writer lock (no write of this store can begin meanwhile)
 /// while a `RESTART` checkpoint copies the frames left and waits for the readers to leave the
 /// WAL, so the next write begins it anew.
-fn restart(conn: &Connection, writer: &WriterLock) {
+/// True when it did (false when the readers, or another process's writer, did not leave in
+/// [`RESTART_PATIENCE`]).
+fn restart(conn: &Connection, writer: &WriterLock) -> bool {
     let _writes_wait = lock(writer);
     let held = Instant::now();
-    let left = checkpoint(conn, "RESTART");
+    let restarted = checkpoint(conn, "RESTART").is_some();
     tracing::debug!(
         held_us = held.elapsed().as_micros() as u64,
-        restarted = left.is_some(),
-        "WAL started over under the writer lock"
+        restarted,
+        "WAL start-over under the writer lock"
     );
+    restarted
+}
+
+/// The WAL size (in frames) at which the next restart is tried, after a passive checkpoint
+/// found `frames` in the WAL and a restart was `restarted` (or not tried): a restart that
+/// failed (readers of other processes that stay in the WAL) is tried again only once the WAL
+/// has grown by [`RESTART_AT_FRAMES`] more, so writes do not wait in vain at every round; a
+/// WAL started over (by the restart or by SQLite itself) starts the count over.
+fn next_restart_at(restart_at: i64, frames: i64, restarted: bool) -> i64 {
+    if restarted || frames < RESTART_AT_FRAMES {
+        RESTART_AT_FRAMES
+    } else if frames >= restart_at {
+        frames.saturating_add(RESTART_AT_FRAMES)
+    } else {
+        restart_at
+    }
 }
 
 /// One checkpoint of `mode`: `PASSIVE` copies what it can of the WAL into the database
@@ -325,5 +346,31 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// A restart that failed is tried again only once the WAL has grown by another
+    /// [`RESTART_AT_FRAMES`]; one that succeeded, or a WAL SQLite started over itself, starts
+    /// the count over.
+    #[test]
+    fn a_failed_restart_waits_for_the_wal_to_grow() {
+        let first = RESTART_AT_FRAMES;
+        assert_eq!(
+            next_restart_at(first, first - 1, false),
+            first,
+            "not due yet"
+        );
+        let after_failure = next_restart_at(first, first + 10, false);
+        assert_eq!(after_failure, 2 * first + 10);
+        assert_eq!(
+            next_restart_at(after_failure, first + 500, false),
+            after_failure,
+            "not tried again before the WAL grew that much"
+        );
+        assert_eq!(next_restart_at(after_failure, after_failure, true), first);
+        assert_eq!(
+            next_restart_at(after_failure, 100, false),
+            first,
+            "SQLite restarted it"
+        );
     }
 }
