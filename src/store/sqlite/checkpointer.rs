@@ -258,26 +258,46 @@ mod tests {
             .any(|window| window == marker.as_bytes())
     }
 
+    /// Whether the database file holds `marker` within ten seconds (the checkpointer's thread
+    /// copies it there).
+    fn soon_in_database_file(path: &std::path::Path, marker: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !in_database_file(path, marker) {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// A WAL database at `path` with a table `t` and its writer (no automatic checkpoint),
+    /// and a checkpointer on it that runs on its counts only (its idle interval is an hour).
+    fn started(path: &std::path::Path) -> (Connection, Checkpointer) {
+        let writer = Connection::open(path).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t (x);",
+            )
+            .unwrap();
+        let checkpointer = Checkpointer::start(
+            Connection::open(path).unwrap(),
+            Arc::new(Mutex::new(Connection::open(path).unwrap())),
+            "test",
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        (writer, checkpointer)
+    }
+
     /// The checkpointer copies the WAL into the database file after its commit count, and on
     /// drop; before that the rows are only in the WAL.
     #[test]
     fn checkpoints_after_commits_and_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let writer = Connection::open(&path).unwrap();
-        writer
-            .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t (x);",
-            )
-            .unwrap();
-        // Only the commit count (and the drop) may start a checkpoint here.
-        let checkpointer = Checkpointer::start(
-            Connection::open(&path).unwrap(),
-            Arc::new(Mutex::new(Connection::open(&path).unwrap())),
-            "test",
-            Duration::from_secs(3600),
-        )
-        .unwrap();
+        // Only the counts (and the drop) may start a checkpoint here.
+        let (writer, checkpointer) = started(&path);
         for i in 0..CHECKPOINT_AFTER_COMMITS - 1 {
             writer
                 .execute("INSERT INTO t VALUES (?1)", [format!("row-{i:04}")])
@@ -289,14 +309,10 @@ mod tests {
             .execute("INSERT INTO t VALUES ('row-last-of-batch')", [])
             .unwrap();
         checkpointer.committed();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !in_database_file(&path, "row-last-of-batch") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no checkpoint after {CHECKPOINT_AFTER_COMMITS} commits"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        assert!(
+            soon_in_database_file(&path, "row-last-of-batch"),
+            "no checkpoint after {CHECKPOINT_AFTER_COMMITS} commits"
+        );
         writer
             .execute("INSERT INTO t VALUES ('row-after')", [])
             .unwrap();
@@ -314,19 +330,8 @@ mod tests {
     fn checkpoints_after_writes_of_few_commits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
-        let writer = Connection::open(&path).unwrap();
-        writer
-            .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t (x);",
-            )
-            .unwrap();
-        let checkpointer = Checkpointer::start(
-            Connection::open(&path).unwrap(),
-            Arc::new(Mutex::new(Connection::open(&path).unwrap())),
-            "test",
-            Duration::from_secs(3600),
-        )
-        .unwrap();
+        // Only the counts (and the drop) may start a checkpoint here.
+        let (writer, checkpointer) = started(&path);
         writer
             .execute("INSERT INTO t VALUES ('row-of-a-batch')", [])
             .unwrap();
@@ -338,14 +343,10 @@ mod tests {
             "checkpointed early"
         );
         checkpointer.wrote(1);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !in_database_file(&path, "row-of-a-batch") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no checkpoint after {CHECKPOINT_AFTER_WRITES} writes in one commit"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        assert!(
+            soon_in_database_file(&path, "row-of-a-batch"),
+            "no checkpoint after {CHECKPOINT_AFTER_WRITES} writes in one commit"
+        );
     }
 
     /// A restart that failed is tried again only once the WAL has grown by another
