@@ -292,8 +292,8 @@ impl SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.handle.abort();
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop();
         }
         if !self.released {
             // A failure is logged by the store; the lease then expires.

@@ -5,8 +5,8 @@
 //! while it still holds the write lock, and every other write queues behind it. Here the
 //! writer's automatic checkpoint is only a safety net for a WAL grown far too large; a thread
 //! of the store's own, with its own connection, runs a passive checkpoint (which never blocks
-//! the writer or the readers) after every [`CHECKPOINT_AFTER_COMMITS`] commits, and every
-//! [`CHECKPOINT_IDLE`] while fewer are pending.
+//! the writer or the readers) after every [`CHECKPOINT_AFTER_COMMITS`] commits or
+//! [`CHECKPOINT_AFTER_WRITES`] writes, and every [`CHECKPOINT_IDLE`] while fewer are pending.
 //!
 //! A passive checkpoint alone does not keep the WAL small under a steady load: SQLite starts
 //! the WAL over only at a write that begins when every frame is back in the database and no
@@ -17,7 +17,7 @@
 //! checkpointer holds the store's writer lock (the one its writes queue on) and runs a
 //! `RESTART` checkpoint: it copies what the passive one could not (the frames committed
 //! meanwhile), waits for the readers still in the WAL to finish, and the next write starts the
-//! WAL over. Writes wait that long, once per [`CHECKPOINT_AFTER_COMMITS`] commits at most.
+//! WAL over. Writes wait that long, once per round of the checkpointer at most.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -88,15 +88,17 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts the checkpointer on `conn`, a connection of its own to the store's file whose
-    /// busy handler is [`wait_briefly`]; it also checkpoints every `idle` while commits are
-    /// pending, and holds `writer` while it starts the WAL over.
+    /// Starts the checkpointer on `conn`, a connection of its own to the store's file (its
+    /// busy handler becomes [`wait_briefly`]); it also checkpoints every `idle` while commits
+    /// are pending, and holds `writer` while it starts the WAL over.
     pub(super) fn start(
         conn: Connection,
         writer: WriterLock,
         name: &str,
         idle: Duration,
     ) -> std::io::Result<Checkpointer> {
+        conn.busy_handler(Some(wait_briefly))
+            .map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared::default());
         let thread = std::thread::Builder::new()
             .name(format!("ctxbridge-checkpoint-{name}"))
@@ -163,11 +165,13 @@ fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) 
         shared.writes.store(0, Ordering::Relaxed);
         if shared.commits.swap(0, Ordering::Relaxed) > 0 || stop {
             if let Some(frames) = checkpoint(conn, "PASSIVE") {
-                let restarted = frames >= restart_at && {
+                let restarted = if frames >= restart_at {
                     // Once more without the lock, for what was committed meanwhile: the
                     // restart then has little left to copy while writes wait.
                     checkpoint(conn, "PASSIVE");
                     restart(conn, writer)
+                } else {
+                    false
                 };
                 restart_at = next_restart_at(restart_at, frames, restarted);
             }
@@ -236,7 +240,7 @@ fn checkpoint(conn: &Connection, mode: &str) -> Option<i64> {
 
 /// The checkpointer connection's busy handler: looks again every [`RESTART_POLL`] until
 /// [`RESTART_PATIENCE`] has passed (only a `RESTART` checkpoint waits on anyone).
-pub(super) fn wait_briefly(attempt: i32) -> bool {
+fn wait_briefly(attempt: i32) -> bool {
     let waited = RESTART_POLL.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
     if waited >= RESTART_PATIENCE {
         return false;

@@ -37,7 +37,7 @@ use super::{
     TranscriptCursor, TranscriptEntry, TranscriptRead, TurnWrite, WriteFuture, WriteMode,
 };
 use crate::util::lock;
-use checkpointer::{wait_briefly, Checkpointer, WriterLock, CHECKPOINT_IDLE};
+use checkpointer::{Checkpointer, WriterLock, CHECKPOINT_IDLE};
 use group_commit::{classify, Op, QueuedWrite};
 use pool::{Target, READERS};
 use queries::stats_of;
@@ -239,8 +239,6 @@ impl SqliteStore {
                     .file_name()
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
                 let conn = connect("open the checkpointer")?;
-                conn.busy_handler(Some(wait_briefly))
-                    .map_err(|e| classify(&path, "open the checkpointer", e, busy_timeout))?;
                 let writer = store.writer.clone();
                 let started = Checkpointer::start(conn, writer, &name, CHECKPOINT_IDLE).map_err(
                     |source| StoreError::Io {
