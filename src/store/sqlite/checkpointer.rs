@@ -164,11 +164,11 @@ fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) 
         };
         shared.writes.store(0, Ordering::Relaxed);
         if shared.commits.swap(0, Ordering::Relaxed) > 0 || stop {
-            if let Some(frames) = checkpoint(conn, "PASSIVE") {
+            if let Some(frames) = checkpoint(conn, Mode::Passive) {
                 let restarted = if frames >= restart_at {
                     // Once more without the lock, for what was committed meanwhile: the
                     // restart then has little left to copy while writes wait.
-                    checkpoint(conn, "PASSIVE");
+                    checkpoint(conn, Mode::Passive);
                     restart(conn, writer)
                 } else {
                     false
@@ -190,7 +190,7 @@ fn run(conn: &Connection, writer: &WriterLock, shared: &Shared, idle: Duration) 
 fn restart(conn: &Connection, writer: &WriterLock) -> bool {
     let _writes_wait = lock(writer);
     let held = Instant::now();
-    let restarted = checkpoint(conn, "RESTART").is_some();
+    let restarted = checkpoint(conn, Mode::Restart).is_some();
     tracing::debug!(
         held_us = held.elapsed().as_micros() as u64,
         restarted,
@@ -214,12 +214,30 @@ fn next_restart_at(restart_at: i64, frames: i64, restarted: bool) -> i64 {
     }
 }
 
-/// One checkpoint of `mode`: `PASSIVE` copies what it can of the WAL into the database
-/// without waiting for anyone; `RESTART` copies all of it and waits for the readers to leave
-/// the WAL. Returns the frames the WAL holds (`None` when the checkpoint could not finish); a
-/// failure is logged (the writer's own checkpoint remains the safety net).
-fn checkpoint(conn: &Connection, mode: &str) -> Option<i64> {
-    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+/// How a checkpoint treats the store's readers and writer.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Copies what it can of the WAL into the database without waiting for anyone.
+    Passive,
+    /// Copies all of it and waits for the readers to leave the WAL (the connection's busy
+    /// handler says how long), so the next write starts the WAL over.
+    Restart,
+}
+
+impl Mode {
+    fn pragma(self) -> &'static str {
+        match self {
+            Mode::Passive => "PRAGMA wal_checkpoint(PASSIVE)",
+            Mode::Restart => "PRAGMA wal_checkpoint(RESTART)",
+        }
+    }
+}
+
+/// One checkpoint of `mode`. Returns the frames the WAL holds (`None` when the checkpoint
+/// could not finish); a failure is logged (the writer's own checkpoint remains the safety
+/// net).
+fn checkpoint(conn: &Connection, mode: Mode) -> Option<i64> {
+    let result = conn.query_row(mode.pragma(), [], |r| {
         Ok((
             r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
@@ -228,18 +246,19 @@ fn checkpoint(conn: &Connection, mode: &str) -> Option<i64> {
     });
     match result {
         Ok((busy, log, checkpointed)) => {
-            tracing::trace!(mode, busy, log, checkpointed, "WAL checkpoint");
+            tracing::trace!(?mode, busy, log, checkpointed, "WAL checkpoint");
             (busy == 0).then_some(log)
         }
         Err(e) => {
-            tracing::warn!(mode, error = %e, "WAL checkpoint failed; the writer checkpoints instead");
+            tracing::warn!(?mode, error = %e, "WAL checkpoint failed; the writer checkpoints instead");
             None
         }
     }
 }
 
-/// The checkpointer connection's busy handler: looks again every [`RESTART_POLL`] until
-/// [`RESTART_PATIENCE`] has passed (only a `RESTART` checkpoint waits on anyone).
+/// The checkpointer connection's busy handler: looks again after sleeping [`RESTART_POLL`],
+/// until those sleeps come to [`RESTART_PATIENCE`] (a sleep runs somewhat longer than asked,
+/// so the wait does too; only a `RESTART` checkpoint waits on anyone).
 fn wait_briefly(attempt: i32) -> bool {
     let waited = RESTART_POLL.saturating_mul(u32::try_from(attempt).unwrap_or(u32::MAX));
     if waited >= RESTART_PATIENCE {

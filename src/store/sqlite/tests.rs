@@ -707,16 +707,8 @@ fn the_wal_is_started_over_under_steady_reads_and_writes() {
     for i in 0..COMMITS {
         let session = format!("s{}", i % 500);
         let e = entry(&format!("e{i}"), &"x".repeat(300));
-        crate::store::StoreWrites::record_turn(
-            &s,
-            &session,
-            &[e],
-            &format!("k-{session}"),
-            "{}",
-            0,
-            None,
-        )
-        .unwrap();
+        s.record_turn(&session, &[e], &format!("k-{session}"), "{}", 0)
+            .unwrap();
         if i % 50 == 0 {
             largest = largest.max(wal_bytes());
         }
