@@ -199,16 +199,24 @@ fn restart(conn: &Connection, writer: &WriterLock) -> bool {
     restarted
 }
 
+/// WAL frames by which the WAL must grow after a failed restart before the next is tried: a
+/// quarter of [`RESTART_AT_FRAMES`], so three more are tried before the WAL reaches the
+/// writer's own checkpoint. One was too few: on a loaded machine a reader preempted inside its
+/// read transaction outlasts [`RESTART_PATIENCE`] now and then, and the WAL then grew to the
+/// writer's checkpoint at the first failure.
+const RESTART_RETRY_FRAMES: i64 = RESTART_AT_FRAMES / 4;
+
 /// The WAL size (in frames) at which the next restart is tried, after a passive checkpoint
 /// found `frames` in the WAL and a restart was `restarted` (or not tried): a restart that
-/// failed (readers of other processes that stay in the WAL) is tried again only once the WAL
-/// has grown by [`RESTART_AT_FRAMES`] more, so writes do not wait in vain at every round; a
-/// WAL started over (by the restart or by SQLite itself) starts the count over.
+/// failed (readers that stayed in the WAL: another process's, or one of this process's that
+/// was not scheduled) is tried again only once the WAL has grown by [`RESTART_RETRY_FRAMES`]
+/// more, so writes do not wait in vain at every round; a WAL started over (by the restart or
+/// by SQLite itself) starts the count over.
 fn next_restart_at(restart_at: i64, frames: i64, restarted: bool) -> i64 {
     if restarted || frames < RESTART_AT_FRAMES {
         RESTART_AT_FRAMES
     } else if frames >= restart_at {
-        frames.saturating_add(RESTART_AT_FRAMES)
+        frames.saturating_add(RESTART_RETRY_FRAMES)
     } else {
         restart_at
     }
@@ -373,8 +381,8 @@ mod tests {
     }
 
     /// A restart that failed is tried again only once the WAL has grown by another
-    /// [`RESTART_AT_FRAMES`]; one that succeeded, or a WAL SQLite started over itself, starts
-    /// the count over.
+    /// [`RESTART_RETRY_FRAMES`] (more than once before the writer's own checkpoint); one that
+    /// succeeded, or a WAL SQLite started over itself, starts the count over.
     #[test]
     fn a_failed_restart_waits_for_the_wal_to_grow() {
         let first = RESTART_AT_FRAMES;
@@ -384,7 +392,17 @@ mod tests {
             "not due yet"
         );
         let after_failure = next_restart_at(first, first + 10, false);
-        assert_eq!(after_failure, 2 * first + 10);
+        assert_eq!(after_failure, first + RESTART_RETRY_FRAMES + 10);
+        let mut tries = 1;
+        let mut at = first;
+        while at < i64::from(WRITER_AUTOCHECKPOINT_PAGES) {
+            at = next_restart_at(at, at, false);
+            tries += 1;
+        }
+        assert!(
+            tries >= 4,
+            "{tries} restarts tried before the writer's checkpoint"
+        );
         assert_eq!(
             next_restart_at(after_failure, first + 500, false),
             after_failure,
