@@ -1,7 +1,8 @@
 //! The harness's copy of a session's transcript under a kept lease: the turn after this
 //! process's own turn uses the copy without reading the store, and a transcript rewrite in
 //! between (an engine's `rewriteTranscriptEntries`) makes it read again, so what the engine
-//! is shown is always what the store holds.
+//! is shown is always what the store holds. A lease taken from the store brings what the turn
+//! would read first, so a new session's turn reads nothing else.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -18,10 +19,18 @@ use ctxbridge::store::{
 };
 use support::*;
 
-/// A store that counts its transcript reads and forwards everything to the rig's store.
+/// A store that counts its transcript reads, and its reads of any kind, and forwards
+/// everything to the rig's store.
 struct CountingStore {
     inner: Arc<dyn StateStore>,
     transcript_reads: AtomicUsize,
+    reads: AtomicUsize,
+}
+
+impl CountingStore {
+    fn read(&self) {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl StateStore for CountingStore {
@@ -29,9 +38,11 @@ impl StateStore for CountingStore {
         self.inner.location()
     }
     fn load_binding(&self, key: &str) -> Result<Option<StoredBinding>, StoreError> {
+        self.read();
         self.inner.load_binding(key)
     }
     fn load_transcript(&self, session_id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+        self.read();
         self.transcript_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.load_transcript(session_id)
     }
@@ -40,22 +51,28 @@ impl StateStore for CountingStore {
         session_id: &str,
         cursor: Option<TranscriptCursor>,
     ) -> Result<TranscriptRead, StoreError> {
+        self.read();
         self.transcript_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.transcript_since(session_id, cursor)
     }
     fn pending_outbox(&self, session_id: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        self.read();
         self.inner.pending_outbox(session_id)
     }
     fn quarantines(&self) -> Result<Vec<QuarantineRecord>, StoreError> {
+        self.read();
         self.inner.quarantines()
     }
     fn is_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError> {
+        self.read();
         self.inner.is_bootstrapped(session_id, engine_id)
     }
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.read();
         self.inner.load_document(namespace, key)
     }
     fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.read();
         self.inner.stats()
     }
     fn write(&self, write: TurnWrite, mode: WriteMode) -> WriteFuture {
@@ -67,6 +84,7 @@ fn counting(rig: &Rig) -> Arc<CountingStore> {
     Arc::new(CountingStore {
         inner: rig.store.clone(),
         transcript_reads: AtomicUsize::new(0),
+        reads: AtomicUsize::new(0),
     })
 }
 
@@ -78,12 +96,13 @@ fn kept(linger: Duration) -> HarnessConfig {
 }
 
 /// Under a kept lease the second and third turns read no transcript from the store, and the
-/// engine still sees every earlier message; without a linger every turn reads it, once. (The
-/// session's first thread learns where it begins in the transcript from the turn's copy too:
-/// it used to read the whole transcript again.)
+/// engine still sees every earlier message; without a linger every turn after the first reads
+/// it, once. The first turn reads none either way: its lease, taken from the store, read that
+/// the new session's transcript is empty. (The session's first thread learns where it begins
+/// in the transcript from the turn's copy too: it used to read the whole transcript again.)
 #[tokio::test]
 async fn a_kept_lease_turn_uses_the_copy_without_reading_the_store() {
-    for (linger, reads) in [(Duration::from_secs(30), 1), (Duration::ZERO, 3)] {
+    for (linger, reads) in [(Duration::from_secs(30), 0), (Duration::ZERO, 2)] {
         let rig = Rig::new();
         let store = counting(&rig);
         let engine = ScriptEngine::bootstrap("e1");
@@ -134,4 +153,54 @@ async fn a_rewrite_drops_the_copy() {
     let shown = engine.script().last_assembled.clone();
     assert_eq!(shown[0].plain_text(), "[redacted]", "{shown:?}");
     h.shutdown().await;
+}
+
+/// A new session's first turn reads nothing of the store: its lease, taken from the store,
+/// brought the session id, the empty outbox, the bootstrap marks, the binding and the empty
+/// transcript. The next turn under a lease taken anew reads only the transcript, which has
+/// entries now; under a kept lease it reads nothing either.
+#[tokio::test]
+async fn a_new_sessions_turn_reads_nothing_beside_its_lease() {
+    for (linger, second_turn_reads) in [(Duration::ZERO, 1), (Duration::from_secs(30), 0)] {
+        let rig = Rig::new();
+        let store = counting(&rig);
+        let engine = ScriptEngine::bootstrap("e1");
+        let h = build_harness_on(
+            Some(&engine),
+            kept(linger),
+            store.clone(),
+            rig.backend.clone(),
+        );
+        turn(&h, "one").await;
+        assert_eq!(
+            store.reads.load(Ordering::SeqCst),
+            0,
+            "linger {linger:?}: the first turn read the store"
+        );
+        let bootstraps = || {
+            engine
+                .calls()
+                .iter()
+                .filter(|c| matches!(c, Call::Bootstrap))
+                .count()
+        };
+        assert_eq!(bootstraps(), 1, "linger {linger:?}");
+        turn(&h, "two").await;
+        assert_eq!(
+            store.reads.load(Ordering::SeqCst),
+            second_turn_reads,
+            "linger {linger:?}: reads of the second turn"
+        );
+        assert_eq!(
+            bootstraps(),
+            1,
+            "linger {linger:?}: the session was bootstrapped again"
+        );
+        assert_eq!(
+            engine.assembled_message_counts(),
+            [0, 2],
+            "linger {linger:?}"
+        );
+        h.shutdown().await;
+    }
 }

@@ -124,6 +124,7 @@ conformance_tests!(
     lease_lifecycle,
     dead_holder_is_taken_over_at_once,
     heartbeat_extends_expiry,
+    acquisition_reads_its_session,
     documents,
     retention_sweep,
     sweep_is_bounded,

@@ -332,6 +332,7 @@ mod tests {
                 dead_holder: None,
                 now_ms: 1,
                 ttl_ms: 60_000,
+                read: None,
             })
             .await
             .unwrap()

@@ -20,6 +20,7 @@
 
 mod callbacks;
 mod compact;
+mod lease_read;
 mod lifecycle;
 mod parking;
 mod session;
@@ -54,7 +55,7 @@ use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{OutboxRow, StateStore, StoreError, TranscriptEntry, TurnWrite};
+use crate::store::{OutboxRow, SessionRead, StateStore, StoreError, TranscriptEntry, TurnWrite};
 
 use crate::store::StateStoreExt;
 use crate::util::lock;
@@ -617,11 +618,14 @@ impl Harness {
         session_key: &str,
         key: &str,
     ) -> Result<SessionGuard, HarnessError> {
-        let guard = self
+        let mut guard = self
             .locks
             .acquire(
                 &self.store_for(session_key),
-                session_key,
+                &SessionRead {
+                    session_key: session_key.to_string(),
+                    id_namespace: SESSION_NAMESPACE.to_string(),
+                },
                 key,
                 &self.holder,
                 self.cfg.lease_ttl,
@@ -639,6 +643,7 @@ impl Harness {
         if !previous.is_some_and(continues) {
             self.bindings.invalidate(key).await;
         }
+        self.adopt_snapshot(&mut guard, key).await;
         Ok(guard)
     }
 

@@ -24,7 +24,9 @@ use tokio::task::JoinHandle;
 
 use super::parking::{release_all, Parked, Parking};
 use crate::store::StateStoreExt;
-use crate::store::{Lease, LeaseAttempt, StateStore, StoreError, TurnWrite};
+use crate::store::{
+    Lease, LeaseAttempt, SessionRead, SessionSnapshot, StateStore, StoreError, TurnWrite,
+};
 use crate::util::lock;
 use crate::util::now_ms;
 
@@ -182,10 +184,30 @@ pub struct SessionFacts {
     pub outbox_empty: bool,
     /// Engines whose bootstrap of the session is marked done.
     pub bootstrapped: Vec<String>,
+    /// `bootstrapped` is every engine marked (read with the lease), not only those this
+    /// process saw: an engine missing from it is known not to be marked.
+    pub all_bootstrapped: bool,
     /// Where the harness's copy of the transcript ended after this process's own append: the
     /// next turn under the kept lease uses the copy without reading the store, if it is still
     /// there at this cursor (a rewrite drops it).
     pub transcript: Option<crate::store::TranscriptCursor>,
+    /// The transcript is known to hold no entry (read with the lease from a store that hands
+    /// out no cursor to keep a copy at).
+    pub transcript_empty: bool,
+}
+
+impl SessionFacts {
+    /// What a lease's own transaction read of the session, as facts of a held lease.
+    pub fn of_snapshot(snapshot: &SessionSnapshot) -> Self {
+        SessionFacts {
+            session_id: snapshot.session_id.clone(),
+            outbox_empty: snapshot.outbox_empty,
+            bootstrapped: snapshot.bootstrapped.clone(),
+            all_bootstrapped: true,
+            transcript: snapshot.empty_transcript_cursor,
+            transcript_empty: snapshot.transcript_empty,
+        }
+    }
 }
 
 /// A held session: the in-process guard plus the store lease (released or parked on
@@ -208,6 +230,9 @@ pub struct SessionGuard {
     /// What the previous turn under this (kept) lease learnt, or what this turn leaves for the
     /// next.
     facts: Option<SessionFacts>,
+    /// What the store read of the session with the lease, when it was taken from the store
+    /// with a [`SessionRead`].
+    snapshot: Option<SessionSnapshot>,
 }
 
 impl SessionGuard {
@@ -231,6 +256,12 @@ impl SessionGuard {
     /// taken from the store: then nothing is known but what the store says).
     pub fn take_facts(&mut self) -> Option<SessionFacts> {
         self.facts.take()
+    }
+
+    /// What the store read of the session in the transaction that took this lease (`None`
+    /// for a kept lease, or when nothing was asked or the store read nothing).
+    pub fn take_snapshot(&mut self) -> Option<SessionSnapshot> {
+        self.snapshot.take()
     }
 
     /// Leaves `facts` for the session's next turn, if it takes this lease back.
@@ -367,17 +398,19 @@ impl SessionLocks {
 
     /// Takes the session: first in this process, then in the store (waiting up to `wait` for
     /// another process's lease, which expires after `ttl` unless its holder renews it; a
-    /// holder that died on this host is taken over at once). `session_key` names the session
-    /// in messages, `key` is the lease's key.
+    /// holder that died on this host is taken over at once). `key` is the lease's key; `read`
+    /// names the session (its key also names it in messages) and what a lease taken from the
+    /// store reads of it in the same transaction ([`SessionGuard::take_snapshot`]).
     pub async fn acquire(
         &self,
         store: &Arc<dyn StateStore>,
-        session_key: &str,
+        read: &SessionRead,
         key: &str,
         holder: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<SessionGuard, SessionLockError> {
+        let session_key = read.session_key.as_str();
         let local = self.local(key).lock_owned().await;
         // Deferred maintenance of the previous turn finishes before this turn starts.
         drop(Self::entry(&self.maintenance, key).lock().await);
@@ -395,6 +428,7 @@ impl SessionLocks {
                 took_over: false,
                 reused: true,
                 facts: parked.facts,
+                snapshot: None,
             });
         }
         let mut pause = Duration::from_millis(10);
@@ -407,13 +441,18 @@ impl SessionLocks {
                 dead_holder: dead_holder.map(str::to_owned),
                 now_ms: now_ms(),
                 ttl_ms,
+                read: Some(read.clone()),
             };
-            let mut attempt = store.submit(acquire(None)).await?.into_lease();
+            let (mut attempt, mut snapshot) =
+                store.submit(acquire(None)).await?.into_session_lease();
             let mut took_over = false;
             if let LeaseAttempt::Busy { holder: other, .. } = &attempt {
                 if holder_is_dead(other) {
                     tracing::warn!(session = %session_key, holder = %other, "the session's lease holder no longer runs; taking the session over");
-                    attempt = store.submit(acquire(Some(other))).await?.into_lease();
+                    (attempt, snapshot) = store
+                        .submit(acquire(Some(other)))
+                        .await?
+                        .into_session_lease();
                     took_over = matches!(attempt, LeaseAttempt::Acquired(_));
                 }
             }
@@ -429,6 +468,7 @@ impl SessionLocks {
                         parking: self.parking.clone(),
                         reused: false,
                         facts: None,
+                        snapshot,
                         waited: if had_to_wait {
                             clock.elapsed()
                         } else {
@@ -528,8 +568,12 @@ mod tests {
     /// Takes session `key` in `locks` and ends the turn (parking the lease); whether the lease
     /// was taken back from the parking.
     async fn turn_on(locks: &SessionLocks, store: &Arc<dyn StateStore>, key: &str) -> bool {
+        let read = SessionRead {
+            session_key: key.to_owned(),
+            id_namespace: "session".to_owned(),
+        };
         let guard = locks
-            .acquire(store, key, key, "this-process", TTL, TTL)
+            .acquire(store, &read, key, "this-process", TTL, TTL)
             .await
             .unwrap();
         let reused = guard.reused();

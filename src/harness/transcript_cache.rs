@@ -29,7 +29,7 @@ pub(crate) struct CachedTranscript {
 }
 
 impl CachedTranscript {
-    fn new(cursor: TranscriptCursor, messages: Messages) -> Self {
+    pub(super) fn new(cursor: TranscriptCursor, messages: Messages) -> Self {
         CachedTranscript {
             cursor,
             messages,

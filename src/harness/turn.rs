@@ -207,12 +207,16 @@ impl Harness {
         let stored = self.load_binding(&spec.session_key, &key).await?;
         // Under a kept lease, the copy this process left at the end of its last turn, if no
         // rewrite dropped it since; else a read of the store.
-        let kept = match known.as_ref().and_then(|f| f.transcript) {
-            Some(cursor) => self
-                .cached_transcript(&session_id, cursor)
+        let kept = match &known {
+            Some(SessionFacts {
+                transcript: Some(cursor),
+                ..
+            }) => self
+                .cached_transcript(&session_id, *cursor)
                 .await
-                .map(|messages| (messages, Some(cursor))),
-            None => None,
+                .map(|messages| (messages, Some(*cursor))),
+            Some(facts) if facts.transcript_empty => Some((Messages::new(), None)),
+            _ => None,
         };
         let (messages, read_at) = match kept {
             Some(kept) => kept,
@@ -251,13 +255,14 @@ impl Harness {
 
         // 3. First encounter → bootstrap + maintain(bootstrap).
         let engine_id = serving.active_engine_id().to_string();
+        let all_bootstrapped = known.as_ref().is_some_and(|f| f.all_bootstrapped);
         let mut bootstrapped = known.map(|f| f.bootstrapped).unwrap_or_default();
         // A session this turn starts (no transcript, no binding, bootstrapped just now) that
         // ends before the backend answers is forgotten again (see `forget_unanswered`).
         let mut starts_session = false;
         if !bootstrapped.contains(&engine_id) {
             let marked = self
-                .bootstrap_if_new(serving, &spec.session_key, &session_id)
+                .bootstrap_if_new(serving, &spec.session_key, &session_id, all_bootstrapped)
                 .await?;
             starts_session = marked && messages.is_empty() && stored.is_none();
             bootstrapped.push(engine_id);
@@ -411,7 +416,9 @@ impl Harness {
             session_id: ctx.session_id.clone(),
             outbox_empty: outbox_was_empty && !queued_commit,
             bootstrapped,
+            all_bootstrapped,
             transcript: recorded_cursor,
+            transcript_empty: false,
         };
         let report = turn_report(&ctx, plan, executed, retried);
         if facts_hold {
@@ -474,19 +481,22 @@ impl Harness {
         }
     }
 
-    /// Bootstraps the session for `serving` unless the store says it was; true when it marks
-    /// the session bootstrapped now.
+    /// Bootstraps the session for `serving` unless the store says it was (not asked when
+    /// `known_unmarked`: what the lease read says it is not); true when it marks the session
+    /// bootstrapped now.
     pub(super) async fn bootstrap_if_new(
         &self,
         serving: &QuarantineEngine,
         session_key: &str,
         session_id: &str,
+        known_unmarked: bool,
     ) -> Result<bool, HarnessError> {
         let engine_id = serving.active_engine_id().to_string();
-        let done = self
-            .store_for(session_key)
-            .is_bootstrapped(session_id, &engine_id)
-            .map_err(store_err("read bootstrap mark"))?;
+        let done = !known_unmarked
+            && self
+                .store_for(session_key)
+                .is_bootstrapped(session_id, &engine_id)
+                .map_err(store_err("read bootstrap mark"))?;
         if done {
             return Ok(false);
         }

@@ -50,6 +50,7 @@ fn applied(outcome: &WriteOutcome) -> Option<bool> {
 fn lease(outcome: &WriteOutcome) -> Option<LeaseAttempt> {
     match outcome {
         WriteOutcome::Lease(attempt) => Some(attempt.clone()),
+        WriteOutcome::SessionLease(lease, _) => Some(LeaseAttempt::Acquired(lease.clone())),
         _ => None,
     }
 }

@@ -204,6 +204,39 @@ pub struct TranscriptRead {
     pub cursor: Option<TranscriptCursor>,
 }
 
+/// What a lease acquisition reads of its session in its own transaction, when asked
+/// ([`TurnWrite::AcquireLease`]'s `read`): the reads a holder makes first, answered with the
+/// lease instead of after it (no read waits for the writer, and on SQLite no read transaction
+/// of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRead {
+    /// The session key: the key of its session-id document, and the session id when there is
+    /// no such document.
+    pub session_key: String,
+    /// The document namespace mapping session keys to session ids.
+    pub id_namespace: String,
+}
+
+/// What a lease acquisition read of its session ([`SessionRead`]), as it was when the lease
+/// was taken: it stays true while the lease is held, as nobody else writes the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSnapshot {
+    /// The session id: the session-id document, or the session key without one.
+    pub session_id: String,
+    /// The session's outbox holds no queued commit.
+    pub outbox_empty: bool,
+    /// Every engine whose bootstrap of the session is marked done, sorted.
+    pub bootstrapped: Vec<String>,
+    /// The binding stored under the lease's key.
+    pub binding: Option<StoredBinding>,
+    /// The session's transcript holds no entry.
+    pub transcript_empty: bool,
+    /// For an empty transcript, the cursor [`StateStore::transcript_since`] hands out for it
+    /// (`None` when the transcript has entries, or the store hands out no cursors). A long
+    /// transcript is not read inside the lease's write: it would hold the writer.
+    pub empty_transcript_cursor: Option<TranscriptCursor>,
+}
+
 /// A stored thread binding, as raw JSON plus its fencing generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredBinding {

@@ -5,8 +5,8 @@
 //! [`StateStoreExt`](super::StateStoreExt).
 
 use super::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StoreError, SweepReport, SweepRequest,
-    TranscriptEntry,
+    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, SessionRead, SessionSnapshot, StoreError,
+    SweepReport, SweepRequest, TranscriptEntry,
 };
 
 /// How a submitted write may wait for other writers.
@@ -25,13 +25,16 @@ pub enum WriteMode {
 #[non_exhaustive]
 pub enum TurnWrite {
     /// Takes a session's lease (when `dead_holder` is given, from that holder, known to have
-    /// died): answers [`WriteOutcome::Lease`].
+    /// died): answers [`WriteOutcome::Lease`], or, when `read` is given and the lease was
+    /// taken, [`WriteOutcome::SessionLease`] with what the same transaction read of the
+    /// session.
     AcquireLease {
         session: String,
         holder: String,
         dead_holder: Option<String>,
         now_ms: u64,
         ttl_ms: u64,
+        read: Option<SessionRead>,
     },
     /// Releases a held lease (only its holder's generation is released).
     ReleaseLease(Lease),
@@ -136,7 +139,7 @@ impl TurnWrite {
         }
     }
 
-    /// A lease acquisition, from `dead_holder` when given.
+    /// A lease acquisition, from `dead_holder` when given, reading nothing of the session.
     pub(crate) fn acquire(
         session: &str,
         holder: &str,
@@ -150,6 +153,7 @@ impl TurnWrite {
             dead_holder: dead_holder.map(str::to_owned),
             now_ms,
             ttl_ms,
+            read: None,
         }
     }
 
@@ -190,21 +194,18 @@ impl TurnWrite {
             TurnWrite::AcquireLease {
                 session,
                 holder,
-                dead_holder: None,
+                dead_holder,
                 now_ms,
                 ttl_ms,
-            } => store
-                .try_acquire_lease(session, holder, *now_ms, *ttl_ms)
-                .map(WriteOutcome::Lease),
-            TurnWrite::AcquireLease {
+                read,
+            } => store.acquire_lease(
                 session,
                 holder,
-                dead_holder: Some(dead),
-                now_ms,
-                ttl_ms,
-            } => store
-                .take_over_lease(session, dead, holder, *now_ms, *ttl_ms)
-                .map(WriteOutcome::Lease),
+                dead_holder.as_deref(),
+                *now_ms,
+                *ttl_ms,
+                read.as_ref(),
+            ),
             TurnWrite::ReleaseLease(lease) => done(store.release_lease(lease)),
             TurnWrite::RenewLease {
                 lease,
@@ -279,6 +280,9 @@ impl TurnWrite {
 pub enum WriteOutcome {
     /// A lease attempt's outcome.
     Lease(LeaseAttempt),
+    /// A lease taken, with what its transaction read of the session (an
+    /// [`TurnWrite::AcquireLease`] with a `read`).
+    SessionLease(Lease, Box<SessionSnapshot>),
     /// The write is done.
     Done,
     /// Whether the write changed anything (a renewal, a new bootstrap mark).
@@ -293,12 +297,24 @@ impl WriteOutcome {
     /// The lease attempt of an [`TurnWrite::AcquireLease`]; a store answering anything else to
     /// it is broken, and the attempt counts as busy (the caller waits and tries again).
     pub fn into_lease(self) -> LeaseAttempt {
+        self.into_session_lease().0
+    }
+
+    /// The lease attempt of an [`TurnWrite::AcquireLease`], with what it read of the session
+    /// when it was asked to and took the lease (as [`WriteOutcome::into_lease`] otherwise).
+    pub fn into_session_lease(self) -> (LeaseAttempt, Option<SessionSnapshot>) {
         match self {
-            WriteOutcome::Lease(attempt) => attempt,
-            _ => LeaseAttempt::Busy {
-                holder: String::new(),
-                expires_at_ms: 0,
-            },
+            WriteOutcome::Lease(attempt) => (attempt, None),
+            WriteOutcome::SessionLease(lease, snapshot) => {
+                (LeaseAttempt::Acquired(lease), Some(*snapshot))
+            }
+            _ => (
+                LeaseAttempt::Busy {
+                    holder: String::new(),
+                    expires_at_ms: 0,
+                },
+                None,
+            ),
         }
     }
 }
@@ -346,23 +362,19 @@ pub(crate) trait StoreWrites {
     fn record_quarantine(&self, record: &QuarantineRecord) -> Result<(), StoreError>;
     fn clear_quarantine(&self, engine_id: &str) -> Result<(), StoreError>;
     fn mark_bootstrapped(&self, session_id: &str, engine_id: &str) -> Result<bool, StoreError>;
-    fn try_acquire_lease(
+    /// [`TurnWrite::AcquireLease`]: the attempt, and what it read of the session when `read`
+    /// is given and the lease was taken ([`WriteOutcome::SessionLease`]).
+    fn acquire_lease(
         &self,
         session: &str,
         holder: &str,
+        dead_holder: Option<&str>,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError>;
+        read: Option<&SessionRead>,
+    ) -> Result<WriteOutcome, StoreError>;
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
     fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError>;
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError>;
     fn save_document(&self, namespace: &str, key: &str, json: &str) -> Result<(), StoreError>;
     fn sweep_idle(&self, request: &SweepRequest) -> Result<SweepReport, StoreError>;
 }

@@ -1,8 +1,8 @@
 //! Conformance: session leases (lifecycle, takeover of a dead holder, heartbeat).
 
-use super::{acquire, assert_stale};
+use super::{acquire, assert_stale, entry, outbox_row};
 use crate::store::StateStoreExt;
-use crate::store::{LeaseAttempt, StateStore};
+use crate::store::{LeaseAttempt, SessionRead, SessionSnapshot, StateStore, TurnWrite};
 
 /// Leases: the first acquisition has generation 1; the holder renews with the next generation;
 /// another holder is busy (told who holds it and until when) up to the expiry instant and takes
@@ -123,4 +123,137 @@ pub fn heartbeat_extends_expiry(store: &dyn StateStore) {
     );
     let late = store.save_binding("s", "{\"stale\":1}", lease.generation);
     assert_stale(store, late, lease.generation, taken.generation);
+}
+
+/// A lease taken with a [`SessionRead`] answers, from its own transaction, what separate reads
+/// of the session say once it is held: the session id (its document, or the key without
+/// one), whether the outbox is empty, every bootstrap mark (sorted), the binding under the
+/// lease's key, whether the transcript is empty and, for an empty one, the cursor
+/// `transcript_since` hands out. A busy attempt reads nothing; a takeover reads as well.
+pub fn acquisition_reads_its_session(store: &dyn StateStore) {
+    let at = store.location();
+    let read = |key: &str| SessionRead {
+        session_key: key.into(),
+        id_namespace: "ids".into(),
+    };
+    let acquire_reading = |key: &str, holder: &str, dead: Option<&str>, now_ms: u64| {
+        let write = TurnWrite::AcquireLease {
+            session: key.into(),
+            holder: holder.into(),
+            dead_holder: dead.map(str::to_owned),
+            now_ms,
+            ttl_ms: 100,
+            read: Some(read(key)),
+        };
+        futures::executor::block_on(store.submit(write))
+            .unwrap()
+            .into_session_lease()
+    };
+    // What separate reads say of session key `key` with session id `id`.
+    let separately = |key: &str, id: &str| {
+        let transcript = store.transcript_since(id, None).unwrap();
+        let mut bootstrapped: Vec<String> = ["alpha", "zeta", "other"]
+            .into_iter()
+            .filter(|engine| store.is_bootstrapped(id, engine).unwrap())
+            .map(str::to_owned)
+            .collect();
+        bootstrapped.sort();
+        SessionSnapshot {
+            session_id: store
+                .load_document("ids", key)
+                .unwrap()
+                .unwrap_or_else(|| key.to_owned()),
+            outbox_empty: store.pending_outbox(id).unwrap().is_empty(),
+            bootstrapped,
+            binding: store.load_binding(key).unwrap(),
+            transcript_empty: transcript.entries.is_empty(),
+            empty_transcript_cursor: transcript.cursor.filter(|_| transcript.entries.is_empty()),
+        }
+    };
+
+    // A session with everything: its id document, a recorded turn with a queued commit and a
+    // binding, two bootstrap marks.
+    store.save_document("ids", "k", "sid-2").unwrap();
+    let first = acquire(store, "k", "a", 1_000, 100);
+    store
+        .record_turn_with_commit(
+            "sid-2",
+            &[entry("u1", "hello"), entry("a1", "hi")],
+            "k",
+            "{\"thread\":\"t\"}",
+            first.generation,
+            &outbox_row("sid-2", "turn-1"),
+        )
+        .unwrap();
+    store.mark_bootstrapped("sid-2", "zeta").unwrap();
+    store.mark_bootstrapped("sid-2", "alpha").unwrap();
+    store.release_lease(&first).unwrap();
+    let (attempt, snapshot) = acquire_reading("k", "b", None, 1_010);
+    let LeaseAttempt::Acquired(held) = attempt else {
+        panic!("{at}: a free lease was refused: {attempt:?}");
+    };
+    assert_eq!(held.generation, first.generation + 1, "{at}");
+    let snapshot = snapshot.unwrap_or_else(|| panic!("{at}: a lease taken read nothing"));
+    assert_eq!(
+        snapshot,
+        separately("k", "sid-2"),
+        "{at}: a session with state"
+    );
+    assert_eq!(
+        (
+            snapshot.session_id.as_str(),
+            snapshot.outbox_empty,
+            snapshot.bootstrapped.as_slice(),
+            snapshot.transcript_empty,
+            snapshot.empty_transcript_cursor,
+        ),
+        (
+            "sid-2",
+            false,
+            ["alpha", "zeta"].map(String::from).as_slice(),
+            false,
+            None
+        ),
+        "{at}"
+    );
+    assert_eq!(
+        snapshot.binding.map(|b| (b.json, b.generation)),
+        Some(("{\"thread\":\"t\"}".to_owned(), first.generation)),
+        "{at}"
+    );
+
+    // Held by another: busy, nothing read.
+    let (busy, nothing) = acquire_reading("k", "c", None, 1_020);
+    assert!(
+        matches!(busy, LeaseAttempt::Busy { ref holder, .. } if holder == "b"),
+        "{at}: a held lease was handed out: {busy:?}"
+    );
+    assert_eq!(nothing, None, "{at}: a busy attempt read the session");
+
+    // A session nobody wrote: its key is its id, everything is empty.
+    let (attempt, snapshot) = acquire_reading("new", "c", None, 1_030);
+    assert!(matches!(attempt, LeaseAttempt::Acquired(_)), "{at}");
+    let snapshot = snapshot.unwrap_or_else(|| panic!("{at}: a lease taken read nothing"));
+    assert_eq!(snapshot, separately("new", "new"), "{at}: a new session");
+    assert!(
+        snapshot.transcript_empty && snapshot.outbox_empty && snapshot.binding.is_none(),
+        "{at}: {snapshot:?}"
+    );
+
+    // A session reset (its transcript removed, the outbox delivered), taken over from its
+    // holder, known dead: read as well, and the empty transcript's cursor is where the store
+    // numbers its next entry.
+    store.delete_session("sid-2").unwrap();
+    store.complete_outbox("sid-2", "turn-1").unwrap();
+    let (attempt, snapshot) = acquire_reading("k", "d", Some("b"), 1_040);
+    assert!(
+        matches!(attempt, LeaseAttempt::Acquired(ref l) if l.holder == "d"),
+        "{at}: the dead holder's lease was not taken over: {attempt:?}"
+    );
+    let snapshot = snapshot.unwrap_or_else(|| panic!("{at}: a takeover read nothing"));
+    assert_eq!(snapshot, separately("k", "sid-2"), "{at}: a reset session");
+    assert!(
+        snapshot.transcript_empty && snapshot.outbox_empty && snapshot.bootstrapped.is_empty(),
+        "{at}: {snapshot:?}"
+    );
 }

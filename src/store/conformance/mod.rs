@@ -28,7 +28,10 @@ pub use bindings::{
     record_turn_queues_its_commit,
 };
 pub use instances::{lease_race, two_instances};
-pub use leases::{dead_holder_is_taken_over_at_once, heartbeat_extends_expiry, lease_lifecycle};
+pub use leases::{
+    acquisition_reads_its_session, dead_holder_is_taken_over_at_once, heartbeat_extends_expiry,
+    lease_lifecycle,
+};
 pub use outbox::{outbox_delivers_once, outbox_moves_to_the_next_session, outbox_queue};
 pub use records::{bootstrap_marks, documents, quarantine_records};
 pub use retention::{
@@ -70,6 +73,10 @@ pub const CHECKS: &[(&str, Check)] = &[
         dead_holder_is_taken_over_at_once,
     ),
     ("heartbeat_extends_expiry", heartbeat_extends_expiry),
+    (
+        "acquisition_reads_its_session",
+        acquisition_reads_its_session,
+    ),
     ("documents", documents),
     ("retention_sweep", retention_sweep),
     ("sweep_is_bounded", sweep_is_bounded),

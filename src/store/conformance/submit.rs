@@ -19,6 +19,7 @@ pub fn submitted_writes(store: &dyn StateStore) {
             dead_holder: None,
             now_ms,
             ttl_ms: 60_000,
+            read: None,
         })
         .unwrap()
         .into_lease()

@@ -36,9 +36,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime a
 use tokio_postgres::NoTls;
 
 use super::{
-    decode_transcript_rows, Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StateStore,
+    decode_transcript_rows, Lease, OutboxRow, QuarantineRecord, SessionRead, StateStore,
     StoreError, StoreStats, StoredBinding, SweepReport, SweepRequest, TranscriptEntry, TurnWrite,
-    WriteFuture, WriteMode,
+    WriteFuture, WriteMode, WriteOutcome,
 };
 use crate::util::error_chain;
 use migrations::SCHEMA_VERSION;
@@ -590,39 +590,16 @@ impl super::StoreWrites for PostgresStore {
         })
     }
 
-    fn try_acquire_lease(
+    fn acquire_lease(
         &self,
         session: &str,
         holder: &str,
+        dead_holder: Option<&str>,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.acquire_lease(
-            "acquire session lease",
-            session,
-            holder,
-            None,
-            now_ms,
-            ttl_ms,
-        )
-    }
-
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.acquire_lease(
-            "take over session lease",
-            session,
-            holder,
-            Some(dead_holder),
-            now_ms,
-            ttl_ms,
-        )
+        read: Option<&SessionRead>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.take_lease(session, holder, dead_holder, now_ms, ttl_ms, read.cloned())
     }
 
     fn renew_lease(&self, lease: &Lease, now_ms: u64, ttl_ms: u64) -> Result<bool, StoreError> {

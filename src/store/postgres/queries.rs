@@ -7,7 +7,8 @@ use tokio_postgres::Row;
 
 use super::{PostgresStore, LOCK_TRANSCRIPT};
 use crate::store::{
-    reborn_generation, Lease, LeaseAttempt, OutboxRow, StateStore, StoreError, TranscriptEntry,
+    reborn_generation, Lease, LeaseAttempt, OutboxRow, SessionRead, SessionSnapshot, StateStore,
+    StoreError, StoredBinding, TranscriptEntry, WriteOutcome,
 };
 
 /// The turn part of a fenced write.
@@ -229,16 +230,21 @@ pub(super) fn outbox_row(row: &Row) -> Result<OutboxRow, tokio_postgres::Error> 
 impl PostgresStore {
     /// Takes the session's lease for `holder` when it is free, expired, already `holder`'s, or
     /// held by `dead_holder` (a holder known to have died); the new generation is one above
-    /// the last, which fences every earlier holder.
-    pub(super) fn acquire_lease(
+    /// the last, which fences every earlier holder. With `read`, a lease taken comes with what
+    /// the same transaction read of its session.
+    pub(super) fn take_lease(
         &self,
-        operation: &'static str,
         session: &str,
         holder: &str,
         dead_holder: Option<&str>,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
+        read: Option<SessionRead>,
+    ) -> Result<WriteOutcome, StoreError> {
+        let operation = match dead_holder {
+            None => "acquire session lease",
+            Some(_) => "take over session lease",
+        };
         let (session, holder) = (session.to_string(), holder.to_string());
         let dead_holder = dead_holder.map(str::to_string);
         let expires_at_ms = now_ms.saturating_add(ttl_ms);
@@ -284,12 +290,19 @@ impl PostgresStore {
                             generation = reborn;
                         }
                     }
-                    LeaseAttempt::Acquired(Lease {
+                    let lease = Lease {
                         generation,
                         session,
                         holder,
                         expires_at_ms,
-                    })
+                    };
+                    match &read {
+                        Some(read) => {
+                            let snapshot = read_session(&tx, &lease.session, read).await?;
+                            WriteOutcome::SessionLease(lease, Box::new(snapshot))
+                        }
+                        None => WriteOutcome::Lease(LeaseAttempt::Acquired(lease)),
+                    }
                 }
                 None => {
                     let row = tx
@@ -298,14 +311,63 @@ impl PostgresStore {
                             &[&session],
                         )
                         .await?;
-                    LeaseAttempt::Busy {
+                    WriteOutcome::Lease(LeaseAttempt::Busy {
                         holder: row.try_get(0)?,
                         expires_at_ms: from_db(row.try_get(1)?),
-                    }
+                    })
                 }
             };
             tx.commit().await?;
             Ok(attempt)
         })
     }
+}
+
+/// What the holder of `binding_key`'s lease, just taken in `tx`, first reads of its session
+/// (`read`), in one statement. PostgreSQL hands out no transcript cursors.
+async fn read_session(
+    tx: &Transaction<'_>,
+    binding_key: &str,
+    read: &SessionRead,
+) -> Result<SessionSnapshot, tokio_postgres::Error> {
+    let row = tx
+        .query_one(
+            "WITH sid AS (
+               SELECT COALESCE(
+                 (SELECT json FROM ctxbridge_documents WHERE namespace = $1 AND key = $2),
+                 $2) AS id)
+             SELECT sid.id,
+               EXISTS (SELECT 1 FROM ctxbridge_outbox o WHERE o.session_id = sid.id),
+               EXISTS (SELECT 1 FROM ctxbridge_transcript t WHERE t.session_id = sid.id),
+               ARRAY(SELECT b.engine_id FROM ctxbridge_bootstrapped b
+                     WHERE b.session_id = sid.id),
+               (SELECT json FROM ctxbridge_bindings WHERE binding_key = $3),
+               (SELECT generation FROM ctxbridge_bindings WHERE binding_key = $3)
+             FROM sid",
+            &[&read.id_namespace, &read.session_key, &binding_key],
+        )
+        .await?;
+    let mut bootstrapped: Vec<String> = row.try_get(3)?;
+    // Sorted here, by bytes, as every store sorts them (not by the database's collation).
+    bootstrapped.sort();
+    let binding = match (
+        row.try_get::<_, Option<String>>(4)?,
+        row.try_get::<_, Option<i64>>(5)?,
+    ) {
+        (Some(json), Some(generation)) => Some(StoredBinding {
+            binding_key: binding_key.to_string(),
+            json,
+            generation: from_db(generation),
+        }),
+        _ => None,
+    };
+    let transcript_empty = !row.try_get::<_, bool>(2)?;
+    Ok(SessionSnapshot {
+        session_id: row.try_get(0)?,
+        outbox_empty: !row.try_get::<_, bool>(1)?,
+        bootstrapped,
+        binding,
+        transcript_empty,
+        empty_transcript_cursor: None,
+    })
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, TransactionBehavior};
 
 use super::queries::{
-    acquire_lease, insert_bootstrap_mark, insert_entries, insert_outbox, upsert_binding,
-    upsert_document,
+    acquire_lease, insert_bootstrap_mark, insert_entries, insert_outbox, read_session,
+    upsert_binding, upsert_document,
 };
 use super::schema::{touch, SESSION_SCOPE};
 use super::{QueueRunner, SqliteStore, StoreInner};
@@ -257,7 +257,8 @@ impl QueuedWrite {
         match self.reply {
             Some(reply) => match reply.send(result) {
                 Ok(()) => None,
-                Err(Ok(WriteOutcome::Lease(LeaseAttempt::Acquired(lease)))) => Some(lease),
+                Err(Ok(WriteOutcome::Lease(LeaseAttempt::Acquired(lease))))
+                | Err(Ok(WriteOutcome::SessionLease(lease, _))) => Some(lease),
                 // Any other answer nobody waits for any more needs nothing done.
                 Err(_) => None,
             },
@@ -338,15 +339,25 @@ impl Op {
                 dead_holder,
                 now_ms,
                 ttl_ms,
-            } => acquire_lease(
-                conn,
-                session,
-                holder,
-                dead_holder.as_deref(),
-                *now_ms,
-                *ttl_ms,
-            )
-            .map(|(attempt, keep)| (Applied::Outcome(WriteOutcome::Lease(attempt)), keep)),
+                read,
+            } => {
+                let (attempt, keep) = acquire_lease(
+                    conn,
+                    session,
+                    holder,
+                    dead_holder.as_deref(),
+                    *now_ms,
+                    *ttl_ms,
+                )?;
+                let outcome = match (attempt, read) {
+                    (LeaseAttempt::Acquired(lease), Some(read)) => {
+                        let snapshot = read_session(conn, session, read)?;
+                        WriteOutcome::SessionLease(lease, Box::new(snapshot))
+                    }
+                    (attempt, _) => WriteOutcome::Lease(attempt),
+                };
+                Ok((Applied::Outcome(outcome), keep))
+            }
             // Only the holder of this generation may release; expiry keeps the generation so a
             // stale holder stays fenced.
             TurnWrite::ReleaseLease(lease) => conn

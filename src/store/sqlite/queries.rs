@@ -7,8 +7,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
 use super::StoreInner;
 use crate::store::{
-    decode_transcript_rows, reborn_generation, Lease, LeaseAttempt, OutboxRow, StoreError,
-    StoreStats, TranscriptEntry,
+    decode_transcript_rows, reborn_generation, Lease, LeaseAttempt, OutboxRow, SessionRead,
+    SessionSnapshot, StoreError, StoreStats, StoredBinding, TranscriptCursor, TranscriptEntry,
 };
 
 impl StoreInner {
@@ -215,6 +215,66 @@ pub(super) fn acquire_lease(
         expires_at_ms,
     };
     Ok((LeaseAttempt::Acquired(lease), true))
+}
+
+/// What the holder of `binding_key`'s lease, just taken in the caller's transaction, first
+/// reads of its session (`read`): indexed lookups only, as they hold the writer.
+pub(super) fn read_session(
+    conn: &Connection,
+    binding_key: &str,
+    read: &SessionRead,
+) -> rusqlite::Result<SessionSnapshot> {
+    let session_id: String = conn
+        .prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
+        .query_row(params![read.id_namespace, read.session_key], |r| r.get(0))
+        .optional()?
+        .unwrap_or_else(|| read.session_key.clone());
+    let exists = |sql: &str| -> rusqlite::Result<bool> {
+        conn.prepare_cached(sql)?
+            .query_row(params![session_id], |r| r.get(0))
+    };
+    let outbox_empty = !exists("SELECT EXISTS (SELECT 1 FROM outbox WHERE session_id = ?1)")?;
+    let transcript_empty =
+        !exists("SELECT EXISTS (SELECT 1 FROM transcript WHERE session_id = ?1)")?;
+    let bootstrapped = conn
+        .prepare_cached(
+            "SELECT engine_id FROM bootstrapped WHERE session_id = ?1 ORDER BY engine_id",
+        )?
+        .query_map(params![session_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    let binding = conn
+        .prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
+        .query_row(params![binding_key], |r| {
+            Ok(StoredBinding {
+                binding_key: binding_key.to_string(),
+                json: r.get(0)?,
+                generation: r.get::<_, i64>(1)? as u64,
+            })
+        })
+        .optional()?;
+    // As `transcript_since` hands it out for an empty transcript: the session's rewrite
+    // version, and the first entry's sequence number.
+    let empty_transcript_cursor = if transcript_empty {
+        let version: i64 = conn
+            .prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
+            .query_row(params![session_id], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        Some(TranscriptCursor {
+            version: version as u64,
+            next_seq: 0,
+        })
+    } else {
+        None
+    };
+    Ok(SessionSnapshot {
+        session_id,
+        outbox_empty,
+        bootstrapped,
+        binding,
+        transcript_empty,
+        empty_transcript_cursor,
+    })
 }
 
 pub(super) fn stale_check(

@@ -16,6 +16,7 @@ fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
         dead_holder: None,
         now_ms,
         ttl_ms: 60_000,
+        read: None,
     }
 }
 

@@ -7,7 +7,7 @@ use super::queries::{insert_entries, stale_check, upsert_binding};
 use super::schema::{touch, BINDING_SCOPE, SESSION_SCOPE};
 use super::SqliteStore;
 use crate::store::{
-    Lease, LeaseAttempt, OutboxRow, QuarantineRecord, StoreError, StoreWrites, SweepReport,
+    Lease, OutboxRow, QuarantineRecord, SessionRead, StoreError, StoreWrites, SweepReport,
     SweepRequest, TranscriptEntry, TurnWrite, WriteOutcome,
 };
 
@@ -202,27 +202,23 @@ impl StoreWrites for SqliteStore {
         .map(|outcome| outcome == WriteOutcome::Applied(true))
     }
 
-    fn try_acquire_lease(
+    fn acquire_lease(
         &self,
         session: &str,
         holder: &str,
+        dead_holder: Option<&str>,
         now_ms: u64,
         ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        self.run_alone(TurnWrite::acquire(session, holder, None, now_ms, ttl_ms))
-            .map(WriteOutcome::into_lease)
-    }
-
-    fn take_over_lease(
-        &self,
-        session: &str,
-        dead_holder: &str,
-        holder: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<LeaseAttempt, StoreError> {
-        let write = TurnWrite::acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
-        self.run_alone(write).map(WriteOutcome::into_lease)
+        read: Option<&SessionRead>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.run_alone(TurnWrite::AcquireLease {
+            session: session.to_owned(),
+            holder: holder.to_owned(),
+            dead_holder: dead_holder.map(str::to_owned),
+            now_ms,
+            ttl_ms,
+            read: read.cloned(),
+        })
     }
 
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
