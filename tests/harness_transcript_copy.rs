@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ctxbridge::harness::HarnessConfig;
+use ctxbridge::harness::{Harness, HarnessConfig};
 use ctxbridge::quarantine::QuarantineRecord;
 use ctxbridge::store::{
     OutboxRow, StateStore, StoreError, StoreStats, StoredBinding, TranscriptCursor,
@@ -80,12 +80,23 @@ impl StateStore for CountingStore {
     }
 }
 
-fn counting(rig: &Rig) -> Arc<CountingStore> {
-    Arc::new(CountingStore {
+/// A harness whose leases linger for `linger`, on a counting store over a fresh rig, with a
+/// scripted engine that bootstraps (the rig is returned to keep its directory).
+fn counted(linger: Duration) -> (Rig, Arc<CountingStore>, Arc<ScriptEngine>, Harness) {
+    let rig = Rig::new();
+    let store = Arc::new(CountingStore {
         inner: rig.store.clone(),
         transcript_reads: AtomicUsize::new(0),
         reads: AtomicUsize::new(0),
-    })
+    });
+    let engine = ScriptEngine::bootstrap("e1");
+    let h = build_harness_on(
+        Some(&engine),
+        kept(linger),
+        store.clone(),
+        rig.backend.clone(),
+    );
+    (rig, store, engine, h)
 }
 
 fn kept(linger: Duration) -> HarnessConfig {
@@ -103,15 +114,7 @@ fn kept(linger: Duration) -> HarnessConfig {
 #[tokio::test]
 async fn a_kept_lease_turn_uses_the_copy_without_reading_the_store() {
     for (linger, reads) in [(Duration::from_secs(30), 0), (Duration::ZERO, 2)] {
-        let rig = Rig::new();
-        let store = counting(&rig);
-        let engine = ScriptEngine::bootstrap("e1");
-        let h = build_harness_on(
-            Some(&engine),
-            kept(linger),
-            store.clone(),
-            rig.backend.clone(),
-        );
+        let (_rig, store, engine, h) = counted(linger);
         for prompt in ["one", "two", "three"] {
             turn(&h, prompt).await;
         }
@@ -133,16 +136,8 @@ async fn a_kept_lease_turn_uses_the_copy_without_reading_the_store() {
 /// the kept lease reads the store again and the engine sees the rewritten message.
 #[tokio::test]
 async fn a_rewrite_drops_the_copy() {
-    let rig = Rig::new();
-    let store = counting(&rig);
-    let engine = ScriptEngine::bootstrap("e1");
+    let (_rig, store, engine, h) = counted(Duration::from_secs(30));
     engine.script().rewrite_in_maintain = Some(RewritePlan::ReplaceFirst("[redacted]".into()));
-    let h = build_harness_on(
-        Some(&engine),
-        kept(Duration::from_secs(30)),
-        store.clone(),
-        rig.backend.clone(),
-    );
     turn(&h, "my password is hunter2").await;
     let before = store.transcript_reads.load(Ordering::SeqCst);
     turn(&h, "two").await;
@@ -162,15 +157,7 @@ async fn a_rewrite_drops_the_copy() {
 #[tokio::test]
 async fn a_new_sessions_turn_reads_nothing_beside_its_lease() {
     for (linger, second_turn_reads) in [(Duration::ZERO, 1), (Duration::from_secs(30), 0)] {
-        let rig = Rig::new();
-        let store = counting(&rig);
-        let engine = ScriptEngine::bootstrap("e1");
-        let h = build_harness_on(
-            Some(&engine),
-            kept(linger),
-            store.clone(),
-            rig.backend.clone(),
-        );
+        let (_rig, store, engine, h) = counted(linger);
         turn(&h, "one").await;
         assert_eq!(
             store.reads.load(Ordering::SeqCst),
