@@ -1,17 +1,20 @@
-//! Engine lifecycle calls around a turn: telling the engine about a finished turn (durable
-//! commits and their outbox, docs/architecture.md#durable-turns-committurn; afterTurn / ingest otherwise), maintenance in the
-//! foreground or deferred (docs/architecture.md#maintenance), quarantine records for `doctor`.
+//! Engine lifecycle calls around a turn: bootstrapping a session on its first encounter,
+//! telling the engine about a finished turn (durable commits and their outbox,
+//! docs/architecture.md#durable-turns-committurn; afterTurn / ingest otherwise), maintenance in
+//! the foreground or deferred (docs/architecture.md#maintenance), quarantine records for
+//! `doctor`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::turn::{RecordedTurn, TurnContext};
-use super::{Harness, HarnessError};
+use super::{store_err, Harness, HarnessError};
 use crate::backend::{ThreadId, TurnOutcome};
 use crate::contract::{
-    AfterTurnParams, CommitTurnParams, ContextEngine, EngineMethod, IngestBatchParams,
-    IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode, RuntimeContext,
-    TranscriptEntryAnchor, TranscriptTurnAdmission, TurnMaintenanceMode,
+    AfterTurnParams, BootstrapParams, CommitTurnParams, ContextEngine, EngineMethod, HookCall,
+    IngestBatchParams, IngestParams, MaintainParams, MaintainReason, Messages, ReasonCode,
+    RuntimeContext, TranscriptEntryAnchor, TranscriptTurnAdmission, TurnMaintenanceMode,
+    HOOK_SESSION_START,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -21,6 +24,78 @@ use crate::store::{OutboxRow, QuarantineRecord, TranscriptEntry, TurnWrite};
 use crate::util::now_ms;
 
 impl Harness {
+    /// Bootstraps the session for `serving` unless the store says it was (not asked when
+    /// `known_unmarked`: what the lease read says it is not); true when it marks the session
+    /// bootstrapped now.
+    pub(super) async fn bootstrap_if_new(
+        &self,
+        serving: &QuarantineEngine,
+        session_key: &str,
+        session_id: &str,
+        known_unmarked: bool,
+    ) -> Result<bool, HarnessError> {
+        let engine_id = serving.active_engine_id().to_string();
+        let done = !known_unmarked
+            && self
+                .store_for(session_key)
+                .is_bootstrapped(session_id, &engine_id)
+                .map_err(store_err("read bootstrap mark"))?;
+        if done {
+            return Ok(false);
+        }
+        if serving.hooks().iter().any(|h| h == HOOK_SESSION_START) {
+            let call = HookCall {
+                event: serde_json::json!({"sessionId": session_id, "sessionKey": session_key}),
+                ctx: self.hook_ctx(session_key, session_id),
+            };
+            if let Err(e) = serving.call_hook(HOOK_SESSION_START, call).await {
+                tracing::warn!(error = %e, "session_start hook failed");
+            }
+        }
+        let info = serving.info();
+        let methods = serving.methods();
+        if methods.contains(EngineMethod::Bootstrap) {
+            let params = project_host_params(
+                BootstrapParams {
+                    session_id: session_id.to_string(),
+                    session_key: Some(session_key.to_string()),
+                    session_file: self.ensure_session_file(session_key, session_id),
+                    session_target: self.facts(session_key, session_id, None).session_target,
+                    runtime_settings: Some(self.runtime_settings(serving, None)),
+                    runtime_context: Some(self.runtime_context(
+                        session_key,
+                        session_id,
+                        None,
+                        false,
+                    )),
+                },
+                &info,
+            );
+            if let Err(e) = serving.bootstrap(params).await {
+                tracing::warn!(error = %e, "bootstrap failed");
+            }
+        }
+        self.maintain(
+            serving,
+            session_key,
+            session_id,
+            MaintainReason::Bootstrap,
+            None,
+        )
+        .await;
+        // Marked only once bootstrap has run: a crash before this point bootstraps again.
+        // Submitted with the turn writes of other sessions, not run alone while this task's
+        // worker thread waits for the writer.
+        self.store_for(session_key)
+            .submit(TurnWrite::MarkBootstrapped {
+                session_id: session_id.to_owned(),
+                engine_id: engine_id.clone(),
+            })
+            .await
+            .map_err(store_err("mark bootstrapped"))?;
+        Ok(true)
+    }
+
     /// A durable engine's commit of this turn (docs/architecture.md#durable-turns-committurn): its `commitTurn` params and the
     /// outbox row that queues them, written in the same transaction as the recorded turn so a
     /// crash cannot leave the turn recorded without its commit. `None` for other engines.

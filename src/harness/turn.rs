@@ -13,17 +13,16 @@ use super::thread_history::thread_start_unrecorded;
 use super::tools::{
     available_tool_names, catalogue_fingerprint, tool_specs, turn_tools, with_caller_tools,
 };
-use super::{store_err, Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
+use super::{Harness, HarnessError, ThreadAction, TurnMetrics, TurnReport, TurnSpec};
 use crate::backend::ThreadedBackend;
 use crate::backend::{
     BackendError, ContextDelivery, ResumeThread, StartThread, ThreadId, TurnEvent, TurnOutcome,
     TurnRequest, TurnTools,
 };
 use crate::contract::{
-    estimate_tokens, AgentMessage, AssembleParams, AssembleResult, BootstrapParams,
-    CommitTurnParams, ContextEngine, EngineInfo, EngineMethod, HookCall, HostOperation,
-    MaintainReason, Messages, PromptAuthority, PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD,
-    HOOK_SESSION_START,
+    estimate_tokens, AgentMessage, AssembleParams, AssembleResult, CommitTurnParams, ContextEngine,
+    EngineInfo, EngineMethod, HookCall, HostOperation, Messages, PromptAuthority,
+    PromptBuildResult, HOOK_BEFORE_PROMPT_BUILD,
 };
 use crate::engines::LEGACY_ENGINE_ID;
 use crate::host::params::project_host_params;
@@ -36,7 +35,7 @@ use crate::projection::{
 };
 use crate::quarantine::QuarantineEngine;
 use crate::store::StateStoreExt;
-use crate::store::{TranscriptEntry, TurnWrite};
+use crate::store::TranscriptEntry;
 use crate::util::now_ms;
 
 /// What every step of one turn works with once the session is held and the serving engine
@@ -479,78 +478,6 @@ impl Harness {
                 "could not forget a session whose first turn was not answered; the retention sweep will"
             ),
         }
-    }
-
-    /// Bootstraps the session for `serving` unless the store says it was (not asked when
-    /// `known_unmarked`: what the lease read says it is not); true when it marks the session
-    /// bootstrapped now.
-    pub(super) async fn bootstrap_if_new(
-        &self,
-        serving: &QuarantineEngine,
-        session_key: &str,
-        session_id: &str,
-        known_unmarked: bool,
-    ) -> Result<bool, HarnessError> {
-        let engine_id = serving.active_engine_id().to_string();
-        let done = !known_unmarked
-            && self
-                .store_for(session_key)
-                .is_bootstrapped(session_id, &engine_id)
-                .map_err(store_err("read bootstrap mark"))?;
-        if done {
-            return Ok(false);
-        }
-        if serving.hooks().iter().any(|h| h == HOOK_SESSION_START) {
-            let call = HookCall {
-                event: serde_json::json!({"sessionId": session_id, "sessionKey": session_key}),
-                ctx: self.hook_ctx(session_key, session_id),
-            };
-            if let Err(e) = serving.call_hook(HOOK_SESSION_START, call).await {
-                tracing::warn!(error = %e, "session_start hook failed");
-            }
-        }
-        let info = serving.info();
-        let methods = serving.methods();
-        if methods.contains(EngineMethod::Bootstrap) {
-            let params = project_host_params(
-                BootstrapParams {
-                    session_id: session_id.to_string(),
-                    session_key: Some(session_key.to_string()),
-                    session_file: self.ensure_session_file(session_key, session_id),
-                    session_target: self.facts(session_key, session_id, None).session_target,
-                    runtime_settings: Some(self.runtime_settings(serving, None)),
-                    runtime_context: Some(self.runtime_context(
-                        session_key,
-                        session_id,
-                        None,
-                        false,
-                    )),
-                },
-                &info,
-            );
-            if let Err(e) = serving.bootstrap(params).await {
-                tracing::warn!(error = %e, "bootstrap failed");
-            }
-        }
-        self.maintain(
-            serving,
-            session_key,
-            session_id,
-            MaintainReason::Bootstrap,
-            None,
-        )
-        .await;
-        // Marked only once bootstrap has run: a crash before this point bootstraps again.
-        // Submitted with the turn writes of other sessions, not run alone while this task's
-        // worker thread waits for the writer.
-        self.store_for(session_key)
-            .submit(TurnWrite::MarkBootstrapped {
-                session_id: session_id.to_owned(),
-                engine_id: engine_id.clone(),
-            })
-            .await
-            .map_err(store_err("mark bootstrapped"))?;
-        Ok(true)
     }
 
     pub(super) async fn assemble(
