@@ -1,15 +1,10 @@
-//! What a lease's own transaction read of its session ([`SessionSnapshot`]), taken into the
-//! harness: the session's binding and an empty transcript seed the caches, and the rest become
-//! the held lease's facts, so a new holder's turn does not read again what its lease read.
-
-use std::sync::{Arc, Mutex};
+//! What a lease's own transaction read of its session ([`crate::store::SessionSnapshot`]),
+//! taken into the harness: the session's binding and an empty transcript seed the caches, and
+//! the rest become the held lease's facts, so a new holder's turn does not read again what its
+//! lease read.
 
 use super::session::{SessionFacts, SessionGuard};
-use super::transcript_cache::CachedTranscript;
-use super::Harness;
-use crate::contract::Messages;
-use crate::projection::ThreadBinding;
-use crate::store::SessionSnapshot;
+use super::{decode_binding, Harness};
 
 impl Harness {
     /// Takes what the store read with `guard`'s lease (binding key `key`), if it read
@@ -20,35 +15,14 @@ impl Harness {
         let Some(snapshot) = guard.take_snapshot() else {
             return;
         };
-        match snapshot
-            .binding
-            .as_ref()
-            .map(|stored| serde_json::from_str::<ThreadBinding>(&stored.json))
-            .transpose()
-        {
-            Ok(binding) => {
-                self.bindings
-                    .insert(key.to_string(), binding.map(Arc::new))
-                    .await
-            }
+        match snapshot.binding.as_ref().map(decode_binding).transpose() {
+            Ok(binding) => self.bindings.insert(key.to_string(), binding).await,
             Err(_) => self.bindings.invalidate(key).await,
         }
-        self.seed_transcript(&snapshot).await;
+        if let Some(cursor) = snapshot.empty_transcript_cursor {
+            self.seed_empty_transcript(&snapshot.session_id, cursor)
+                .await;
+        }
         guard.keep_facts(SessionFacts::of_snapshot(&snapshot));
-    }
-
-    /// An empty transcript read with the lease becomes the cached copy at its cursor (what a
-    /// read of the store would have left).
-    async fn seed_transcript(&self, snapshot: &SessionSnapshot) {
-        let Some(cursor) = snapshot.empty_transcript_cursor else {
-            return;
-        };
-        let copy = CachedTranscript::new(cursor, Messages::new());
-        self.transcripts
-            .insert(
-                snapshot.session_id.clone(),
-                Arc::new(Mutex::new(Some(copy))),
-            )
-            .await;
     }
 }

@@ -55,7 +55,9 @@ use crate::metrics::{MetricsSink, NoMetrics};
 use crate::projection::{binding_key, DriftPolicy, ThreadBinding};
 use crate::quarantine::QuarantineEngine;
 use crate::runtime_settings::RuntimeSettingsBuilder;
-use crate::store::{OutboxRow, SessionRead, StateStore, StoreError, TranscriptEntry, TurnWrite};
+use crate::store::{
+    OutboxRow, SessionRead, StateStore, StoreError, StoredBinding, TranscriptEntry, TurnWrite,
+};
 
 use crate::store::StateStoreExt;
 use crate::util::lock;
@@ -697,12 +699,7 @@ impl Harness {
             .try_get_with(key.to_string(), async move {
                 match store.load_binding(&owned) {
                     Ok(None) => Ok(None),
-                    Ok(Some(stored)) => serde_json::from_str::<ThreadBinding>(&stored.json)
-                        .map(|b| Some(Arc::new(b)))
-                        .map_err(|source| HarnessError::Binding {
-                            key: owned.clone(),
-                            source,
-                        }),
+                    Ok(Some(stored)) => decode_binding(&stored).map(Some),
                     Err(source) => Err(HarnessError::Store {
                         operation: "load binding",
                         source,
@@ -919,4 +916,14 @@ impl Harness {
 /// The legacy engine's info (for reports).
 pub fn legacy_info() -> EngineInfo {
     LegacyEngine::engine_info()
+}
+
+/// A stored binding decoded; one that is not valid JSON of a binding is named by its key.
+fn decode_binding(stored: &StoredBinding) -> Result<Arc<ThreadBinding>, HarnessError> {
+    serde_json::from_str::<ThreadBinding>(&stored.json)
+        .map(Arc::new)
+        .map_err(|source| HarnessError::Binding {
+            key: stored.binding_key.clone(),
+            source,
+        })
 }

@@ -29,7 +29,7 @@ pub(crate) struct CachedTranscript {
 }
 
 impl CachedTranscript {
-    pub(super) fn new(cursor: TranscriptCursor, messages: Messages) -> Self {
+    fn new(cursor: TranscriptCursor, messages: Messages) -> Self {
         CachedTranscript {
             cursor,
             messages,
@@ -92,6 +92,15 @@ impl Harness {
             .cursor
             .map(|cursor| CachedTranscript::new(cursor, messages.clone()));
         Ok((messages, read.cursor))
+    }
+
+    /// Makes the cached copy of `session_id`'s transcript an empty one at `cursor`: what a
+    /// read of the store would leave for a transcript known (read with the lease) to be empty.
+    pub(super) async fn seed_empty_transcript(&self, session_id: &str, cursor: TranscriptCursor) {
+        let copy = CachedTranscript::new(cursor, Messages::new());
+        self.transcripts
+            .insert(session_id.to_string(), Arc::new(Mutex::new(Some(copy))))
+            .await;
     }
 
     /// The cached copy of `session_id`'s transcript when it is at `cursor`: what this harness

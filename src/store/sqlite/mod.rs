@@ -343,15 +343,7 @@ impl StateStore for SqliteStore {
 
     fn load_binding(&self, binding_key: &str) -> Result<Option<StoredBinding>, StoreError> {
         self.with_reader("load binding", |conn| {
-            conn.prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
-                .query_row(params![binding_key], |r| {
-                    Ok(StoredBinding {
-                        binding_key: binding_key.to_string(),
-                        json: r.get(0)?,
-                        generation: r.get::<_, i64>(1)? as u64,
-                    })
-                })
-                .optional()
+            queries::load_binding(conn, binding_key)
         })
     }
 
@@ -374,13 +366,9 @@ impl StateStore for SqliteStore {
         // One read transaction: the version, the rows and the last sequence number agree.
         let (version, appended, rows, next_seq) = self.with_reader("load transcript", |conn| {
             let tx = conn.transaction()?;
-            let version: i64 = tx
-                .prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
-                .query_row(params![session_id], |r| r.get(0))
-                .optional()?
-                .unwrap_or(0);
+            let version = queries::transcript_version(&tx, session_id)?;
             let (mut appended, mut from) = match cursor {
-                Some(c) if c.version == version as u64 => (true, c.next_seq as i64),
+                Some(c) if c.version == version => (true, c.next_seq as i64),
                 _ => (false, 0),
             };
             // Entries the copy has are gone (a reset or a retention sweep removed them, and
@@ -409,7 +397,7 @@ impl StateStore for SqliteStore {
             drop(query);
             drop(stmt);
             tx.finish()?;
-            Ok((version as u64, appended, rows, next_seq as u64))
+            Ok((version, appended, rows, next_seq as u64))
         })?;
         Ok(TranscriptRead {
             entries: self.decode_entries(session_id, rows)?,
@@ -523,9 +511,7 @@ impl StateStore for SqliteStore {
 
     fn load_document(&self, namespace: &str, key: &str) -> Result<Option<String>, StoreError> {
         self.with_reader("load document", |conn| {
-            conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
-                .query_row(params![namespace, key], |r| r.get(0))
-                .optional()
+            queries::load_document(conn, namespace, key)
         })
     }
 

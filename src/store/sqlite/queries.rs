@@ -217,6 +217,41 @@ pub(super) fn acquire_lease(
     Ok((LeaseAttempt::Acquired(lease), true))
 }
 
+/// The binding stored under `binding_key`.
+pub(super) fn load_binding(
+    conn: &Connection,
+    binding_key: &str,
+) -> rusqlite::Result<Option<StoredBinding>> {
+    conn.prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
+        .query_row(params![binding_key], |r| {
+            Ok(StoredBinding {
+                binding_key: binding_key.to_string(),
+                json: r.get(0)?,
+                generation: r.get::<_, i64>(1)? as u64,
+            })
+        })
+        .optional()
+}
+
+/// The document `key` of `namespace`.
+pub(super) fn load_document(
+    conn: &Connection,
+    namespace: &str,
+    key: &str,
+) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
+        .query_row(params![namespace, key], |r| r.get(0))
+        .optional()
+}
+
+/// The rewrite version of `session_id`'s transcript (0 until its first rewrite).
+pub(super) fn transcript_version(conn: &Connection, session_id: &str) -> rusqlite::Result<u64> {
+    conn.prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
+        .query_row(params![session_id], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|version| version.map_or(0, |v| v.max(0) as u64))
+}
+
 /// What the holder of `binding_key`'s lease, just taken in the caller's transaction, first
 /// reads of its session (`read`): indexed lookups only, as they hold the writer.
 pub(super) fn read_session(
@@ -224,10 +259,7 @@ pub(super) fn read_session(
     binding_key: &str,
     read: &SessionRead,
 ) -> rusqlite::Result<SessionSnapshot> {
-    let session_id: String = conn
-        .prepare_cached("SELECT json FROM documents WHERE namespace = ?1 AND key = ?2")?
-        .query_row(params![read.id_namespace, read.session_key], |r| r.get(0))
-        .optional()?
+    let session_id = load_document(conn, &read.id_namespace, &read.session_key)?
         .unwrap_or_else(|| read.session_key.clone());
     let exists = |sql: &str| -> rusqlite::Result<bool> {
         conn.prepare_cached(sql)?
@@ -242,26 +274,12 @@ pub(super) fn read_session(
         )?
         .query_map(params![session_id], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<String>>>()?;
-    let binding = conn
-        .prepare_cached("SELECT json, generation FROM bindings WHERE binding_key = ?1")?
-        .query_row(params![binding_key], |r| {
-            Ok(StoredBinding {
-                binding_key: binding_key.to_string(),
-                json: r.get(0)?,
-                generation: r.get::<_, i64>(1)? as u64,
-            })
-        })
-        .optional()?;
+    let binding = load_binding(conn, binding_key)?;
     // As `transcript_since` hands it out for an empty transcript: the session's rewrite
     // version, and the first entry's sequence number.
     let empty_transcript_cursor = if transcript_empty {
-        let version: i64 = conn
-            .prepare_cached("SELECT version FROM transcript_versions WHERE session_id = ?1")?
-            .query_row(params![session_id], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
         Some(TranscriptCursor {
-            version: version as u64,
+            version: transcript_version(conn, &session_id)?,
             next_seq: 0,
         })
     } else {
