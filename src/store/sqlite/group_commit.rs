@@ -3,6 +3,7 @@
 //! that fails sends the batch's writes to run one by one); `classify` names what a SQLite
 //! failure means.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -26,10 +27,10 @@ impl SqliteStore {
     /// queued when its batch is done.
     ///
     /// One batch is run here. What was queued meanwhile is handed to a task on the runtime of
-    /// the turn that has waited longest ([`SqliteStore::hand_off`]) rather than run by this
-    /// thread at once, so the tasks this batch answered run first, and the next batch also
-    /// gathers what the turns that ran meanwhile queued: fewer, larger transactions, as on a
-    /// single worker. Where no task can take it, the queue is run here until it is empty.
+    /// the turn that has waited longest ([`SqliteStore::hand_off`]), which runs it at once:
+    /// the current task goes back to its turn, and the turns this batch answered are taken
+    /// up by the runtime's other worker threads while the next batch is written. Where no
+    /// task can take it, the queue is run here until it is empty.
     pub(super) fn combine(&self) {
         while self.combine_once() {
             if self.hand_off() {
@@ -43,9 +44,7 @@ impl SqliteStore {
     /// batch, not the lane that ran this one). False, for the caller to run the queue itself,
     /// when no queued write was submitted on a runtime, or when one's submitter may be
     /// blocked waiting for it (a [`WriteMode::Now`] write, waited for by blocking a thread
-    /// that may be the very one the task would need). The task yields once before it runs
-    /// the queue, so the turns that are ready queue their writes first; dropped unrun (its
-    /// runtime shut down), it runs the queue as it drops.
+    /// that may be the very one the task would need). The task is [`next_batch`].
     pub(super) fn hand_off(&self) -> bool {
         let runtime = {
             let queue = lock(&self.queue);
@@ -57,13 +56,19 @@ impl SqliteStore {
         let Some(runtime) = runtime else {
             return false;
         };
-        let mut next = QueueRunner::new(self.clone());
-        runtime.spawn(async move {
-            tokio::task::yield_now().await;
-            next.run()
-        });
+        runtime.spawn(next_batch(QueueRunner::new(self.clone())));
         true
     }
+}
+
+/// The task a batch hands the queue to: it runs the queue when first polled, without yielding
+/// first. Spawned from a worker thread of a multi-threaded runtime, it is that thread's next
+/// task, so one thread goes on writing while the turns the batch answered wait in its run
+/// queue for another worker to take them up; yielding first (to gather a larger batch) left
+/// those turns to that one thread and the other worker idle. Dropped unrun (its runtime shut
+/// down), it runs the queue as it drops.
+pub(super) fn next_batch(mut next: QueueRunner) -> impl Future<Output = ()> + Send {
+    async move { next.run() }
 }
 
 impl StoreInner {

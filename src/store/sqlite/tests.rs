@@ -372,6 +372,25 @@ fn a_batch_hands_the_queue_to_the_lane_that_waits_for_it() {
     assert_eq!(s.load_transcript("b").unwrap().len(), 1);
 }
 
+/// The task a batch hands the queue to runs it when first polled: yielding first left the
+/// turns the batch answered to the thread that ran it while the runtime's other worker idled.
+#[test]
+fn the_handed_task_runs_the_queue_when_first_polled() {
+    let s = SqliteStore::in_memory().unwrap();
+    s.combining.store(true, Ordering::SeqCst);
+    let answer = s.submit(record_of("next"));
+    s.combining.store(false, Ordering::SeqCst);
+    let mut task = Box::pin(group_commit::next_batch(QueueRunner::new(s.clone())));
+    let first = futures::executor::block_on(async { futures::poll!(&mut task) });
+    assert!(
+        first.is_ready(),
+        "the handed task yielded before running the queue"
+    );
+    assert!(lock(&s.queue).is_empty(), "the queue was not run");
+    futures::executor::block_on(answer).unwrap();
+    assert_eq!(s.load_transcript("next").unwrap().len(), 1);
+}
+
 /// A write a thread may be blocked waiting for (`WriteMode::Now`, the synchronous calls) is
 /// never handed to a task, which could need that very thread: the queue is run by the
 /// thread that ran the batch, every write in it answered.
