@@ -3,7 +3,6 @@
 //! that fails sends the batch's writes to run one by one); `classify` names what a SQLite
 //! failure means.
 
-use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -67,8 +66,8 @@ impl SqliteStore {
 /// queue for another worker to take them up; yielding first (to gather a larger batch) left
 /// those turns to that one thread and the other worker idle. Dropped unrun (its runtime shut
 /// down), it runs the queue as it drops.
-pub(super) fn next_batch(mut next: QueueRunner) -> impl Future<Output = ()> + Send {
-    async move { next.run() }
+pub(super) async fn next_batch(mut next: QueueRunner) {
+    next.run()
 }
 
 impl StoreInner {
