@@ -435,13 +435,8 @@ impl SessionLocks {
         let clock = std::time::Instant::now();
         let mut had_to_wait = false;
         loop {
-            let acquire = |dead_holder: Option<&str>| TurnWrite::AcquireLease {
-                session: key.to_owned(),
-                holder: holder.to_owned(),
-                dead_holder: dead_holder.map(str::to_owned),
-                now_ms: now_ms(),
-                ttl_ms,
-                read: Some(read.clone()),
+            let acquire = |dead_holder: Option<&str>| {
+                TurnWrite::acquire(key, holder, dead_holder, now_ms(), ttl_ms, Some(read))
             };
             let (mut attempt, mut snapshot) =
                 store.submit(acquire(None)).await?.into_session_lease();

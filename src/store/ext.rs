@@ -254,7 +254,7 @@ pub trait StateStoreExt: StateStore {
     ) -> Result<LeaseAttempt, StoreError> {
         answer(
             self,
-            TurnWrite::acquire(session, holder, None, now_ms, ttl_ms),
+            TurnWrite::acquire(session, holder, None, now_ms, ttl_ms, None),
             lease,
         )
     }
@@ -268,7 +268,7 @@ pub trait StateStoreExt: StateStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<LeaseAttempt, StoreError> {
-        let write = TurnWrite::acquire(session, holder, Some(dead_holder), now_ms, ttl_ms);
+        let write = TurnWrite::acquire(session, holder, Some(dead_holder), now_ms, ttl_ms, None);
         answer(self, write, lease)
     }
 

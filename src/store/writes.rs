@@ -139,13 +139,15 @@ impl TurnWrite {
         }
     }
 
-    /// A lease acquisition, from `dead_holder` when given, reading nothing of the session.
+    /// A lease acquisition, from `dead_holder` when given, reading the session with the lease
+    /// when `read` is given.
     pub(crate) fn acquire(
         session: &str,
         holder: &str,
         dead_holder: Option<&str>,
         now_ms: u64,
         ttl_ms: u64,
+        read: Option<&SessionRead>,
     ) -> TurnWrite {
         TurnWrite::AcquireLease {
             session: session.to_owned(),
@@ -153,7 +155,7 @@ impl TurnWrite {
             dead_holder: dead_holder.map(str::to_owned),
             now_ms,
             ttl_ms,
-            read: None,
+            read: read.cloned(),
         }
     }
 

@@ -137,14 +137,7 @@ pub fn acquisition_reads_its_session(store: &dyn StateStore) {
         id_namespace: "ids".into(),
     };
     let acquire_reading = |key: &str, holder: &str, dead: Option<&str>, now_ms: u64| {
-        let write = TurnWrite::AcquireLease {
-            session: key.into(),
-            holder: holder.into(),
-            dead_holder: dead.map(str::to_owned),
-            now_ms,
-            ttl_ms: 100,
-            read: Some(read(key)),
-        };
+        let write = TurnWrite::acquire(key, holder, dead, now_ms, 100, Some(&read(key)));
         futures::executor::block_on(store.submit(write))
             .unwrap()
             .into_session_lease()

@@ -341,9 +341,10 @@ async fn read_session(
                EXISTS (SELECT 1 FROM ctxbridge_transcript t WHERE t.session_id = sid.id),
                ARRAY(SELECT b.engine_id FROM ctxbridge_bootstrapped b
                      WHERE b.session_id = sid.id),
-               (SELECT json FROM ctxbridge_bindings WHERE binding_key = $3),
-               (SELECT generation FROM ctxbridge_bindings WHERE binding_key = $3)
-             FROM sid",
+               binding.json,
+               binding.generation
+             FROM sid
+             LEFT JOIN ctxbridge_bindings binding ON binding.binding_key = $3",
             &[&read.id_namespace, &read.session_key, &binding_key],
         )
         .await?;

@@ -211,14 +211,14 @@ impl StoreWrites for SqliteStore {
         ttl_ms: u64,
         read: Option<&SessionRead>,
     ) -> Result<WriteOutcome, StoreError> {
-        self.run_alone(TurnWrite::AcquireLease {
-            session: session.to_owned(),
-            holder: holder.to_owned(),
-            dead_holder: dead_holder.map(str::to_owned),
+        self.run_alone(TurnWrite::acquire(
+            session,
+            holder,
+            dead_holder,
             now_ms,
             ttl_ms,
-            read: read.cloned(),
-        })
+            read,
+        ))
     }
 
     fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
