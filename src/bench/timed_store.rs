@@ -326,14 +326,7 @@ mod tests {
             .session_shard("k")
             .expect("a sharded store names the session's shard");
         let attempt = shard
-            .submit(TurnWrite::AcquireLease {
-                session: "k".into(),
-                holder: "h".into(),
-                dead_holder: None,
-                now_ms: 1,
-                ttl_ms: 60_000,
-                read: None,
-            })
+            .submit(TurnWrite::acquire("k", "h", None, 1, 60_000, None))
             .await
             .unwrap()
             .into_lease();

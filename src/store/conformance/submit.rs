@@ -13,16 +13,9 @@ pub fn submitted_writes(store: &dyn StateStore) {
     let at = store.location();
     let run = |write: TurnWrite| futures::executor::block_on(store.submit(write));
     let acquire = |holder: &str, now_ms: u64| {
-        run(TurnWrite::AcquireLease {
-            session: "k".into(),
-            holder: holder.into(),
-            dead_holder: None,
-            now_ms,
-            ttl_ms: 60_000,
-            read: None,
-        })
-        .unwrap()
-        .into_lease()
+        run(TurnWrite::acquire("k", holder, None, now_ms, 60_000, None))
+            .unwrap()
+            .into_lease()
     };
     let LeaseAttempt::Acquired(lease) = acquire("p1", 0) else {
         panic!("{at}: submitted lease refused");

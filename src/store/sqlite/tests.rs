@@ -10,14 +10,7 @@ use crate::util::lock;
 
 /// A queued acquire of session `k`'s lease by `holder` at `now_ms`, for a minute.
 fn acquire_k(holder: &str, now_ms: u64) -> TurnWrite {
-    TurnWrite::AcquireLease {
-        session: "k".into(),
-        holder: holder.into(),
-        dead_holder: None,
-        now_ms,
-        ttl_ms: 60_000,
-        read: None,
-    }
+    TurnWrite::acquire("k", holder, None, now_ms, 60_000, None)
 }
 
 fn entry(id: &str, text: &str) -> TranscriptEntry {
